@@ -1,0 +1,77 @@
+"""The client half every algorithm shares, a Flower `NumPyClient`.
+
+`fit`: decode the named downlink arrays, run the shared local loop with the algorithm's update rule,
+return the named uplink arrays. An algorithm subclass only says which rule (`rule`) and what goes back
+(`uplink`); client-persistent state will come from the node's state store.
+"""
+
+from __future__ import annotations
+
+import torch
+from flwr.client import NumPyClient
+
+from fedsuite.local import LocalResult, UpdateRule, train_local
+from fedsuite.node import ClientNode
+from fedsuite.payload import ARRAYS_KEY, pack, unpack
+
+
+class FedClient(NumPyClient):
+    def __init__(self, node: ClientNode):
+        self.node = node
+
+    # ---- algorithm hooks -------------------------------------------------------------------------
+    def rule(self, down: dict[str, torch.Tensor], config: dict) -> UpdateRule:
+        return UpdateRule()
+
+    def uplink(self, result: LocalResult, down: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+        return {"delta": result.x - result.x0}
+
+    # ---- Flower NumPyClient API ------------------------------------------------------------------
+    def get_properties(self, config):
+        return {"partition-id": self.node.partition_id, "num-partitions": self.node.num_partitions}
+
+    def get_parameters(self, config):
+        return [self.node.model.x.detach().cpu().numpy()]
+
+    def fit(self, parameters, config):
+        node, cfg = self.node, self.node.cfg
+        torch.set_num_threads(int(cfg["client-threads"]))
+        down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}
+        lr = float(config["lr"])
+        result = train_local(
+            node.model,
+            down["model"],
+            node.data,
+            node.loss_fn,
+            self.rule(down, config),
+            lr=lr,
+            weight_decay=float(cfg["weight-decay"]),
+            clip_norm=float(cfg["clip-norm"]),
+            epochs=int(cfg["local-epochs"]),
+            steps=int(cfg["local-steps"]),
+            batch_size=int(cfg["batch-size"]),
+            generator=node.generator(int(config["round"])),
+        )
+        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in self.uplink(result, down, config).items()})
+        metrics = {
+            ARRAYS_KEY: names,
+            "partition-id": node.partition_id,
+            "steps": result.steps,
+            "lr": lr,
+            "loss": result.mean_loss,
+            "compute-seconds": result.seconds,
+        }
+        return arrays, len(node.data), metrics
+
+    def evaluate(self, parameters, config):
+        """Loss (and accuracy) of the received model on this client's own training data."""
+        node = self.node
+        down = unpack(parameters, str(config.get(ARRAYS_KEY, "model")))
+        node.model.x.copy_(torch.tensor(down["model"], device=node.device))
+        with torch.no_grad():
+            out = node.model.module(node.data.inputs)
+            loss = float(node.loss_fn(out, node.data.targets))
+            metrics = {}
+            if node.dataset.task == "classification":
+                metrics["accuracy"] = float((out.argmax(1) == node.data.targets).float().mean())
+        return loss, len(node.data), metrics

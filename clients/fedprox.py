@@ -1,0 +1,19 @@
+"""FedProx client (ALGORITHMS.md §4.2): x ← x − η_l (g + μ(x − x^t) + wd·x); uplink Δ_i.
+
+μ multiplies (μ/2)‖x − x^t‖², so the gradient term is μ(x − x^t); it is added after clipping (§0.3.2).
+"""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedsuite.local import Prox, UpdateRule
+from fedsuite.node import ClientNode
+
+
+class FedProxClient(FedClient):
+    def __init__(self, node: ClientNode, mu: float):
+        super().__init__(node)
+        self.mu = mu
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(regularizers=(Prox(self.mu),))

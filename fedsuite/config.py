@@ -1,0 +1,197 @@
+"""Run-config schema: every key's default, type, range and allowed values, checked before any training.
+
+`resolve(run_config)` merges Flower's run config over the defaults and returns a `Config`, or raises one
+`ConfigError` that lists every bad key with what is allowed. Algorithm hyper-parameters are declared here too
+(grouped by the algorithm family that reads them) so that pyproject.toml, README and validation share one list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Scalar = bool | int | float | str
+
+
+class ConfigError(ValueError):
+    """A run-config value is unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    default: Scalar
+    help: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None  # inclusive lower bound
+    high: float | None = None  # inclusive upper bound
+    low_open: bool = False  # lower bound is strict (value > low)
+
+    def check(self, value: Any) -> tuple[Scalar | None, str | None]:
+        """Return (converted value, None) or (None, error message)."""
+        want = type(self.default)
+        if want is bool:
+            if not isinstance(value, bool):
+                return None, f"{self.name}={value!r}: expected true or false"
+        elif want is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                return None, f"{self.name}={value!r}: expected an integer"
+        elif want is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None, f"{self.name}={value!r}: expected a number"
+            value = float(value)
+            if not math.isfinite(value):
+                return None, f"{self.name}={value!r}: expected a finite number"
+        elif not isinstance(value, str):
+            return None, f"{self.name}={value!r}: expected a string"
+        if self.choices is not None and value not in self.choices:
+            return None, f"{self.name}={value!r}: allowed values are {', '.join(self.choices)}"
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            op = ">" if self.low_open else ">="
+            rng = f"{op} {self.low:g}" + (f" and <= {self.high:g}" if self.high is not None else "")
+            return None, f"{self.name}={value!r}: must be {rng}"
+        if self.high is not None and value > self.high:
+            return None, f"{self.name}={value!r}: must be <= {self.high:g}"
+        return value, None
+
+
+# Names the registries fill in; kept here so validation never imports torch or Flower.
+ALGORITHMS = ("fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad")
+DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic")
+MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear")
+PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
+
+# Which models fit which dataset; the first is what model="auto" picks.
+DATASET_MODELS: dict[str, tuple[str, ...]] = {
+    "fashion-mnist": ("cnn", "2nn", "logreg", "resnet18-gn"),
+    "mnist": ("cnn", "2nn", "logreg", "resnet18-gn"),
+    "cifar10": ("resnet18-gn", "cnn", "logreg"),
+    "cifar100": ("resnet18-gn", "cnn", "logreg"),
+    "tinyimagenet": ("resnet18-gn", "cnn", "logreg"),
+    "synthetic-lsq": ("linear",),
+    "synthetic-logistic": ("logreg",),
+}
+
+COMMON_KEYS: tuple[Key, ...] = (
+    Key("algorithm", "fedavg", "federated optimiser (see the algorithm table)", ALGORITHMS),
+    Key("dataset", "fashion-mnist", "training data", DATASETS),
+    Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location"),
+    Key("download", False, "allow torchvision to download a missing dataset (needs a network)"),
+    Key("model", "auto", "network; auto = the dataset's default (first in DATASET_MODELS)", MODELS),
+    Key("num-clients", 100, "N, number of clients = SuperNodes in the federation", low=1),
+    Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2)", PARTITIONS),
+    Key("partition-alpha", 0.3, "Dirichlet concentration α", low=0.0, low_open=True),
+    Key("partition-balanced", True, "Dirichlet with equal client sizes (FedDyn routine) or per-class split"),
+    Key("partition-mixture", 0.5, "c of the c % mixture partition (share of label-sorted data)", low=0.0, high=1.0),
+    Key("sampling", "fixed", "client sampling per round (ALGORITHMS.md §2.4)", ("fixed", "bernoulli")),
+    Key("clients-per-round", 10, "S for sampling=fixed", low=1),
+    Key("participation", 0.1, "p for sampling=bernoulli", low=0.0, high=1.0, low_open=True),
+    Key("num-server-rounds", 15, "T, number of rounds", low=1),
+    Key("local-epochs", 1, "E, local epochs (used when local-steps = 0)", low=1),
+    Key("local-steps", 0, "K, fixed local steps per round; 0 = epoch mode", low=0),
+    Key("batch-size", 50, "B; 0 = full local batch", low=0),
+    Key("lr", 0.05, "η_l^0, local learning rate", low=0.0, low_open=True),
+    Key("lr-decay", 1.0, "γ, per-round local lr decay η_l^t = η_l^0 γ^t", low=0.0, high=1.0, low_open=True),
+    Key("weight-decay", 0.0, "coupled L2 added to every local step (ALGORITHMS.md §0.3)", low=0.0),
+    Key("clip-norm", 0.0, "clip each local step's gradient to this L2 norm; 0 = off", low=0.0),
+    Key("server-lr", 1.0, "η_g for averaging algorithms (1 = plain averaging)", low=0.0, low_open=True),
+    Key("weighting", "uniform", "aggregation weights over the cohort (ALGORITHMS.md §0.3)", ("uniform", "samples")),
+    Key("seed", 0, "run seed: partition, cohorts, init, minibatches", low=0),
+    Key("eval-every", 1, "centralised evaluation every r rounds (the last round always)", low=1),
+    Key("eval-batch-size", 1000, "batch size of server-side evaluation", low=1),
+    Key("targets", "0.7,0.75,0.8", "comma-separated accuracy targets for rounds-to-target"),
+    Key("out-dir", "results", "results root; relative paths are taken from the project directory"),
+    Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>"),
+    Key("device", "auto", "where clients and server compute", ("auto", "cpu", "cuda")),
+    Key("client-threads", 1, "torch threads per client process", low=1),
+    Key("synthetic-dim", 20, "d of the synthetic federation", low=1),
+    Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1),
+    Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0),
+    Key("synthetic-noise", 0.1, "label noise std of the synthetic federation", low=0.0),
+)
+
+# Hyper-parameters by family; the registry says which algorithm reads which.
+ALGORITHM_KEYS: tuple[Key, ...] = (
+    Key("prox-mu", 0.01, "FedProx μ, gradient term μ(x − x^t) (ALGORITHMS.md §4.2)", low=0.0),
+    Key("fedopt-lr", 0.1, "FedAdam/FedYogi/FedAdagrad server lr η_g (§4.3)", low=0.0, low_open=True),
+    Key("fedopt-beta1", 0.9, "FedOpt β1 (§4.3)", low=0.0, high=1.0),
+    Key("fedopt-beta2", 0.99, "FedOpt β2 (FedAdam/FedYogi) (§4.3)", low=0.0, high=1.0),
+    Key("fedopt-tau", 0.01, "FedOpt adaptivity τ (§4.3)", low=0.0, low_open=True),
+)
+
+SCHEMA: dict[str, Key] = {k.name: k for k in COMMON_KEYS + ALGORITHM_KEYS}
+
+
+class Config(Mapping):
+    """A validated, read-only run config (string keys as in pyproject.toml)."""
+
+    def __init__(self, values: Mapping[str, Scalar]):
+        self._values = dict(values)
+
+    def __getitem__(self, key: str) -> Scalar:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self._values!r})"
+
+    @property
+    def model(self) -> str:
+        """The concrete model name (resolves model='auto')."""
+        name = str(self["model"])
+        return DATASET_MODELS[str(self["dataset"])][0] if name == "auto" else name
+
+    @property
+    def targets(self) -> list[float]:
+        return [float(t) for t in str(self["targets"]).split(",") if t.strip()]
+
+    @property
+    def is_synthetic(self) -> bool:
+        return str(self["dataset"]).startswith("synthetic-")
+
+
+def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
+    """Defaults overlaid with `run_config`, every key checked; raises ConfigError listing all problems."""
+    run_config = dict(run_config or {})
+    errors: list[str] = []
+    values: dict[str, Scalar] = {}
+    for name in sorted(set(run_config) - set(SCHEMA)):
+        close = [k for k in SCHEMA if k.split("-")[0] == name.split("-")[0]]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        errors.append(f"{name}: unknown key{hint}")
+    for name, key in SCHEMA.items():
+        value, err = key.check(run_config.get(name, key.default))
+        if err:
+            errors.append(err)
+        else:
+            values[name] = value
+    if not errors:
+        errors = _cross_checks(values)
+    if errors:
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(errors))
+    return Config(values)
+
+
+def _cross_checks(v: dict[str, Scalar]) -> list[str]:
+    errors = []
+    fits = DATASET_MODELS[str(v["dataset"])]
+    if v["model"] != "auto" and v["model"] not in fits:
+        errors.append(
+            f"model={v['model']!r} does not fit dataset={v['dataset']!r}: allowed are auto, {', '.join(fits)}"
+        )
+    if v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
+        errors.append(f"clients-per-round={v['clients-per-round']}: must be <= num-clients={v['num-clients']} (S <= N)")
+    try:
+        targets = [float(t) for t in str(v["targets"]).split(",") if t.strip()]
+        if any(not 0.0 <= t <= 1.0 for t in targets):
+            errors.append(f"targets={v['targets']!r}: each target must be an accuracy in [0, 1]")
+    except ValueError:
+        errors.append(f"targets={v['targets']!r}: expected comma-separated numbers such as '0.7,0.8'")
+    return errors

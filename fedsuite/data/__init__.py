@@ -1,0 +1,85 @@
+"""Datasets and partitions, decoded and computed once per process (Ray actors reuse them across messages)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from fedsuite.config import Config
+from fedsuite.data.datasets import (
+    DatasetNotFound,
+    Images,
+    load_cifar,
+    load_fashion_mnist,
+    load_mnist,
+    load_tinyimagenet,
+)
+from fedsuite.data.partition import make_partition
+from fedsuite.data.synthetic import SyntheticFederation, make_federation
+
+Dataset = Images | SyntheticFederation
+
+__all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "partition_sizes"]
+
+
+def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
+    """The run's dataset; `data_dir` (a node's own folder) overrides the run config's."""
+    if cfg.is_synthetic:
+        return _synthetic(
+            str(cfg["dataset"]).removeprefix("synthetic-"),
+            int(cfg["num-clients"]),
+            int(cfg["synthetic-samples"]),
+            int(cfg["synthetic-dim"]),
+            float(cfg["synthetic-heterogeneity"]),
+            float(cfg["synthetic-noise"]),
+            float(cfg["weight-decay"]),
+            int(cfg["seed"]),
+        )
+    return _images(str(cfg["dataset"]), str(cfg["data-dir"]) if data_dir is None else data_dir, bool(cfg["download"]))
+
+
+@lru_cache(maxsize=2)
+def _images(name: str, data_dir: str, download: bool) -> Images:
+    if name == "fashion-mnist":
+        return load_fashion_mnist(data_dir, download)
+    if name == "mnist":
+        return load_mnist(data_dir, download)
+    if name in ("cifar10", "cifar100"):
+        return load_cifar(name, data_dir, download)
+    if name == "tinyimagenet":
+        return load_tinyimagenet(data_dir, download)
+    raise ValueError(f"dataset={name!r}: no loader")
+
+
+@lru_cache(maxsize=2)
+def _synthetic(kind, num_clients, samples, dim, heterogeneity, noise, wd, seed) -> SyntheticFederation:
+    return make_federation(kind, num_clients, samples, dim, heterogeneity, noise, wd, seed)
+
+
+_PARTITIONS: dict[tuple, list[np.ndarray]] = {}
+
+
+def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
+    """Index arrays of every client's training data (the synthetic federations bring their own)."""
+    if isinstance(dataset, SyntheticFederation):
+        return dataset.client_parts
+    key = (dataset.name, len(dataset.train)) + tuple(
+        cfg[k]
+        for k in ("partition", "num-clients", "seed", "partition-alpha", "partition-balanced", "partition-mixture")
+    )
+    if key not in _PARTITIONS:
+        _PARTITIONS[key] = make_partition(
+            dataset.train.y.numpy(),
+            str(cfg["partition"]),
+            int(cfg["num-clients"]),
+            int(cfg["seed"]),
+            float(cfg["partition-alpha"]),
+            bool(cfg["partition-balanced"]),
+            float(cfg["partition-mixture"]),
+        )
+    return _PARTITIONS[key]
+
+
+def partition_sizes(cfg: Config, dataset: Dataset) -> list[int]:
+    return [len(p) for p in client_partition(cfg, dataset)]

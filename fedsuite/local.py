@@ -1,0 +1,168 @@
+"""The one local training loop every algorithm runs, and the composable pieces of its update rule.
+
+One step (DESIGN.md, ALGORITHMS.md §0.3):
+    g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
+    d  = g + linear corrections          SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …  (rule.corrections)
+    d  = clip(d, clip_norm)              reference codes clip loss gradient + linear terms (§0.3.2)
+    d += prox-like terms                 FedProx μ(x − x^t) …                      (rule.regularizers)
+    x ← x − η_l (d + wd·x)               coupled weight decay (§0.3.1)
+Every vector is a flat tensor on the training device; the direction reuses the gradient buffer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from fedsuite.models import FlatModel
+
+# A transform edits the direction `d` in place, given the live iterate and the round's start point.
+Transform = Callable[[torch.Tensor, "StepContext"], None]
+
+
+@dataclass
+class StepContext:
+    x: torch.Tensor  # live flat parameters x_{i,k}
+    x0: torch.Tensor  # round start x^t
+    step: int = 0
+
+
+class AtIterate:
+    """Gradient at x itself (plain SGD point)."""
+
+    def __call__(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return model.loss_and_grad(loss_fn, inputs, targets)
+
+
+@dataclass
+class Prox:
+    """+ μ(x − anchor): gradient of (μ/2)‖x − anchor‖² (FedProx, ALGORITHMS.md §4.2)."""
+
+    mu: float
+
+    def __call__(self, d: torch.Tensor, ctx: StepContext) -> None:
+        if self.mu:
+            d.add_(ctx.x, alpha=self.mu).add_(ctx.x0, alpha=-self.mu)
+
+
+@dataclass
+class UpdateRule:
+    point: Callable = field(default_factory=AtIterate)
+    corrections: Sequence[Transform] = ()
+    regularizers: Sequence[Transform] = ()
+
+
+@dataclass
+class LocalData:
+    inputs: torch.Tensor  # normalised features on the training device
+    targets: torch.Tensor
+    crop_pad: int = 0  # random crop (this padding) + horizontal flip per minibatch
+
+    def __len__(self) -> int:
+        return int(self.targets.shape[0])
+
+
+@dataclass
+class LocalResult:
+    x0: torch.Tensor
+    x: torch.Tensor
+    steps: int
+    mean_loss: float
+    seconds: float
+
+
+def num_steps(n: int, epochs: int, steps: int, batch_size: int) -> int:
+    """K_i: fixed `steps`, else E·ceil(n_i/B) with the last partial batch kept (§2.5)."""
+    if steps > 0:
+        return steps
+    b = n if batch_size <= 0 else min(batch_size, n)
+    return epochs * math.ceil(n / b)
+
+
+def minibatches(
+    data: LocalData, epochs: int, steps: int, batch_size: int, generator: torch.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Epoch mode: reshuffle every epoch. Iteration mode (steps > 0): each step draws B distinct samples."""
+    n = len(data)
+    b = n if batch_size <= 0 else min(batch_size, n)
+    device = data.inputs.device
+    if steps > 0:
+        for _ in range(steps):
+            idx = torch.randperm(n, generator=generator)[:b].to(device) if b < n else None
+            yield _batch(data, idx, generator)
+        return
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=generator).to(device) if b < n else None
+        for start in range(0, n, b):
+            yield _batch(data, None if perm is None else perm[start : start + b], generator)
+
+
+def _batch(data: LocalData, idx: torch.Tensor | None, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = data.inputs if idx is None else data.inputs[idx]
+    y = data.targets if idx is None else data.targets[idx]
+    if data.crop_pad:
+        x = crop_flip(x, data.crop_pad, generator)
+    return x, y
+
+
+def crop_flip(x: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """Random crop with zero padding `pad` and random horizontal flip, per sample, as batched tensor ops."""
+    b, c, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(x.device)
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(x.device)
+    flip = (torch.rand(b, generator=generator) < 0.5).to(x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = dx[:, None] + torch.arange(w, device=x.device)
+    cols = torch.where(flip[:, None], cols.flip(-1), cols)[:, None, None, :]
+    return padded[
+        torch.arange(b, device=x.device)[:, None, None, None],
+        torch.arange(c, device=x.device)[None, :, None, None],
+        rows,
+        cols,
+    ]
+
+
+def train_local(
+    model: FlatModel,
+    x0: torch.Tensor,
+    data: LocalData,
+    loss_fn,
+    rule: UpdateRule,
+    *,
+    lr: float,
+    weight_decay: float,
+    clip_norm: float,
+    epochs: int,
+    steps: int,
+    batch_size: int,
+    generator: torch.Generator,
+) -> LocalResult:
+    """Run K_i local steps from x0 with `rule`; returns the final iterate (a view of model.x)."""
+    start = time.perf_counter()
+    x = model.x
+    x.copy_(x0)
+    ctx = StepContext(x=x, x0=x0)
+    loss_sum = torch.zeros((), device=x.device)
+    k = 0
+    for inputs, targets in minibatches(data, epochs, steps, batch_size, generator):
+        ctx.step = k
+        loss_sum += rule.point(model, loss_fn, inputs, targets)
+        d = model.grad
+        for transform in rule.corrections:
+            transform(d, ctx)
+        if clip_norm > 0:
+            d.mul_(torch.clamp(clip_norm / (d.norm() + 1e-6), max=1.0))
+        for transform in rule.regularizers:
+            transform(d, ctx)
+        if weight_decay:
+            d.add_(x, alpha=weight_decay)
+        x.add_(d, alpha=-lr)
+        k += 1
+    mean_loss = float(loss_sum) / max(k, 1)
+    return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start)

@@ -1,0 +1,72 @@
+"""What one client node holds: its partition id, its local data on the training device, its model.
+
+Data and model are built once per process and reused (Flower calls client_fn for every message; Ray
+actors live across rounds), so a message costs a copy of x into the model, not a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from fedsuite.config import Config
+from fedsuite.data import client_partition, load_dataset
+from fedsuite.device import pick_device
+from fedsuite.local import LocalData
+from fedsuite.models import FlatModel, build_model, loss_function
+
+_MODELS: dict[tuple, FlatModel] = {}
+_LOCAL_DATA: OrderedDict[tuple, LocalData] = OrderedDict()
+_LOCAL_DATA_SLOTS = 16
+
+
+@dataclass
+class ClientNode:
+    cfg: Config
+    partition_id: int
+    num_partitions: int
+    data_dir: str | None = None  # the node's own files (deployment); None = partition of the run's dataset
+
+    @cached_property
+    def device(self) -> torch.device:
+        return pick_device(str(self.cfg["device"]))
+
+    @cached_property
+    def dataset(self):
+        return load_dataset(self.cfg, self.data_dir)
+
+    @property
+    def loss_fn(self):
+        return loss_function(self.dataset.task)
+
+    @cached_property
+    def data(self) -> LocalData:
+        key = (self.partition_id, self.data_dir, str(self.device)) + tuple(sorted(self.cfg.items()))
+        if key not in _LOCAL_DATA:
+            ds = self.dataset
+            idx = None if self.data_dir else client_partition(self.cfg, ds)[self.partition_id]
+            targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
+            _LOCAL_DATA[key] = LocalData(
+                ds.features(ds.train, idx, str(self.device)), targets.to(self.device), ds.crop_pad
+            )
+            while len(_LOCAL_DATA) > _LOCAL_DATA_SLOTS:
+                _LOCAL_DATA.popitem(last=False)
+        _LOCAL_DATA.move_to_end(key)
+        return _LOCAL_DATA[key]
+
+    @cached_property
+    def model(self) -> FlatModel:
+        ds = self.dataset
+        key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device))
+        if key not in _MODELS:
+            _MODELS[key] = FlatModel(build_model(self.cfg.model, ds.input_shape, ds.num_classes, ds.task), self.device)
+        return _MODELS[key]
+
+    def generator(self, server_round: int) -> torch.Generator:
+        """Minibatch order and augmentation: a function of (seed, round, partition) only."""
+        seed = np.random.SeedSequence([int(self.cfg["seed"]), server_round, self.partition_id]).generate_state(1)[0]
+        return torch.Generator().manual_seed(int(seed))

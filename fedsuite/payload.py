@@ -1,0 +1,38 @@
+"""Named flat arrays <-> Flower's ordered ndarray list; the names ride in config/metrics under ARRAYS_KEY.
+
+Downlink: FitIns.parameters = [model, extra_1, …], FitIns.config[ARRAYS_KEY] = "model,extra_1,…".
+Uplink:   FitRes.parameters = [delta, extra_1, …], FitRes.metrics[ARRAYS_KEY] = "delta,extra_1,…".
+Arrays are stripped by name, never by position, so an algorithm adds an extra without touching anyone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+ARRAYS_KEY = "fedsuite.arrays"
+
+
+class PayloadError(ValueError):
+    """A message's arrays do not match the names it declares."""
+
+
+def pack(named: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
+    for name in named:
+        if not name or "," in name:
+            raise PayloadError(f"array name {name!r}: must be non-empty and contain no comma")
+    return [np.ascontiguousarray(a, dtype=np.float32).reshape(-1) for a in named.values()], ",".join(named)
+
+
+def unpack(arrays: Sequence[np.ndarray], names: str) -> dict[str, np.ndarray]:
+    keys = [n for n in str(names).split(",") if n]
+    if len(keys) != len(arrays):
+        raise PayloadError(f"{len(arrays)} arrays but {len(keys)} names ({names!r})")
+    if len(set(keys)) != len(keys):
+        raise PayloadError(f"duplicate array names in {names!r}")
+    return dict(zip(keys, arrays, strict=True))
+
+
+def nbytes(arrays: Sequence[np.ndarray]) -> int:
+    return int(sum(a.nbytes for a in arrays))

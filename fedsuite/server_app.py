@@ -1,0 +1,121 @@
+"""Flower ServerApp: resolve the run config → build dataset, evaluator, sampler, results folder → strategy."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.common import Context
+from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+
+from fedsuite import registry
+from fedsuite.config import Config, resolve
+from fedsuite.data import client_partition, load_dataset
+from fedsuite.device import pick_device
+from fedsuite.evaluation import Evaluator
+from fedsuite.models import build_model
+from fedsuite.results import RunRecorder
+from fedsuite.sampling import Sampler
+from strategies.base import RunPlan
+
+log = logging.getLogger("flwr")
+
+# Where relative out-dir paths point: the project folder `simulation.run` was started from (it exports
+# this variable), else the current directory of the ServerApp process.
+PROJECT_DIR_ENV = "FEDSUITE_PROJECT_DIR"
+
+
+def initial_model(cfg: Config, dataset) -> np.ndarray:
+    torch.manual_seed(int(cfg["seed"]))
+    net = build_model(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task)
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()]).numpy().astype(np.float32)
+
+
+def results_folder(cfg: Config) -> Path:
+    root = Path(str(cfg["out-dir"])).expanduser()
+    if not root.is_absolute():
+        root = Path(os.environ.get(PROJECT_DIR_ENV) or os.getcwd()) / root
+    name = str(cfg["run-name"]) or f"{cfg['algorithm']}-{cfg['dataset']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return root / name
+
+
+def build_plan(cfg: Config, record: bool = True) -> RunPlan:
+    dataset = load_dataset(cfg)
+    x0 = initial_model(cfg, dataset)
+    parts = client_partition(cfg, dataset)
+    sampler = Sampler(int(cfg["num-clients"]), str(cfg["sampling"]), int(cfg["clients-per-round"]),
+                      float(cfg["participation"]), int(cfg["seed"]))  # fmt: skip
+    device = pick_device(str(cfg["device"]))
+    recorder = None
+    if record:
+        folder = results_folder(cfg)
+        recorder = RunRecorder(folder, dict(cfg), run_meta(cfg, dataset, parts, x0, device), cfg.targets,
+                               int(cfg["num-server-rounds"]))  # fmt: skip
+        log.info("fedsuite │ results → %s", folder)
+    log.info(
+        "fedsuite │ %s on %s │ model %s, d=%d │ %d clients, %s │ %s │ %d rounds │ device %s",
+        cfg["algorithm"], cfg["dataset"], cfg.model, x0.size, cfg["num-clients"], _partition_text(cfg),
+        _sampling_text(cfg), cfg["num-server-rounds"], device,
+    )  # fmt: skip
+    return RunPlan(
+        initial_x=x0,
+        sampler=sampler,
+        num_rounds=int(cfg["num-server-rounds"]),
+        lr=float(cfg["lr"]),
+        lr_decay=float(cfg["lr-decay"]),
+        weighting=str(cfg["weighting"]),
+        eval_every=int(cfg["eval-every"]),
+        evaluate=Evaluator(dataset, cfg.model, device, int(cfg["eval-batch-size"])),
+        recorder=recorder,
+    )
+
+
+def run_meta(cfg: Config, dataset, parts: list[np.ndarray], x0: np.ndarray, device) -> dict[str, Any]:
+    import flwr
+
+    sizes = np.array([len(p) for p in parts])
+    meta: dict[str, Any] = {
+        "model": cfg.model,
+        "num_parameters": int(x0.size),
+        "device": str(device),
+        "versions": {"flwr": flwr.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        "client_sizes": {"min": int(sizes.min()), "median": float(np.median(sizes)), "max": int(sizes.max())},
+    }
+    if dataset.task == "classification":
+        labels = dataset.train.y.numpy()
+        classes = [len(np.unique(labels[p])) for p in parts]
+        meta["classes_per_client"] = {
+            "min": int(min(classes)),
+            "mean": float(np.mean(classes)),
+            "max": int(max(classes)),
+        }
+    return meta
+
+
+def _partition_text(cfg: Config) -> str:
+    if cfg.is_synthetic:
+        return f"synthetic d={cfg['synthetic-dim']}, heterogeneity {cfg['synthetic-heterogeneity']:g}"
+    if cfg["partition"] == "dirichlet":
+        kind = "balanced" if cfg["partition-balanced"] else "unbalanced"
+        return f"dirichlet α={cfg['partition-alpha']:g} ({kind})"
+    return str(cfg["partition"])
+
+
+def _sampling_text(cfg: Config) -> str:
+    if cfg["sampling"] == "fixed":
+        return f"{cfg['clients-per-round']} clients/round"
+    return f"bernoulli p={cfg['participation']:g}"
+
+
+def server_fn(context: Context) -> ServerAppComponents:
+    cfg = resolve(context.run_config)
+    strategy = registry.build_strategy(cfg, build_plan(cfg))
+    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=int(cfg["num-server-rounds"])))
+
+
+app = ServerApp(server_fn=server_fn)

@@ -1,0 +1,1 @@
+"""Server halves of the algorithms, one module each, on the shared `strategies.base.FedStrategy`."""

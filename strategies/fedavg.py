@@ -1,0 +1,19 @@
+"""FedAvg server rule (ALGORITHMS.md §4.1): x^{t+1} = x^t + η_g · mean_S(Δ_i); η_g = 1 is plain averaging.
+
+FedProx (§4.2) uses this server unchanged: its prox term lives in the client.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.base import FedStrategy, Reply, RunPlan
+
+
+class FedAvg(FedStrategy):
+    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
+        super().__init__(plan)
+        self.server_lr = server_lr
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        return self.x + self.server_lr * self.cohort_mean(replies, "delta")

@@ -1,0 +1,50 @@
+"""FedAdam / FedYogi / FedAdagrad (Reddi et al. 2021, Alg. 2; ALGORITHMS.md §4.3).
+
+Clients run plain local SGD and send Δ_i. Server, with Δ = mean_S(Δ_i) (the "+" sign, points downhill):
+    m ← β1·m + (1−β1)·Δ
+    v ← v + Δ²                              (Adagrad)
+    v ← v − (1−β2)·Δ²·sign(v − Δ²)          (Yogi)
+    v ← β2·v + (1−β2)·Δ²                    (Adam)
+    x ← x + η_g · m / (√v + τ)
+m = v = 0 initially; no bias correction (the paper's form, not newer Flower's); η_g is never decayed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.base import FedStrategy, Reply, RunPlan
+
+
+class FedOpt(FedStrategy):
+    def __init__(
+        self, plan: RunPlan, server_lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.99, tau: float = 0.01
+    ):
+        super().__init__(plan)
+        self.server_lr, self.beta1, self.beta2, self.tau = server_lr, beta1, beta2, tau
+        self.m = np.zeros(self.dim, np.float64)
+        self.v = np.zeros(self.dim, np.float64)
+
+    def second_moment(self, v: np.ndarray, delta_sq: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        delta = self.cohort_mean(replies, "delta")
+        self.m = self.beta1 * self.m + (1.0 - self.beta1) * delta
+        self.v = self.second_moment(self.v, delta * delta)
+        return self.x + self.server_lr * self.m / (np.sqrt(self.v) + self.tau)
+
+
+class FedAdam(FedOpt):
+    def second_moment(self, v, delta_sq):
+        return self.beta2 * v + (1.0 - self.beta2) * delta_sq
+
+
+class FedYogi(FedOpt):
+    def second_moment(self, v, delta_sq):
+        return v - (1.0 - self.beta2) * delta_sq * np.sign(v - delta_sq)
+
+
+class FedAdagrad(FedOpt):
+    def second_moment(self, v, delta_sq):
+        return v + delta_sq
