@@ -18,7 +18,7 @@ CSV_COLUMNS = (
     "vectors_up_per_client", "lr",
 )  # fmt: skip
 
-log = logging.getLogger("flwr")
+log = logging.getLogger("flwr.fedsuite")
 
 
 class RunRecorder:

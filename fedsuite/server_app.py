@@ -23,11 +23,7 @@ from fedsuite.results import RunRecorder
 from fedsuite.sampling import Sampler
 from strategies.base import RunPlan
 
-log = logging.getLogger("flwr")
-
-# Where relative out-dir paths point: the project folder `simulation.run` was started from (it exports
-# this variable), else the current directory of the ServerApp process.
-PROJECT_DIR_ENV = "FEDSUITE_PROJECT_DIR"
+log = logging.getLogger("flwr.fedsuite")
 
 
 def initial_model(cfg: Config, dataset) -> np.ndarray:
@@ -37,9 +33,12 @@ def initial_model(cfg: Config, dataset) -> np.ndarray:
 
 
 def results_folder(cfg: Config) -> Path:
+    """out-dir/run-name; a relative out-dir is taken from the ServerApp's working directory, which for the
+    local simulation SuperLink is the folder `flwr run` first started it from (simulation.run passes an
+    absolute path)."""
     root = Path(str(cfg["out-dir"])).expanduser()
     if not root.is_absolute():
-        root = Path(os.environ.get(PROJECT_DIR_ENV) or os.getcwd()) / root
+        root = Path(os.getcwd()) / root
     name = str(cfg["run-name"]) or f"{cfg['algorithm']}-{cfg['dataset']}-{time.strftime('%Y%m%d-%H%M%S')}"
     return root / name
 
@@ -112,7 +111,15 @@ def _sampling_text(cfg: Config) -> str:
     return f"bernoulli p={cfg['participation']:g}"
 
 
+def quiet_flower_logs() -> None:
+    """One progress line per round instead of Flower's per-round INFO lines: Flower's own records below
+    WARNING are dropped, fedsuite's (logger flwr.fedsuite, same handlers) still pass."""
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    logging.getLogger("flwr.fedsuite").setLevel(logging.INFO)
+
+
 def server_fn(context: Context) -> ServerAppComponents:
+    quiet_flower_logs()
     cfg = resolve(context.run_config)
     strategy = registry.build_strategy(cfg, build_plan(cfg))
     return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=int(cfg["num-server-rounds"])))

@@ -35,7 +35,7 @@ from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, pack, unpack
 from fedsuite.results import RunRecorder
 from fedsuite.sampling import Sampler
 
-log = logging.getLogger("flwr")
+log = logging.getLogger("flwr.fedsuite")
 
 
 class FederationError(RuntimeError):
@@ -66,8 +66,9 @@ class Reply:
     num_examples: int
     steps: int  # K_i actually taken
     lr: float  # η_l the client used this round
-    arrays: dict[str, np.ndarray]
+    arrays: dict[str, np.ndarray]  # float64 copies for aggregation
     metrics: dict[str, Scalar] = field(default_factory=dict)
+    uplink_bytes: int = 0  # as received
 
 
 class FedStrategy(Strategy):
@@ -157,9 +158,7 @@ class FedStrategy(Strategy):
                 (float(r.metrics.get("compute-seconds", 0.0)) for r in replies), default=0.0
             ),
             train_loss=_weighted_loss(replies),
-            bytes_up_per_client=(
-                float(np.mean([sum(a.nbytes for a in r.arrays.values()) for r in replies])) if replies else 0.0
-            ),
+            bytes_up_per_client=float(np.mean([r.uplink_bytes for r in replies])) if replies else 0.0,
             vectors_up_per_client=float(np.mean([len(r.arrays) for r in replies])) if replies else 0.0,
         )
         if not replies:
@@ -212,8 +211,15 @@ class FedStrategy(Strategy):
         loss = float(metrics.get("loss", 0.0))
         if not np.isfinite(loss):
             raise ValueError(f"training loss is {loss}")
-        return Reply(pid, int(res.num_examples), int(metrics["steps"]), float(metrics.get("lr", 0.0)),
-                     {k: v.astype(np.float64) for k, v in arrays.items()}, metrics)  # fmt: skip
+        return Reply(
+            partition_id=pid,
+            num_examples=int(res.num_examples),
+            steps=int(metrics["steps"]),
+            lr=float(metrics.get("lr", 0.0)),
+            arrays={k: v.astype(np.float64) for k, v in arrays.items()},
+            metrics=metrics,
+            uplink_bytes=nbytes(list(arrays.values())),
+        )
 
     def _discover_nodes(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
         """Ask each connected node once for its partition-id (Flower's node ids are not partition ids)."""
