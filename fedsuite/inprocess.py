@@ -44,10 +44,13 @@ class InProcessProxy(ClientProxy):
         return GetPropertiesRes(Status(Code.OK, ""), {})
 
 
-def run_inprocess(run_config: Mapping, record: bool = False):
-    """Train with `run_config` (defaults filled in); returns the strategy, whose `x` is the final model."""
+def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None):
+    """Train with `run_config` (defaults filled in); returns the strategy, whose `x` is the final model.
+    `on_strategy(strategy)` is called before the first round (tests use it to observe replies)."""
     cfg = resolve(run_config)
     strategy = registry.build_strategy(cfg, build_plan(cfg, record=record))
+    if on_strategy is not None:
+        on_strategy(strategy)
     manager = SimpleClientManager()
     for pid in range(int(cfg["num-clients"])):
         manager.register(InProcessProxy(f"node-{pid}", ClientNode(cfg, pid, int(cfg["num-clients"]))))

@@ -1,11 +1,13 @@
 """What one client node holds: its partition id, its local data on the training device, its model.
 
 Data and model are built once per process and reused (Flower calls client_fn for every message; Ray
-actors live across rounds), so a message costs a copy of x into the model, not a rebuild.
+actors live across rounds), so a message costs a copy of x into the model, not a rebuild. Models are
+cached per thread: a model is mutable training state, and in-process runs train clients in threads.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,6 +24,7 @@ from fedsuite.models import FlatModel, build_model, loss_function
 _MODELS: dict[tuple, FlatModel] = {}
 _LOCAL_DATA: OrderedDict[tuple, LocalData] = OrderedDict()
 _LOCAL_DATA_SLOTS = 16
+_CACHE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -46,25 +49,28 @@ class ClientNode:
     @cached_property
     def data(self) -> LocalData:
         key = (self.partition_id, self.data_dir, str(self.device)) + tuple(sorted(self.cfg.items()))
-        if key not in _LOCAL_DATA:
-            ds = self.dataset
-            idx = None if self.data_dir else client_partition(self.cfg, ds)[self.partition_id]
-            targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
-            _LOCAL_DATA[key] = LocalData(
-                ds.features(ds.train, idx, str(self.device)), targets.to(self.device), ds.crop_pad
-            )
-            while len(_LOCAL_DATA) > _LOCAL_DATA_SLOTS:
-                _LOCAL_DATA.popitem(last=False)
-        _LOCAL_DATA.move_to_end(key)
-        return _LOCAL_DATA[key]
+        with _CACHE_LOCK:
+            if key not in _LOCAL_DATA:
+                ds = self.dataset
+                idx = None if self.data_dir else client_partition(self.cfg, ds)[self.partition_id]
+                targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
+                inputs = ds.features(ds.train, idx, str(self.device))
+                _LOCAL_DATA[key] = LocalData(inputs, targets.to(self.device), ds.crop_pad)
+                while len(_LOCAL_DATA) > _LOCAL_DATA_SLOTS:
+                    _LOCAL_DATA.popitem(last=False)
+            _LOCAL_DATA.move_to_end(key)
+            return _LOCAL_DATA[key]
 
-    @cached_property
+    @property
     def model(self) -> FlatModel:
+        """This thread's model for the run's architecture (never cached on the node: nodes cross threads)."""
         ds = self.dataset
-        key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device))
-        if key not in _MODELS:
-            _MODELS[key] = FlatModel(build_model(self.cfg.model, ds.input_shape, ds.num_classes, ds.task), self.device)
-        return _MODELS[key]
+        key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device), threading.get_ident())
+        with _CACHE_LOCK:
+            if key not in _MODELS:
+                net = build_model(self.cfg.model, ds.input_shape, ds.num_classes, ds.task)
+                _MODELS[key] = FlatModel(net, self.device)
+            return _MODELS[key]
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""

@@ -1,0 +1,87 @@
+"""The shared local loop against torch.optim.SGD, its step counting, and the batched augmentation."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedsuite.local import LocalData, Prox, UpdateRule, crop_flip, minibatches, num_steps, train_local
+from fedsuite.models import FlatModel, build_model, loss_function
+
+
+def small_cnn_and_data(n=40):
+    torch.manual_seed(0)
+    net = build_model("cnn", (1, 28, 28), 10, "classification")
+    data = LocalData(torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,)))
+    return net, data
+
+
+def reference_sgd(net, data, lr, wd, clip, epochs, batch, seed, mu=0.0):
+    """torch.optim.SGD(weight_decay) on the same minibatches; prox added after clipping (ALGORITHMS.md §0.3)."""
+    anchor = [p.detach().clone() for p in net.parameters()]
+    opt = torch.optim.SGD(net.parameters(), lr=lr, weight_decay=wd)
+    for xb, yb in minibatches(data, epochs, 0, batch, torch.Generator().manual_seed(seed)):
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(xb), yb).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)  # scale clip/(norm + 1e-6)
+        for p, a in zip(net.parameters(), anchor, strict=True):
+            p.grad.add_(p.detach() - a, alpha=mu)
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+
+def test_loop_equals_torch_sgd_with_weight_decay_clipping_and_prox():
+    net, data = small_cnn_and_data()
+    ref_net, _ = small_cnn_and_data()
+    model = FlatModel(net)
+    x0 = model.x.clone()
+    result = train_local(
+        model, x0, data, loss_function("classification"), UpdateRule(regularizers=(Prox(0.1),)),
+        lr=0.05, weight_decay=1e-3, clip_norm=0.5, epochs=2, steps=0, batch_size=16,
+        generator=torch.Generator().manual_seed(3),
+    )  # fmt: skip
+    expected = reference_sgd(ref_net, data, 0.05, 1e-3, 0.5, 2, 16, 3, mu=0.1)
+    assert result.steps == 2 * 3  # 40 samples, B = 16: ceil(40/16) = 3 batches, last one partial
+    torch.testing.assert_close(result.x, expected, rtol=1e-5, atol=1e-6)
+    assert (result.x - x0).abs().max() > 1e-3
+    assert torch.equal(x0, model.x.new_tensor(x0))  # the start point is not modified
+
+
+def test_step_counts():
+    assert num_steps(500, epochs=5, steps=0, batch_size=50) == 50
+    assert num_steps(100, epochs=2, steps=0, batch_size=20) == 10
+    assert num_steps(101, epochs=1, steps=0, batch_size=20) == 6
+    assert num_steps(37, epochs=3, steps=0, batch_size=0) == 3  # full batch
+    assert num_steps(37, epochs=3, steps=5, batch_size=8) == 5  # iteration mode
+
+
+def test_iteration_mode_draws_fresh_batches_each_step():
+    data = LocalData(torch.arange(30.0).view(30, 1), torch.arange(30))
+    batches = [y.tolist() for _, y in minibatches(data, 1, 4, 10, torch.Generator().manual_seed(0))]
+    assert len(batches) == 4 and all(len(set(b)) == 10 for b in batches)
+    assert len({tuple(sorted(b)) for b in batches}) == 4
+
+
+def test_crop_flip_picks_a_window_of_the_padded_image_and_flips_some():
+    x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).view(2, 3, 8, 8).repeat(8, 1, 1, 1)
+    out = crop_flip(x, 2, torch.Generator().manual_seed(1))
+    assert out.shape == x.shape
+    padded = nn.functional.pad(x, (2, 2, 2, 2))
+    flipped = 0
+    for i in range(len(x)):
+        windows = [padded[i, :, dy : dy + 8, dx : dx + 8] for dy in range(5) for dx in range(5)]
+        plain = any(torch.equal(out[i], w) for w in windows)
+        mirrored = any(torch.equal(out[i], w.flip(-1)) for w in windows)
+        assert plain or mirrored
+        flipped += mirrored and not plain
+    assert 0 < flipped < len(x)
+
+
+def test_flat_model_gradient_matches_autograd():
+    net, data = small_cnn_and_data(8)
+    model = FlatModel(net)
+    model.loss_and_grad(loss_function("classification"), data.inputs, data.targets)
+    ref_net, _ = small_cnn_and_data(8)
+    nn.functional.cross_entropy(ref_net(data.inputs), data.targets).backward()
+    torch.testing.assert_close(model.grad, torch.cat([p.grad.reshape(-1) for p in ref_net.parameters()]))
