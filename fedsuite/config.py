@@ -172,24 +172,25 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
             errors.append(err)
         else:
             values[name] = value
-    if not errors:
-        errors = _cross_checks(values)
+    errors += _cross_checks(values)
     if errors:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(errors))
     return Config(values)
 
 
 def _cross_checks(v: dict[str, Scalar]) -> list[str]:
+    """Checks that relate keys; each runs only when the keys it reads passed their own checks."""
     errors = []
-    fits = DATASET_MODELS[str(v["dataset"])]
-    if v["model"] != "auto" and v["model"] not in fits:
+    fits = DATASET_MODELS.get(str(v.get("dataset")), ())
+    if "model" in v and "dataset" in v and v["model"] != "auto" and v["model"] not in fits:
         errors.append(
             f"model={v['model']!r} does not fit dataset={v['dataset']!r}: allowed are auto, {', '.join(fits)}"
         )
-    if v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
+    has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
+    if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
         errors.append(f"clients-per-round={v['clients-per-round']}: must be <= num-clients={v['num-clients']} (S <= N)")
     try:
-        targets = [float(t) for t in str(v["targets"]).split(",") if t.strip()]
+        targets = [float(t) for t in str(v.get("targets", "")).split(",") if t.strip()]
         if any(not 0.0 <= t <= 1.0 for t in targets):
             errors.append(f"targets={v['targets']!r}: each target must be an accuracy in [0, 1]")
     except ValueError:

@@ -26,7 +26,9 @@ def pack(named: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
 
 
 def unpack(arrays: Sequence[np.ndarray], names: str) -> dict[str, np.ndarray]:
-    keys = [n for n in str(names).split(",") if n]
+    keys = str(names).split(",") if names else []
+    if "" in keys:
+        raise PayloadError(f"empty array name in {names!r}")
     if len(keys) != len(arrays):
         raise PayloadError(f"{len(arrays)} arrays but {len(keys)} names ({names!r})")
     if len(set(keys)) != len(keys):

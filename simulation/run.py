@@ -3,11 +3,13 @@
     python -m simulation.run -c "algorithm='fedprox' prox-mu=0.01 num-server-rounds=20"
 
 What it adds to a bare `flwr run . --stream`:
-- the run config is validated here first, so a bad key stops in a second, not after Ray's cold start;
+- the run config is validated here first, and the dataset and partition are built once (preflight), so a
+  bad key, missing files or an infeasible partition stop in seconds, not after Ray's cold start;
 - the federation gets one SuperNode per client (`num-supernodes = num-clients`) and CPU/GPU shares;
 - the exit code is the run's real status (`flwr run --stream` exits 0 on a failed run), checked with
   `flwr ls --run-id … --format json` and the run's summary.json;
-- the local SuperLink that `flwr run` leaves behind is stopped if this command started it;
+- the local SuperLink that `flwr run` leaves behind is stopped if this command started it, and it gets
+  ports of its own, so runs from different FLWR_HOMEs can go on at the same time;
 - Flower's telemetry, update check and runtime dependency installation are switched off.
 Prints the results folder as its last line.
 """
@@ -20,6 +22,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +53,13 @@ def parse_overrides(overrides: list[str]) -> dict:
     return parse_config_args(overrides) if overrides else {}
 
 
+def preflight(cfg) -> None:
+    """Load the dataset and build the partition in this process (errors name the key to change)."""
+    from fedsuite.data import client_partition, load_dataset
+
+    client_partition(cfg, load_dataset(cfg))
+
+
 def flower_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(QUIET_FLOWER)
@@ -68,6 +78,29 @@ def local_superlinks(flwr_home: Path) -> list[int]:
         if "--simulation" in cmd and str(flwr_home / "local-superlink") in cmd:
             pids.append(int(pid))
     return pids
+
+
+def superlink_ports(env: dict[str, str], flwr_home: Path) -> dict[str, str]:
+    """Ports for the local SuperLink: the ones this FLWR_HOME's running SuperLink uses, else two free ones.
+
+    Flower's defaults (39091/39093) are shared by every FLWR_HOME, so two concurrent runs from different
+    folders would otherwise talk to one SuperLink (and one would stop the other's)."""
+    keys = ("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT")
+    if all(k in env for k in keys):
+        return {k: env[k] for k in keys}
+    for pid in local_superlinks(flwr_home):
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        if "--port" in args and "--control-api-address" in args:
+            http = args[args.index("--port") + 1]
+            control = args[args.index("--control-api-address") + 1].rsplit(":", 1)[1]
+            return dict(zip(keys, (http, control), strict=True))
+    socks = [socket.socket() for _ in keys]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    ports = {k: str(sock.getsockname()[1]) for k, sock in zip(keys, socks, strict=True)}
+    for sock in socks:
+        sock.close()
+    return ports
 
 
 def stop(pids: list[int]) -> None:
@@ -97,10 +130,13 @@ def run(
     gpus_per_client: float | None = None,
     keep_superlink: bool = False,
     quiet: bool = False,
+    check_data: bool = True,
 ) -> Path:
     """Validate, run through `flwr run`, check the outcome; returns the results folder or raises."""
     overrides = dict(overrides)
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
+    if check_data:
+        preflight(cfg)
     out_dir = Path(str(cfg["out-dir"])).expanduser()
     overrides["out-dir"] = str(out_dir if out_dir.is_absolute() else (Path.cwd() / out_dir).resolve())
     if not cfg["run-name"]:
@@ -114,6 +150,7 @@ def run(
     env = flower_env()
     flwr_home = Path(env.get("FLWR_HOME", Path.home() / ".flwr"))
     already_running = local_superlinks(flwr_home)
+    env.update(superlink_ports(env, flwr_home))
     config_arg = " ".join(f"{k}={_toml(v)}" for k, v in overrides.items())
     cmd = ["flwr", "run", str(PROJECT), "--stream", "--federation-config", federation]
     if config_arg:
@@ -167,16 +204,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus-per-client", type=float, default=1.0, help="Ray CPUs per virtual client")
     parser.add_argument("--gpus-per-client", type=float, default=None, help="GPU share per client (0.25 if CUDA)")
     parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
-    parser.add_argument("--check", action="store_true", help="only validate the run config")
+    parser.add_argument("--check", action="store_true", help="only validate the run config, data and partition")
+    parser.add_argument("--no-preflight", action="store_true", help="skip loading data/partition before the run")
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.run_config)
         if args.check:
-            resolve({**pyproject_defaults(), **overrides})
-            print("run config OK")
+            preflight(resolve({**pyproject_defaults(), **overrides}))
+            print("run config, data and partition OK")
             return 0
-        folder = run(overrides, args.cpus_per_client, args.gpus_per_client, args.keep_superlink)
-    except ConfigError as err:
+        folder = run(
+            overrides,
+            args.cpus_per_client,
+            args.gpus_per_client,
+            args.keep_superlink,
+            check_data=not args.no_preflight,
+        )
+    except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except RunFailed as err:

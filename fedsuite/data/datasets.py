@@ -60,6 +60,8 @@ class Images:
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped): big-endian dims, uint8 payload."""
     raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DatasetNotFound(f"{path}: not an IDX file of unsigned bytes (magic {raw[:4].hex()})")
     ndim = raw[3]
     shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(shape)
@@ -186,6 +188,11 @@ def _decode_tinyimagenet(base: Path) -> list[np.ndarray]:
 
     train = sorted((p, index[w]) for w in wnids for p in (base / "train" / w / "images").glob("*.JPEG"))
     rows = [line.split("\t") for line in (base / "val" / "val_annotations.txt").read_text().splitlines() if line]
+    unknown = sorted({r[1] for r in rows} - set(index))
+    if unknown:
+        raise DatasetNotFound(
+            f"dataset='tinyimagenet': val_annotations.txt names wnids missing from wnids.txt: {unknown[:5]}"
+        )
     val = [(base / "val" / "images" / r[0], index[r[1]]) for r in rows]
     return [
         decode([p for p, _ in train]),

@@ -60,7 +60,8 @@ def dirichlet_balanced(labels: np.ndarray, num_clients: int, alpha: float, seed:
 def dirichlet_unbalanced(
     labels: np.ndarray, num_clients: int, alpha: float, seed: int, min_size: int = 10
 ) -> list[np.ndarray]:
-    """Per-class split: p_c ~ Dir(α·1_N) over clients, redrawn until every client has >= min_size samples.
+    """Per-class split: p_c ~ Dir(α·1_N) over clients, redrawn (up to 10 times) until every client has
+    >= min_size samples; a clear ValueError when α is too small for that.
 
     flwr-datasets' DirichletPartitioner does exactly this split; it walks each class in dataset order, so
     the rows are handed to it in a seeded random order to split *shuffled* class indices as §2.2 says.
@@ -80,7 +81,14 @@ def dirichlet_unbalanced(
         seed=seed,
     )
     part.dataset = table
-    return [np.sort(np.asarray(part.load_partition(i)["idx"], dtype=np.int64)) for i in range(num_clients)]
+    try:
+        return [np.sort(np.asarray(part.load_partition(i)["idx"], dtype=np.int64)) for i in range(num_clients)]
+    except ValueError as err:  # flwr-datasets gives up after 10 draws
+        raise ValueError(
+            f"partition-alpha={alpha:g} with partition-balanced=false: 10 per-class Dirichlet draws over "
+            f"{num_clients} clients all left a client with fewer than {min_size} samples; raise partition-alpha "
+            "or use partition-balanced=true"
+        ) from err
 
 
 def shards(labels: np.ndarray, num_clients: int) -> list[np.ndarray]:

@@ -77,6 +77,8 @@ def make_federation(
     weight_decay: float,
     seed: int,
 ) -> SyntheticFederation:
+    if kind not in ("lsq", "logistic"):
+        raise ValueError(f"synthetic federation kind={kind!r}: allowed are lsq, logistic")
     rng = np.random.default_rng([seed, 0x5EED])
     centre = rng.normal(size=dim)
     parts_a, parts_b = [], []

@@ -1,0 +1,257 @@
+"""fedsuite/config.py: the run-config schema, its agreement with pyproject.toml and the registry, and its errors."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedsuite import config as C
+from fedsuite.config import SCHEMA, Config, ConfigError, resolve
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def _error(run_config) -> str:
+    with pytest.raises(ConfigError) as exc:
+        resolve(run_config)
+    return str(exc.value)
+
+
+# --- defaults and agreement with pyproject.toml / the registry ----------------------------------------------
+
+
+def test_resolve_without_arguments_gives_the_defaults():
+    for cfg in (resolve(), resolve(None), resolve({})):
+        assert isinstance(cfg, Config)
+        assert dict(cfg) == {name: key.default for name, key in SCHEMA.items()}
+    cfg = resolve()
+    assert cfg["algorithm"] == "fedavg"
+    assert cfg["dataset"] == "fashion-mnist"
+    assert cfg["num-clients"] == 100
+    assert cfg["lr"] == 0.05
+    assert cfg["partition-balanced"] is True
+    assert len(cfg) == len(SCHEMA)
+
+
+def test_pyproject_config_table_and_schema_agree():
+    table = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    assert set(table) - set(SCHEMA) == set(), "keys in pyproject.toml missing from the schema"
+    assert set(SCHEMA) - set(table) == set(), "schema keys missing from pyproject.toml"
+    for name, value in table.items():
+        default = SCHEMA[name].default
+        assert value == default, f"{name}: pyproject {value!r} != schema {default!r}"
+        assert type(value) is type(default), f"{name}: pyproject type {type(value)} != schema {type(default)}"
+    # and the pyproject table is itself a valid run config
+    assert dict(resolve(table)) == dict(resolve())
+
+
+def test_every_default_passes_its_own_check():
+    for name, key in SCHEMA.items():
+        value, err = key.check(key.default)
+        assert err is None, err
+        assert value == key.default, name
+
+
+def test_algorithm_names_match_the_registry():
+    from fedsuite import registry
+
+    assert set(C.ALGORITHMS) == set(registry.ALGORITHMS)
+    assert len(C.ALGORITHMS) == len(set(C.ALGORITHMS))
+    assert SCHEMA["algorithm"].choices == C.ALGORITHMS
+
+
+def test_registry_argument_keys_are_schema_keys():
+    from fedsuite import registry
+
+    for algo in registry.ALGORITHMS.values():
+        for key in (*algo.strategy_args.values(), *algo.client_args.values()):
+            assert key in SCHEMA, f"{algo.name} reads unknown run-config key {key!r}"
+
+
+def test_schema_choices_cover_the_dataset_model_table():
+    assert set(C.DATASET_MODELS) == set(C.DATASETS)
+    for dataset, models in C.DATASET_MODELS.items():
+        assert models and set(models) <= set(C.MODELS) - {"auto"}, dataset
+
+
+# --- ConfigError messages --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, bad, allowed",
+    [
+        ("algorithm", "scaffold", ["fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad"]),
+        ("dataset", "imagenet", ["fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq"]),
+        ("model", "vgg16", ["auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear"]),
+        ("partition", "pathological", ["iid", "dirichlet", "shards", "mixture"]),
+        ("sampling", "poisson", ["fixed", "bernoulli"]),
+        ("weighting", "loss", ["uniform", "samples"]),
+        ("device", "tpu", ["auto", "cpu", "cuda"]),
+    ],
+)
+def test_unknown_name_lists_allowed_values(key, bad, allowed):
+    msg = _error({key: bad})
+    assert f"{key}={bad!r}" in msg
+    assert "allowed values" in msg
+    for name in allowed:
+        assert name in msg
+
+
+@pytest.mark.parametrize(
+    "key, bad, bound",
+    [
+        ("lr", -0.1, "> 0"),
+        ("lr", 0.0, "> 0"),
+        ("partition-alpha", 0.0, "> 0"),
+        ("partition-alpha", -1.0, "> 0"),
+        ("participation", 1.5, "<= 1"),
+        ("participation", 0.0, "> 0"),
+        ("partition-mixture", 1.01, "<= 1"),
+        ("num-clients", 0, ">= 1"),
+        ("seed", -1, ">= 0"),
+        ("weight-decay", -1e-4, ">= 0"),
+        ("lr-decay", 1.5, "<= 1"),
+        ("fedopt-tau", 0.0, "> 0"),
+    ],
+)
+def test_out_of_range_names_key_and_bound(key, bad, bound):
+    msg = _error({key: bad})
+    assert f"{key}=" in msg
+    assert bound in msg
+
+
+@pytest.mark.parametrize(
+    "key, edge",
+    [("partition-mixture", 0.0), ("partition-mixture", 1.0), ("participation", 1.0), ("local-steps", 0)],
+)
+def test_inclusive_bounds_are_accepted(key, edge):
+    assert resolve({key: edge})[key] == edge
+
+
+def test_clients_per_round_above_num_clients():
+    msg = _error({"num-clients": 5, "clients-per-round": 6})
+    assert "clients-per-round" in msg and "num-clients" in msg
+    assert "6" in msg and "5" in msg
+    # equal is fine, and bernoulli sampling does not use S
+    assert resolve({"num-clients": 6, "clients-per-round": 6})["clients-per-round"] == 6
+    assert resolve({"num-clients": 5, "clients-per-round": 6, "sampling": "bernoulli"})["sampling"] == "bernoulli"
+
+
+@pytest.mark.parametrize(
+    "dataset, model", [("synthetic-lsq", "cnn"), ("synthetic-logistic", "linear"), ("cifar10", "2nn")]
+)
+def test_model_that_does_not_fit_the_dataset(dataset, model):
+    msg = _error({"dataset": dataset, "model": model})
+    assert f"model={model!r}" in msg and f"dataset={dataset!r}" in msg
+    for fits in C.DATASET_MODELS[dataset]:
+        assert fits in msg
+
+
+def test_unknown_key():
+    msg = _error({"lrr": 0.1})
+    assert "lrr" in msg and "unknown key" in msg
+
+
+def test_unknown_key_suggests_close_names():
+    msg = _error({"partition-alfa": 0.1})
+    assert "partition-alfa: unknown key" in msg
+    assert "partition-alpha" in msg  # the "did you mean" hint
+
+
+@pytest.mark.parametrize(
+    "key, bad, expected",
+    [
+        ("num-clients", "100", "expected an integer"),
+        ("num-clients", 10.0, "expected an integer"),
+        ("num-clients", True, "expected an integer"),
+        ("lr", True, "expected a number"),
+        ("lr", "0.1", "expected a number"),
+        ("lr", float("nan"), "expected a finite number"),
+        ("lr", float("inf"), "expected a finite number"),
+        ("download", 1, "expected true or false"),
+        ("download", "true", "expected true or false"),
+        ("dataset", 3, "expected a string"),
+        ("targets", 0.7, "expected a string"),
+    ],
+)
+def test_wrong_types(key, bad, expected):
+    msg = _error({key: bad})
+    assert f"{key}=" in msg and expected in msg
+
+
+def test_several_bad_keys_reported_together():
+    msg = _error({"lr": -1.0, "algorithm": "sgd", "lrr": 3, "num-clients": "ten", "participation": 2.0})
+    assert msg.startswith("invalid run config")
+    for fragment in ("lr=-1.0", "algorithm='sgd'", "lrr: unknown key", "num-clients='ten'", "participation=2.0"):
+        assert fragment in msg
+    assert len(msg.splitlines()) == 1 + 5  # header + one line per problem
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_ints_are_accepted_for_float_keys():
+    cfg = resolve({"lr": 1, "partition-alpha": 2, "participation": 1, "weight-decay": 0})
+    for key, want in (("lr", 1.0), ("partition-alpha", 2.0), ("participation", 1.0), ("weight-decay", 0.0)):
+        assert cfg[key] == want and type(cfg[key]) is float
+
+
+def test_overrides_are_applied_and_config_is_read_only():
+    cfg = resolve({"algorithm": "fedprox", "prox-mu": 0.5, "seed": 3})
+    assert (cfg["algorithm"], cfg["prox-mu"], cfg["seed"]) == ("fedprox", 0.5, 3)
+    assert cfg["lr"] == SCHEMA["lr"].default
+    with pytest.raises(TypeError):
+        cfg["seed"] = 4  # type: ignore[index]
+
+
+# --- Config properties -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dataset, model",
+    [
+        ("fashion-mnist", "cnn"),
+        ("mnist", "cnn"),
+        ("cifar10", "resnet18-gn"),
+        ("cifar100", "resnet18-gn"),
+        ("tinyimagenet", "resnet18-gn"),
+        ("synthetic-lsq", "linear"),
+        ("synthetic-logistic", "logreg"),
+    ],
+)
+def test_model_auto_resolves_per_dataset(dataset, model):
+    cfg = resolve({"dataset": dataset})
+    assert cfg["model"] == "auto"
+    assert cfg.model == model
+    assert cfg.is_synthetic == dataset.startswith("synthetic-")
+
+
+def test_explicit_model_is_kept():
+    assert resolve({"dataset": "cifar10", "model": "cnn"}).model == "cnn"
+    assert resolve({"dataset": "mnist", "model": "2nn"}).model == "2nn"
+
+
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("0.7,0.75,0.8", [0.7, 0.75, 0.8]),
+        ("0.5", [0.5]),
+        (" 0.6 , 0.9 ", [0.6, 0.9]),
+        ("0.6,,0.9,", [0.6, 0.9]),
+        ("", []),
+        ("0,1", [0.0, 1.0]),
+    ],
+)
+def test_targets_parses_the_string(text, parsed):
+    assert resolve({"targets": text}).targets == pytest.approx(parsed)
+
+
+def test_default_targets():
+    assert resolve().targets == pytest.approx([0.7, 0.75, 0.8])
+
+
+@pytest.mark.parametrize("bad", ["0.7;0.8", "seventy", "0.7,abc", "1.5", "-0.1,0.5", "nan"])
+def test_bad_targets_string_raises(bad):
+    msg = _error({"targets": bad})
+    assert "targets=" in msg and repr(bad) in msg

@@ -1,0 +1,86 @@
+"""Real `flwr run` Ray simulations: a short one in every CI run, the default experiment when asked (-m slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from simulation import run as sim
+
+SHORT = {
+    "dataset": "fashion-mnist",
+    "model": "2nn",
+    "num-clients": 4,
+    "clients-per-round": 2,
+    "num-server-rounds": 2,
+    "local-epochs": 1,
+    "batch-size": 50,
+    "lr": 0.1,
+    "run-name": "short",
+}
+
+
+@pytest.fixture
+def flwr_home(tmp_path, monkeypatch):
+    home = tmp_path / "flwr-home"
+    monkeypatch.setenv("FLWR_HOME", str(home))
+    yield home
+    assert not sim.local_superlinks(home), "simulation.run left its SuperLink running"
+
+
+def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):
+    folder = sim.run({**SHORT, "out-dir": str(tmp_path / "results")}, quiet=True)
+    rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows)
+    assert rows[2]["cohort"] == 2 and rows[2]["replies"] == 2 and rows[2]["bytes_up_per_client"] > 0
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 2
+    assert summary["final_accuracy"] == rows[2]["accuracy"] > 0.5  # a 2NN learns Fashion-MNIST in 2 rounds
+    config = json.loads((folder / "config.json").read_text())
+    assert config["run_config"]["num-clients"] == 4 and config["num_parameters"] == 199210
+    assert (folder / "rounds.csv").read_text().splitlines()[0].startswith("round,accuracy")
+    assert (folder / "accuracy.png").stat().st_size > 1000
+
+
+def test_preflight_stops_missing_data_before_flower_starts(tmp_path, flwr_home):
+    args = f"dataset='cifar10' data-dir='{tmp_path}' num-clients=2 clients-per-round=1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulation.run", "-c", args],
+        capture_output=True,
+        text=True,
+        cwd=sim.PROJECT,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "cifar-10-batches-py" in proc.stderr and "data-dir" in proc.stderr
+    assert "flwr run" not in proc.stdout
+
+
+def test_failed_run_exits_nonzero(tmp_path, flwr_home):
+    """The ServerApp fails (no CIFAR files, preflight skipped); `flwr run --stream` itself would exit 0 here."""
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    args = f"dataset='cifar10' data-dir='{empty}' num-clients=2 clients-per-round=1 out-dir='{tmp_path}'"
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulation.run", "--no-preflight", "-c", args],
+        capture_output=True,
+        text=True,
+        cwd=sim.PROJECT,
+        env=os.environ,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "finished:failed" in proc.stderr
+    assert "cifar-10-batches-py" in proc.stdout  # the ServerApp's error reached the log
+
+
+@pytest.mark.slow
+def test_default_experiment_learns(tmp_path, flwr_home):
+    """The README's default run: 100 clients, 10 per round, Dirichlet 0.3, small CNN, 20 rounds."""
+    folder = sim.run({"out-dir": str(tmp_path), "run-name": "default"}, quiet=True)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["final_accuracy"] > 0.7 and summary["total_seconds"] < 180

@@ -1,0 +1,57 @@
+"""Models of ALGORITHMS.md §2.1 and the node's data placement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fedsuite.config import resolve
+from fedsuite.models import FlatModel, build_model
+from fedsuite.node import ClientNode
+
+FMNIST = Path("/usr/share/datasets/fashion-mnist")
+
+
+def count(net: nn.Module) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+def test_resnet18_gn_has_groupnorm_everywhere_and_no_buffers():
+    net = build_model("resnet18-gn", (3, 32, 32), 10, "classification")
+    assert count(net) == 11_181_642
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in net.modules())
+    norms = [m for m in net.modules() if isinstance(m, nn.GroupNorm)]
+    assert len(norms) == 20 and all(m.num_groups == 2 for m in norms)  # 17 in blocks/stem + 3 downsample
+    assert net.conv1.kernel_size == (7, 7) and net.conv1.stride == (2, 2)  # torchvision stem kept (§2.1)
+    FlatModel(net)  # no buffers: averaging flat vectors is valid
+    assert build_model("resnet18-gn", (1, 28, 28), 10, "classification")(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_small_models_shapes_and_sizes():
+    assert count(build_model("2nn", (1, 28, 28), 10, "classification")) == 784 * 200 + 200 + 200 * 200 + 200 + 2010
+    assert count(build_model("cnn", (1, 28, 28), 10, "classification")) == 215_370
+    assert count(build_model("logreg", (1, 28, 28), 10, "classification")) == 7850
+    assert count(build_model("linear", (20,), 1, "regression")) == 20  # no bias: x* is over d weights
+    for name in ("cnn", "2nn", "logreg"):
+        out = build_model(name, (3, 32, 32), 100, "classification")(torch.zeros(4, 3, 32, 32))
+        assert out.shape == (4, 100)
+
+
+def test_unknown_model_and_buffers_are_refused():
+    with pytest.raises(ValueError, match="model='vgg'"):
+        build_model("vgg", (1, 28, 28), 10, "classification")
+    with pytest.raises(ValueError, match="buffers"):
+        FlatModel(nn.BatchNorm1d(3))
+
+
+@pytest.mark.skipif(not FMNIST.is_dir(), reason="Debian dataset-fashion-mnist not installed")
+def test_node_trains_on_its_partition_or_on_its_own_data_dir():
+    cfg = resolve({"num-clients": 100})
+    part = ClientNode(cfg, 7, 100)
+    assert len(part.data) == 600 and part.data.inputs.shape == (600, 1, 28, 28)
+    assert abs(float(part.data.inputs.mean())) < 0.5  # normalised
+    own = ClientNode(cfg, 0, 1, data_dir=str(FMNIST))  # deployment: the node's own copy of the files
+    assert len(own.data) == 60_000
