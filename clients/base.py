@@ -2,7 +2,9 @@
 
 `fit`: decode the named downlink arrays, run the shared local loop with the algorithm's update rule,
 return the named uplink arrays. An algorithm subclass only says which rule (`rule`) and what goes back
-(`uplink`); client-persistent state will come from the node's state store.
+(`uplink`). Stateful algorithms read and write `self.state` (this partition's persistent vectors, loaded
+lazily from the node's store); it is saved only after the uplink is complete and finite, so a failed or
+rejected fit never leaves a client's state ahead of the server's.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from fedsuite.payload import ARRAYS_KEY, pack, unpack
 
 
 class FedClient(NumPyClient):
+    stateful = False  # True: keeps persistent vectors in self.state
+
     def __init__(self, node: ClientNode):
         self.node = node
+        self.state = node.client_state() if self.stateful else None
 
     # ---- algorithm hooks -------------------------------------------------------------------------
     def rule(self, down: dict[str, torch.Tensor], config: dict) -> UpdateRule:
@@ -52,7 +57,13 @@ class FedClient(NumPyClient):
             batch_size=int(cfg["batch-size"]),
             generator=node.generator(int(config["round"])),
         )
-        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in self.uplink(result, down, config).items()})
+        uplink = self.uplink(result, down, config)
+        for name, value in uplink.items():
+            if not bool(torch.isfinite(value).all()):
+                raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")
+        if self.state is not None:
+            self.state.save()
+        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in uplink.items()})
         metrics = {
             ARRAYS_KEY: names,
             "partition-id": node.partition_id,

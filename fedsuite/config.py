@@ -58,7 +58,10 @@ class Key:
 
 
 # Names the registries fill in; kept here so validation never imports torch or Flower.
-ALGORITHMS = ("fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad")
+ALGORITHMS = (
+    "fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold", "feddyn", "fedadmm", "fedcm", "fedsam",
+    "mofedsam", "fedspeed", "fedspeed-ing", "fedmim",
+)  # fmt: skip
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic")
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear")
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
@@ -110,7 +113,11 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1),
     Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0),
     Key("synthetic-noise", 0.1, "label noise std of the synthetic federation", low=0.0),
-)
+    Key("client-state", "auto", "where persistent client state lives (auto: memory while it fits the budget)",
+        ("auto", "memory", "disk")),
+    Key("client-state-budget-mb", 4096.0, "memory budget for all clients' state (auto mode)", low=0.0),
+    Key("client-state-dir", "", "folder for on-disk client state; empty = a per-run temp folder"),
+)  # fmt: skip
 
 # Hyper-parameters by family; the registry says which algorithm reads which.
 ALGORITHM_KEYS: tuple[Key, ...] = (
@@ -119,7 +126,28 @@ ALGORITHM_KEYS: tuple[Key, ...] = (
     Key("fedopt-beta1", 0.9, "FedOpt β1 (§4.3)", low=0.0, high=1.0),
     Key("fedopt-beta2", 0.99, "FedOpt β2 (FedAdam/FedYogi) (§4.3)", low=0.0, high=1.0),
     Key("fedopt-tau", 0.01, "FedOpt adaptivity τ (§4.3)", low=0.0, low_open=True),
-)
+    Key("scaffold-option", 2, "SCAFFOLD control-variate update: 2 = from the displacement, 1 = full local pass (§4.4)",
+        low=1, high=2),
+    Key("feddyn-alpha", 0.1, "FedDyn α_d (§4.5)", low=0.0, low_open=True),
+    Key("dual-storage", "client", "FedDyn/FedSpeed duals held by clients, or mirrored on the server (+1 d down)",
+        ("client", "server")),
+    Key("fedadmm-rho", 0.1, "FedADMM ρ (§4.6)", low=0.0, low_open=True),
+    Key("fedadmm-variant", "wang", "FedADMM reading: wang = consensus ADMM (exact), gong = Gong et al. (§4.6)",
+        ("wang", "gong")),
+    Key("fedcm-alpha", 0.1, "FedCM/MoFedSAM α, weight of the local gradient (§3.3)", low=0.0, high=1.0,
+        low_open=True),
+    Key("sam-rho", 0.1, "FedSAM/MoFedSAM ascent radius ρ (§4.7)", low=0.0),
+    Key("fedspeed-mu", 0.1, "FedSpeed prox weight μ = 1/λ (§3.1)", low=0.0, low_open=True),
+    Key("fedspeed-rho", 0.1, "FedSpeed normalised ascent radius ρ0 (§3.1)", low=0.0),
+    Key("fedspeed-alpha", 1.0, "FedSpeed perturbation weight α: g̃ = (1−α)g1 + αg2 (§3.1)", low=0.0, high=1.0),
+    Key("fedspeed-dual-agg", "all", "FedSpeed dual aggregation: all = code form, sampled = thesis form (§3.1)",
+        ("all", "sampled")),
+    Key("fedspeed-ing-zeta", 0.1, "FedSpeed-Ing extrapolation ζ (§3.2)", low=0.0),
+    Key("fedspeed-ing-dual-agg", "sampled", "FedSpeed-Ing dual aggregation (thesis: sampled) (§3.2)",
+        ("all", "sampled")),
+    Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (§3.4)"),
+    Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (§3.4)"),
+)  # fmt: skip
 
 SCHEMA: dict[str, Key] = {k.name: k for k in COMMON_KEYS + ALGORITHM_KEYS}
 
@@ -157,6 +185,10 @@ class Config(Mapping):
         return str(self["dataset"]).startswith("synthetic-")
 
 
+def float_list(text: str) -> tuple[float, ...]:
+    return tuple(float(t) for t in text.split(",") if t.strip())
+
+
 def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     """Defaults overlaid with `run_config`, every key checked; raises ConfigError listing all problems."""
     run_config = dict(run_config or {})
@@ -189,6 +221,18 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
         errors.append(f"clients-per-round={v['clients-per-round']}: must be <= num-clients={v['num-clients']} (S <= N)")
+    if v.get("algorithm") == "fedspeed-ing" and v.get("dual-storage") == "server":
+        errors.append("dual-storage='server': fedspeed-ing keeps its duals ĝ_i, ǧ_i on the clients; use client")
+    if "fedmim-alphas" in v and "fedmim-betas" in v:
+        try:
+            alphas, betas = float_list(str(v["fedmim-alphas"])), float_list(str(v["fedmim-betas"]))
+            if not alphas or len(alphas) != len(betas) or sum(alphas) >= 1.0 or min(alphas + betas) < 0:
+                errors.append(
+                    f"fedmim-alphas={v['fedmim-alphas']!r}, fedmim-betas={v['fedmim-betas']!r}: need the same "
+                    "number (J ≥ 1) of non-negative weights with sum of alphas < 1"
+                )
+        except ValueError:
+            errors.append("fedmim-alphas / fedmim-betas: expected comma-separated numbers such as '0.6,0.3'")
     try:
         targets = [float(t) for t in str(v.get("targets", "")).split(",") if t.strip()]
         if any(not 0.0 <= t <= 1.0 for t in targets):

@@ -39,15 +39,82 @@ class AtIterate:
         return model.loss_and_grad(loss_fn, inputs, targets)
 
 
+class SharpnessAware:
+    """Gradient at the SAM ascent point x + ρ0·g1/(‖g1‖ + eps), same minibatch (§4.7, §3.1).
+
+    g1 is the loss gradient only (no weight decay or corrections). `mix` = α of FedSpeed: the returned gradient
+    is (1−α)·g1 + α·g2 (α = 1: plain SAM). x is restored by copy, bit for bit.
+    """
+
+    def __init__(self, rho: float, mix: float = 1.0, eps: float = 1e-12):
+        self.rho, self.mix, self.eps = rho, mix, eps
+        self._saved: torch.Tensor | None = None
+        self._g1: torch.Tensor | None = None
+
+    def __call__(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = model.loss_and_grad(loss_fn, inputs, targets)
+        if self._saved is None:
+            self._saved = torch.empty_like(model.x)
+            self._g1 = torch.empty_like(model.x) if self.mix != 1.0 else None
+        self._saved.copy_(model.x)
+        if self._g1 is not None:
+            self._g1.copy_(model.grad)
+        model.x.addcmul_(model.grad, self.rho / (model.grad.norm() + self.eps))  # no host sync
+        model.loss_and_grad(loss_fn, inputs, targets)
+        model.x.copy_(self._saved)
+        if self._g1 is not None:
+            model.grad.mul_(self.mix).add_(self._g1, alpha=1.0 - self.mix)
+        return loss
+
+
+class LookAhead:
+    """Gradient at x − b (FedMIM's look-ahead point, §3.4); x is restored by copy."""
+
+    def __init__(self, shift: torch.Tensor):
+        self.shift = shift
+        self._saved: torch.Tensor | None = None
+
+    def __call__(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self._saved is None:
+            self._saved = torch.empty_like(model.x)
+        self._saved.copy_(model.x)
+        model.x.sub_(self.shift)
+        loss = model.loss_and_grad(loss_fn, inputs, targets)
+        model.x.copy_(self._saved)
+        return loss
+
+
 @dataclass
 class Prox:
-    """+ μ(x − anchor): gradient of (μ/2)‖x − anchor‖² (FedProx, ALGORITHMS.md §4.2)."""
+    """+ μ(x − centre): gradient of (μ/2)‖x − centre‖², centre = x^t unless given (FedProx §4.2, FedDyn §4.5)."""
 
     mu: float
+    centre: torch.Tensor | None = None
 
     def __call__(self, d: torch.Tensor, ctx: StepContext) -> None:
         if self.mu:
-            d.add_(ctx.x, alpha=self.mu).add_(ctx.x0, alpha=-self.mu)
+            d.add_(ctx.x, alpha=self.mu).add_(ctx.x0 if self.centre is None else self.centre, alpha=-self.mu)
+
+
+@dataclass
+class AddVector:
+    """+ scale·v: a fixed linear correction (SCAFFOLD c − c_i, FedDyn −∇L_i, FedADMM λ_i, FedCM (1−α)D …)."""
+
+    vector: torch.Tensor
+    scale: float = 1.0
+
+    def __call__(self, d: torch.Tensor, ctx: StepContext) -> None:
+        d.add_(self.vector, alpha=self.scale)
+
+
+@dataclass
+class Scale:
+    """d ← s·d (FedCM's α on the local gradient, FedMIM's A)."""
+
+    factor: float
+
+    def __call__(self, d: torch.Tensor, ctx: StepContext) -> None:
+        d.mul_(self.factor)
 
 
 @dataclass
@@ -166,3 +233,15 @@ def train_local(
         k += 1
     mean_loss = float(loss_sum) / max(k, 1)
     return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start)
+
+
+def full_gradient(model: FlatModel, x: torch.Tensor, data: LocalData, loss_fn, batch_size: int = 1000) -> torch.Tensor:
+    """∇F_i(x) over the whole local dataset (mean loss), one pass without augmentation (SCAFFOLD option I)."""
+    model.x.copy_(x)
+    total = torch.zeros_like(x)
+    n = len(data)
+    for start in range(0, n, batch_size):
+        inputs, targets = data.inputs[start : start + batch_size], data.targets[start : start + batch_size]
+        model.loss_and_grad(loss_fn, inputs, targets)
+        total.add_(model.grad, alpha=len(targets) / n)
+    return total

@@ -7,6 +7,7 @@ one vector `grad`), so algorithm state, corrections and updates are single flat-
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +54,18 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, task:
     if name == "resnet18-gn":
         return _resnet18_gn(input_shape[0], num_classes)
     raise ValueError(f"model={name!r}: allowed values are cnn, 2nn, logreg, resnet18-gn, linear")
+
+
+_INIT_LOCK = threading.Lock()
+
+
+def initial_vector(name: str, input_shape: tuple[int, ...], num_classes: int, task: str, seed: int) -> torch.Tensor:
+    """x^0: the flat parameters of a freshly built model under torch.manual_seed(seed), the same in every
+    process; the global RNG is forked, so callers' random streams are untouched."""
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = build_model(name, input_shape, num_classes, task)
+        return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
 
 
 def loss_function(task: str):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -19,7 +20,8 @@ from fedsuite.config import Config
 from fedsuite.data import client_partition, load_dataset
 from fedsuite.device import pick_device
 from fedsuite.local import LocalData
-from fedsuite.models import FlatModel, build_model, loss_function
+from fedsuite.models import FlatModel, build_model, initial_vector, loss_function
+from fedsuite.state import ClientState
 
 _MODELS: dict[tuple, FlatModel] = {}
 _LOCAL_DATA: OrderedDict[tuple, LocalData] = OrderedDict()
@@ -33,6 +35,7 @@ class ClientNode:
     partition_id: int
     num_partitions: int
     data_dir: str | None = None  # the node's own files (deployment); None = partition of the run's dataset
+    store: MutableMapping | None = None  # this partition's persistent client state (fedsuite.state)
 
     @cached_property
     def device(self) -> torch.device:
@@ -71,6 +74,18 @@ class ClientNode:
                 net = build_model(self.cfg.model, ds.input_shape, ds.num_classes, ds.task)
                 _MODELS[key] = FlatModel(net, self.device)
             return _MODELS[key]
+
+    def client_state(self) -> ClientState:
+        if self.store is None:
+            raise RuntimeError("this algorithm keeps client state but the node was built without a state store")
+        return ClientState(self.store, self.model.dim, self.device)
+
+    def initial_x(self) -> torch.Tensor:
+        """x^0, rebuilt from the run seed exactly as the server builds it (FedADMM's x̂_i starts there)."""
+        ds = self.dataset
+        return initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, int(self.cfg["seed"])).to(
+            self.device
+        )
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""

@@ -7,9 +7,14 @@ light. README's algorithm table is generated from this table (`python -m simulat
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedsuite.config import Config
+from fedsuite.config import Config, float_list
+
+
+def _stateless(cfg: Config) -> int:
+    return 0
 
 
 @dataclass(frozen=True)
@@ -21,9 +26,22 @@ class Algorithm:
     summary: str
     strategy_args: dict[str, str] = field(default_factory=dict)  # constructor kwarg -> run-config key
     client_args: dict[str, str] = field(default_factory=dict)
+    client_state_vectors: Callable[[Config], int] = _stateless  # persistent d-vectors per client
+
+
+def _duals_on_clients(cfg: Config) -> int:
+    return 1 if cfg["dual-storage"] == "client" else 0
+
+
+def _fedadmm_state(cfg: Config) -> int:
+    return 2 if cfg["fedadmm-variant"] == "wang" else 1  # λ_i and x̂_i, or λ_i
 
 
 _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
+
+_SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-alpha"}
+_MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
+_LIST_ARGS = {"alphas", "betas"}  # comma-separated run-config strings → tuples of floats
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
@@ -38,6 +56,35 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "server Yogi on mean displacement", _FEDOPT_ARGS),
         Algorithm("fedadagrad", "strategies.fedopt:FedAdagrad", "clients.fedavg:FedAvgClient", "§4.3",
                   "server Adagrad on mean displacement", _FEDOPT_ARGS),
+        Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient", "§4.4",
+                  "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
+                  {"option": "scaffold-option"}, lambda cfg: 1),
+        Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "§4.5",
+                  "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
+                  {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, _duals_on_clients),
+        Algorithm("fedadmm", "strategies.fedadmm:FedADMM", "clients.fedadmm:FedADMMClient", "§4.6",
+                  "primal-dual: step g + λ_i + ρ(x − x^t); consensus (wang) or gong",
+                  {"variant": "fedadmm-variant", "server_lr": "server-lr"},
+                  {"rho": "fedadmm-rho", "variant": "fedadmm-variant"}, _fedadmm_state),
+        Algorithm("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "§3.3",
+                  "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"}),
+        Algorithm("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "§4.7",
+                  "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"}),
+        Algorithm("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "§4.7",
+                  "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
+                  {"alpha": "fedcm-alpha", "rho": "sam-rho"}),
+        Algorithm("fedspeed", "strategies.fedspeed:FedSpeed", "clients.fedspeed:FedSpeedClient", "§3.1",
+                  "FedDyn's correction + prox with a normalised SAM gradient",
+                  {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
+                  {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
+                  _duals_on_clients),
+        Algorithm("fedspeed-ing", "strategies.fedspeed:FedSpeedIng", "clients.fedspeed_ing:FedSpeedIngClient",
+                  "§3.2", "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
+                  {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
+                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"}, lambda cfg: 2),
+        Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "§3.4",
+                  "multi-step inertial momentum: look-ahead gradient, move along a_t",
+                  {**_MIM, "server_lr": "server-lr"}, _MIM),
     )
 }  # fmt: skip
 
@@ -47,11 +94,15 @@ def _load(path: str):
     return getattr(importlib.import_module(module), cls)
 
 
+def _kwargs(cfg: Config, args: dict[str, str]) -> dict:
+    return {arg: float_list(str(cfg[key])) if arg in _LIST_ARGS else cfg[key] for arg, key in args.items()}
+
+
 def build_strategy(cfg: Config, plan):
     algo = ALGORITHMS[str(cfg["algorithm"])]
-    return _load(algo.strategy)(plan, **{arg: cfg[key] for arg, key in algo.strategy_args.items()})
+    return _load(algo.strategy)(plan, **_kwargs(cfg, algo.strategy_args))
 
 
 def build_client(cfg: Config, node):
     algo = ALGORITHMS[str(cfg["algorithm"])]
-    return _load(algo.client)(node, **{arg: cfg[key] for arg, key in algo.client_args.items()})
+    return _load(algo.client)(node, **_kwargs(cfg, algo.client_args))

@@ -13,12 +13,12 @@ import torch
 from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
-from fedsuite import registry
+from fedsuite import registry, state
 from fedsuite.config import Config, resolve
 from fedsuite.data import client_partition, load_dataset
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator
-from fedsuite.models import build_model
+from fedsuite.models import initial_vector
 from fedsuite.results import RunRecorder
 from fedsuite.sampling import Sampler
 from strategies.base import RunPlan
@@ -27,9 +27,8 @@ log = logging.getLogger("flwr.fedsuite")
 
 
 def initial_model(cfg: Config, dataset) -> np.ndarray:
-    torch.manual_seed(int(cfg["seed"]))
-    net = build_model(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task)
-    return torch.cat([p.detach().reshape(-1) for p in net.parameters()]).numpy().astype(np.float32)
+    x0 = initial_vector(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task, int(cfg["seed"]))
+    return x0.numpy().astype(np.float32)
 
 
 def results_folder(cfg: Config) -> Path:
@@ -50,6 +49,10 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
     sampler = Sampler(int(cfg["num-clients"]), str(cfg["sampling"]), int(cfg["clients-per-round"]),
                       float(cfg["participation"]), int(cfg["seed"]))  # fmt: skip
     device = pick_device(str(cfg["device"]))
+    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    if vectors:
+        log.info("fedsuite │ %s", state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), x0.size, vectors,
+                                                  float(cfg["client-state-budget-mb"])))  # fmt: skip
     recorder = None
     if record:
         folder = results_folder(cfg)

@@ -88,6 +88,10 @@ class FedStrategy(Strategy):
         """Named extra d-vectors sent beside the model to every sampled client."""
         return {}
 
+    def client_downlink(self, server_round: int, partition_id: int) -> dict[str, np.ndarray]:
+        """Named extra d-vectors for one client only (e.g. a server-side mirror of its dual)."""
+        return {}
+
     def fit_config(self, server_round: int) -> dict[str, Scalar]:
         """Extra scalars for this round's clients."""
         return {}
@@ -97,6 +101,10 @@ class FedStrategy(Strategy):
         raise NotImplementedError
 
     # ---- shared helpers for algorithms -----------------------------------------------------------
+    @property
+    def num_clients(self) -> int:
+        return self.plan.sampler.num_clients
+
     def local_lr(self, server_round: int) -> float:
         return self.plan.lr * self.plan.lr_decay ** (server_round - 1)
 
@@ -117,26 +125,36 @@ class FedStrategy(Strategy):
         self._round_started[server_round] = time.perf_counter()
         nodes = self._discover_nodes(client_manager)
         cohort = self.plan.sampler.cohort(server_round)
-        arrays, names = pack({"model": self.x, **self.downlink(server_round)})
+        shared = {"model": self.x, **self.downlink(server_round)}
         config: dict[str, Scalar] = {
             "round": server_round,
             "lr": self.local_lr(server_round),
-            ARRAYS_KEY: names,
             **self.fit_config(server_round),
         }
-        params = ndarrays_to_parameters(arrays)
         missing = [pid for pid in cohort if pid not in nodes]
         if missing:
             log.warning("round %d: partitions %s have no connected node; counted as failures", server_round, missing)
+        self._expected = {pid for pid in cohort if pid in nodes}
+        shared_arrays, shared_names = pack(shared)
+        shared_params = ndarrays_to_parameters(shared_arrays)
+        instructions, sizes = [], []
+        for pid in sorted(self._expected):
+            params, names, arrays = shared_params, shared_names, shared_arrays
+            own = self.client_downlink(server_round, pid)
+            if own:
+                own_arrays, own_names = pack(own)
+                arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
+                params = ndarrays_to_parameters(arrays)
+            instructions.append((nodes[pid], FitIns(params, {**config, ARRAYS_KEY: names})))
+            sizes.append((nbytes(arrays), len(arrays)))
         self._round_stats[server_round] = {
             "cohort": len(cohort),
             "missing": len(missing),
-            "bytes_down_per_client": nbytes(arrays),
-            "vectors_down_per_client": len(arrays),
+            "bytes_down_per_client": float(np.mean([b for b, _ in sizes])) if sizes else 0.0,
+            "vectors_down_per_client": float(np.mean([v for _, v in sizes])) if sizes else 0.0,
             "lr": config["lr"],
         }
-        self._expected = {pid for pid in cohort if pid in nodes}
-        return [(nodes[pid], FitIns(params, dict(config))) for pid in cohort if pid in nodes]
+        return instructions
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
         replies, rejected = [], 0
@@ -160,6 +178,7 @@ class FedStrategy(Strategy):
             train_loss=_weighted_loss(replies),
             bytes_up_per_client=float(np.mean([r.uplink_bytes for r in replies])) if replies else 0.0,
             vectors_up_per_client=float(np.mean([len(r.arrays) for r in replies])) if replies else 0.0,
+            local_consistency=_local_consistency(replies),
         )
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
@@ -252,6 +271,14 @@ class FedStrategy(Strategy):
         if len(self._node_of) < n:
             log.warning("only %d of %d partitions have a node; the others count as failures", len(self._node_of), n)
         return self._node_of
+
+
+def _local_consistency(replies: Sequence[Reply]) -> float | None:
+    """FedMIM's (1/S) Σ_i ‖x_{i,K} − mean_S x_{j,K}‖² (§2.7), from the displacements when they are sent."""
+    if not replies or "delta" not in replies[0].arrays:
+        return None
+    deltas = np.stack([r.arrays["delta"] for r in replies])
+    return float(np.mean(np.sum((deltas - deltas.mean(axis=0)) ** 2, axis=1)))
 
 
 def _weighted_loss(replies: Sequence[Reply]) -> float | None:

@@ -10,8 +10,7 @@ from flwr.server.client_manager import SimpleClientManager
 
 from fedsuite import registry
 from fedsuite.config import resolve
-from fedsuite.inprocess import InProcessProxy
-from fedsuite.node import ClientNode
+from fedsuite.inprocess import InProcessProxy, node_contexts
 from fedsuite.payload import ARRAYS_KEY
 from fedsuite.server_app import build_plan
 from tests.helpers import LSQ
@@ -21,8 +20,8 @@ def one_round_replies(cfg_dict):
     cfg = resolve(cfg_dict)
     strategy = registry.build_strategy(cfg, build_plan(cfg, record=False))
     manager = SimpleClientManager()
-    for pid in range(cfg["num-clients"]):
-        manager.register(InProcessProxy(f"n{pid}", ClientNode(cfg, pid, cfg["num-clients"])))
+    for context in node_contexts(cfg_dict, cfg["num-clients"]):
+        manager.register(InProcessProxy(f"n{context.node_id}", context))
     instructions = strategy.configure_fit(1, strategy.initialize_parameters(manager), manager)
     return strategy, [(proxy, proxy.fit(ins, None, 1)) for proxy, ins in instructions]
 

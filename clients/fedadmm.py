@@ -1,0 +1,34 @@
+"""FedADMM clients (ALGORITHMS.md §4.6). Both take x ← x − η_l (g + λ_i + ρ(x − x^t) + wd·x) from x^t and then
+λ_i⁺ = λ_i + ρ(x_{i,K} − x^t); λ_i is persistent client state. They differ in what goes up:
+    variant 'wang' (consensus ADMM, default): the client also keeps its augmented model x̂_i = x_{i,K} + λ_i/ρ
+        (x̂_i = x^0 before its first round) and uploads Δx̂_i = x̂_i⁺ − x̂_i;
+    variant 'gong': uplink u_i = (x_{i,K} − x^t) + (λ_i⁺ − λ_i)/ρ.
+"""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedsuite.local import AddVector, Prox, UpdateRule
+
+
+class FedADMMClient(FedClient):
+    stateful = True
+
+    def __init__(self, node, rho: float, variant: str = "wang"):
+        super().__init__(node)
+        self.rho, self.variant = rho, variant
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(corrections=(AddVector(self.state.get("lambda"), 1.0),), regularizers=(Prox(self.rho),))
+
+    def uplink(self, result, down, config):
+        delta = result.x - result.x0
+        lam = self.state.get("lambda")
+        lam_new = lam + self.rho * delta
+        self.state.set("lambda", lam_new)
+        if self.variant == "gong":
+            return {"u": delta + (lam_new - lam) / self.rho}
+        xhat = self.state.get("xhat") if self.state.has("xhat") else self.node.initial_x()
+        xhat_new = result.x + lam_new / self.rho
+        self.state.set("xhat", xhat_new)
+        return {"delta_xhat": xhat_new - xhat}

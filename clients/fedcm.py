@@ -1,0 +1,19 @@
+"""FedCM client (Xu et al., Alg. 2; ALGORITHMS.md §3.3): x ← x − η_l (α·g + (1−α)·D + wd·x).
+
+D (gradient-scale client-level momentum) comes from the server; α weighs the *local* gradient (small α =
+strong momentum); weight decay is not scaled by α. Stateless: new clients can join any round.
+"""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedsuite.local import AddVector, Scale, UpdateRule
+
+
+class FedCMClient(FedClient):
+    def __init__(self, node, alpha: float = 0.1):
+        super().__init__(node)
+        self.alpha = alpha
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(corrections=(Scale(self.alpha), AddVector(down["D"], 1.0 - self.alpha)))

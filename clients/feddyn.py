@@ -1,0 +1,42 @@
+"""FedDyn client (Acar et al. 2021, Alg. 1; ALGORITHMS.md §4.5), paper form:
+    step   x ← x − η_l (g − ∇L_i + α_d(x − x^t) + wd·x)      (−∇L_i clipped with g, the prox term after)
+    after  ∇L_i ← ∇L_i − α_d (x_{i,K} − x^t);   uplink Δ_i.
+∇L_i is persistent client state (dual_storage='client'), or the server mirrors h_i = −∇L_i/α_d and sends it
+down every round (dual_storage='server', code form: +1 d downlink, stateless clients). Same step either way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clients.base import FedClient
+from fedsuite.local import AddVector, Prox, UpdateRule
+
+
+class FedDynClient(FedClient):
+    def __init__(self, node, alpha: float, dual_storage: str = "client"):
+        self.alpha, self.dual_storage = alpha, dual_storage
+        self.stateful = dual_storage == "client"
+        super().__init__(node)
+
+    def dual(self, down) -> torch.Tensor:
+        """∇L_i (FedSpeed's ĝ_i) at the start of the round."""
+        return self.state.get("dual") if self.stateful else down["h_i"] * -self.alpha
+
+    def step_dual(self, down) -> torch.Tensor:
+        return self.dual(down)
+
+    def prox_centre(self, down) -> torch.Tensor | None:
+        return None  # x^t
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(
+            corrections=(AddVector(self.step_dual(down), -1.0),),
+            regularizers=(Prox(self.alpha, self.prox_centre(down)),),
+        )
+
+    def uplink(self, result, down, config):
+        delta = result.x - result.x0
+        if self.stateful:
+            self.state.set("dual", self.dual(down) - self.alpha * delta)
+        return {"delta": delta}

@@ -1,0 +1,24 @@
+"""FedMIM client (Liu et al., Alg. 1 l.8–12; ALGORITHMS.md §3.4):
+    g = ∇F_i(x − b_t; ξ)                         gradient at the look-ahead point
+    x ← x − a_t − η_l (A·g + wd·x)               inertial move along recent global descent, A = 1 − Σα_j
+a_t, b_t come from the server; weight decay is not scaled by A. Stateless client.
+"""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedsuite.local import AddVector, LookAhead, Scale, UpdateRule
+
+
+class FedMIMClient(FedClient):
+    def __init__(self, node, alphas: tuple[float, ...], betas: tuple[float, ...]):
+        super().__init__(node)
+        self.scale = 1.0 - sum(alphas)
+
+    def rule(self, down, config) -> UpdateRule:
+        lr = float(config["lr"])  # a_t is a displacement: dividing by η_l makes η_l·d move x by exactly a_t
+        return UpdateRule(
+            point=LookAhead(down["b"]),
+            corrections=(Scale(self.scale),),
+            regularizers=(AddVector(down["a"], 1.0 / lr),),
+        )

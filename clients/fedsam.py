@@ -1,0 +1,31 @@
+"""FedSAM and MoFedSAM clients (Qu et al. 2022; ALGORITHMS.md §4.7). The gradient is taken at the SAM point
+x + ρ·g1/(‖g1‖ + 1e-12) of the same minibatch (g1 = loss gradient only), then:
+    FedSAM:   x ← x − η_l (g_s + wd·x)                          server: FedAvg
+    MoFedSAM: x ← x − η_l (α g_s + (1−α) D + wd·x)              FedCM's client with the SAM point; server: FedCM
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from clients.base import FedClient
+from clients.fedcm import FedCMClient
+from fedsuite.local import SharpnessAware, UpdateRule
+
+
+class FedSAMClient(FedClient):
+    def __init__(self, node, rho: float):
+        super().__init__(node)
+        self.rho = rho
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(point=SharpnessAware(self.rho))
+
+
+class MoFedSAMClient(FedCMClient):
+    def __init__(self, node, alpha: float, rho: float):
+        super().__init__(node, alpha)
+        self.rho = rho
+
+    def rule(self, down, config) -> UpdateRule:
+        return replace(super().rule(down, config), point=SharpnessAware(self.rho))

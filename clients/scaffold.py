@@ -1,0 +1,35 @@
+"""SCAFFOLD client (Karimireddy et al. 2020, Alg. 1; ALGORITHMS.md §4.4).
+
+Step x ← x − η_l (g − c_i + c + wd·x) with the correction clipped together with g (§0.3.2). After K_i steps:
+    option II: c_i⁺ = c_i − c + (x^t − x_{i,K}) / (K_i η_l)      (η_l of this round, K_i actually taken)
+    option I:  c_i⁺ = ∇F_i(x^t) + wd·x^t over the whole local dataset (one extra pass)
+Uplink Δ_i and Δc_i = c_i⁺ − c_i; c_i is persistent client state (zeros on first participation).
+"""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedsuite.local import AddVector, UpdateRule, full_gradient
+
+
+class ScaffoldClient(FedClient):
+    stateful = True
+
+    def __init__(self, node, option: int = 2):
+        super().__init__(node)
+        self.option = option
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(corrections=(AddVector(down["c"] - self.state.get("c_i")),))
+
+    def uplink(self, result, down, config):
+        delta = result.x - result.x0  # taken first: option I reuses the model's live vector
+        c_i, c = self.state.get("c_i"), down["c"]
+        if self.option == 2:
+            c_new = c_i - c - delta / (result.steps * float(config["lr"]))
+        else:
+            node = self.node
+            c_new = full_gradient(node.model, result.x0, node.data, node.loss_fn)
+            c_new.add_(result.x0, alpha=float(node.cfg["weight-decay"]))
+        self.state.set("c_i", c_new)
+        return {"delta": delta, "delta_c": c_new - c_i}

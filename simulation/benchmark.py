@@ -1,0 +1,185 @@
+"""Overhead of the suite's Flower simulation over a bare PyTorch loop doing the same local work.
+
+    python -m simulation.benchmark --quick        # 6 rounds, a few minutes on 2 CPU cores
+
+Both paths train the same model from the same initial x on the same cohorts (fedsuite.sampling.Sampler),
+client data (fedsuite.node.ClientNode) and minibatch schedule (fedsuite.local.minibatches with the node's
+per-round generator), then take the plain mean of the client models (FedAvg with server-lr 1):
+- suite: simulation.run.run(...), a real `flwr run` Ray simulation, 1 CPU per client (2 actors on 2 cores);
+  per-round `round_seconds` (configure_fit → end of evaluate) come from the run's rounds.jsonl;
+- bare 2-proc (the headline baseline, same resources): a pool of 2 spawned processes with 1 torch thread each,
+  created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
+- bare 1-proc (extra line): the same rounds in this process with 2 torch threads.
+Round 1 of the suite is its cold start (node discovery, first data loads in fresh actors) and the last round
+also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path. The last line,
+`overhead_ratio x`, is suite steady round / bare 2-proc steady round: 1.00 = no overhead, 1.10 = 10 % overhead.
+`train_loss_max_abs_diff` checks that the paths did the same work: round-1 losses agree up to float rounding
+(the 2-thread path sums in another order), later rounds drift a little (about 1e-3) as rounding compounds.
+A JSON file with every number is written next to the suite's results folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from fedsuite.config import resolve
+from fedsuite.data import load_dataset
+from fedsuite.local import minibatches
+from fedsuite.models import build_model
+from fedsuite.node import ClientNode
+from fedsuite.sampling import Sampler
+from fedsuite.server_app import initial_model
+from simulation.run import PROJECT, pyproject_defaults, run
+
+_state: dict = {}  # per process: cfg, model, optimiser, loss function
+
+
+def _init(values: dict, threads: int) -> None:
+    """Build the process's one model and optimiser, load the dataset and partition, take one warm-up step."""
+    torch.set_num_threads(threads)
+    cfg = resolve(values)
+    node = ClientNode(cfg, 0, int(cfg["num-clients"]))
+    ds = node.dataset
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, ds.task)
+    opt = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), weight_decay=float(cfg["weight-decay"]))
+    node.loss_fn(model(node.data.inputs[:8]), node.data.targets[:8]).backward()
+    _state.update(cfg=cfg, model=model, opt=opt, loss_fn=node.loss_fn)
+
+
+def local_work(server_round: int, pid: int, x: np.ndarray) -> tuple[np.ndarray, float, int, float]:
+    """K plain SGD steps of client `pid` from x; returns (x_i, mean loss, n_i, seconds of the steps)."""
+    cfg, model, opt, loss_fn = _state["cfg"], _state["model"], _state["opt"], _state["loss_fn"]
+    node = ClientNode(cfg, pid, int(cfg["num-clients"]))
+    data = node.data
+    start = time.perf_counter()
+    vector_to_parameters(torch.tensor(x), model.parameters())
+    for group in opt.param_groups:
+        group["lr"] = float(cfg["lr"]) * float(cfg["lr-decay"]) ** (server_round - 1)
+    loss_sum, k = torch.zeros(()), 0
+    batches = minibatches(data, int(cfg["local-epochs"]), int(cfg["local-steps"]), int(cfg["batch-size"]),
+                          node.generator(server_round))  # fmt: skip
+    for inputs, targets in batches:
+        opt.zero_grad()
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        opt.step()
+        loss_sum += loss.detach()
+        k += 1
+    xi = parameters_to_vector(model.parameters()).detach().numpy()
+    return xi, float(loss_sum) / max(k, 1), len(data), time.perf_counter() - start
+
+
+def bare_rounds(values: dict, x0: np.ndarray, sampler: Sampler, rounds: int, workers: int) -> list[dict]:
+    """Timed rounds 1..R of the bare loop: `workers` processes × 1 thread, or this process × 2 threads."""
+    pool = None
+    if workers > 1:
+        ctx = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(values, 1))
+        mapper = pool.map
+    else:
+        _init(values, 2)
+        mapper = map
+
+    def one_round(r: int, x: np.ndarray) -> tuple[np.ndarray, dict]:
+        start = time.perf_counter()
+        out = list(mapper(local_work, repeat(r), sampler.cohort(r), repeat(x)))
+        x_new = np.stack([o[0] for o in out]).astype(np.float64).mean(0).astype(np.float32)
+        seconds = time.perf_counter() - start
+        n = sum(o[2] for o in out)
+        return x_new, {"round": r, "round_seconds": seconds, "client_compute_seconds": sum(o[3] for o in out),
+                       "train_loss": sum(o[1] * o[2] for o in out) / n}  # fmt: skip
+
+    try:
+        if pool is not None:
+            one_round(1, x0)  # warm-up, not counted: both workers started, data and kernels loaded
+        x, rows = x0, []
+        for r in range(1, rounds + 1):
+            x, row = one_round(r, x)
+            rows.append(row)
+        return rows
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def steady(rows: list[dict], key: str = "round_seconds") -> float:
+    """Median over rounds 2..R-1 (round 1 = cold start, round R also evaluates in the suite)."""
+    return statistics.median(r[key] for r in rows if 1 < r["round"] < len(rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m simulation.benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="6 rounds (a few minutes on 2 cores)")
+    parser.add_argument("--rounds", type=int, default=None, help="R, rounds per path (default 12, --quick 6)")
+    parser.add_argument("--num-clients", type=int, default=100, help="N, clients in the federation")
+    parser.add_argument("--clients-per-round", type=int, default=10, help="S, the cohort of every round")
+    parser.add_argument("--local-steps", type=int, default=50, help="K, local SGD steps per client and round")
+    parser.add_argument("--model", default="cnn", help="network (fashion-mnist: cnn, 2nn, logreg, resnet18-gn)")
+    parser.add_argument("--out-dir", default=None, help="results folder (default results/benchmark/<timestamp>)")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (6 if args.quick else 12)
+    if rounds < 3:
+        parser.error("--rounds must be >= 3 (steady rounds are 2..R-1)")
+    out_dir = Path(args.out_dir or PROJECT / "results" / "benchmark" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    overrides = {
+        "algorithm": "fedavg", "dataset": "fashion-mnist", "model": args.model, "num-clients": args.num_clients,
+        "sampling": "fixed", "clients-per-round": args.clients_per_round, "local-steps": args.local_steps,
+        "batch-size": 50, "lr": 0.05, "num-server-rounds": rounds, "eval-every": rounds + 1, "seed": 0,
+        "device": "cpu", "client-threads": 1, "out-dir": str(out_dir), "run-name": "benchmark-suite",
+    }  # fmt: skip
+    values = {**pyproject_defaults(), **overrides}
+    cfg = resolve(values)
+    sampler = Sampler(cfg["num-clients"], "fixed", cfg["clients-per-round"], seed=cfg["seed"])
+    x0 = initial_model(cfg, load_dataset(cfg))
+
+    print(f"suite: flwr run, {rounds} rounds, {args.clients_per_round} of {args.num_clients} clients ...", flush=True)
+    start = time.perf_counter()
+    folder = run(overrides, cpus_per_client=1.0, gpus_per_client=0.0, quiet=True)
+    suite_wall = time.perf_counter() - start
+    lines = (folder / "rounds.jsonl").read_text().splitlines()
+    suite = [row for row in map(json.loads, lines) if row["round"] > 0]
+    print("bare: 2 processes x 1 thread ...", flush=True)
+    bare = bare_rounds(values, x0, sampler, rounds, workers=2)
+    print("bare: 1 process x 2 threads ...", flush=True)
+    seq = bare_rounds(values, x0, sampler, rounds, workers=1)
+
+    print(f"\n{'round':>5} {'suite s':>9} {'suite Σcompute s':>17} {'bare 2-proc s':>14} {'bare 1-proc s':>14}  note")
+    for s, b, q in zip(suite, bare, seq, strict=True):
+        note = "cold start" if s["round"] == 1 else ("suite evaluates" if s["round"] == rounds else "steady")
+        print(f"{s['round']:>5} {s['round_seconds']:>9.3f} {s['client_compute_seconds']:>17.3f} "
+              f"{b['round_seconds']:>14.3f} {q['round_seconds']:>14.3f}  {note}")  # fmt: skip
+    pairs = [(s, o) for s, b, q in zip(suite, bare, seq, strict=True) for o in (b, q)]
+    loss_diff = max(abs(s["train_loss"] - o["train_loss"]) for s, o in pairs)
+    numbers = {
+        "suite_wall_s": suite_wall,
+        "suite_cold_start_s": suite[0]["round_seconds"],
+        "suite_steady_round_s": steady(suite),
+        "suite_client_compute_s": steady(suite, "client_compute_seconds"),
+        "bare_steady_round_s": steady(bare),
+        "bare_client_compute_s": steady(bare, "client_compute_seconds"),
+        "bare_1proc_steady_round_s": steady(seq),
+        "train_loss_max_abs_diff": loss_diff,
+    }
+    numbers["overhead_ratio_1proc"] = numbers["suite_steady_round_s"] / numbers["bare_1proc_steady_round_s"]
+    numbers["overhead_ratio"] = numbers["suite_steady_round_s"] / numbers["bare_steady_round_s"]
+    report = {"config": overrides, "suite_folder": str(folder), **numbers,
+              "rounds": {"suite": suite, "bare_2proc": bare, "bare_1proc": seq}}  # fmt: skip
+    (out_dir / "benchmark.json").write_text(json.dumps(report, indent=2))
+    print(f"\nresults: {out_dir / 'benchmark.json'}")
+    for key, value in numbers.items():
+        print(f"{key} {value:.3g}" if key == "train_loss_max_abs_diff" else f"{key} {value:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""FedADMM servers (ALGORITHMS.md §4.6).
+'wang' (default): x̄ ← x̄ + (1/N)·Σ_{i∈S} Δx̂_i, z^{t+1} = x̄ (x̄^0 = x^0 = mean_N of the initial x̂_i);
+    exact at its fixed point under partial participation, like FedDyn.
+'gong': x^{t+1} = x^t + η_g·mean_S(u_i); converges to argmin f + (ρ/2)‖x − x^0‖² (anchored at x^0)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.base import FedStrategy, Reply, RunPlan
+
+
+class FedADMM(FedStrategy):
+    def __init__(self, plan: RunPlan, variant: str = "wang", server_lr: float = 1.0):
+        super().__init__(plan)
+        self.variant, self.server_lr = variant, server_lr
+        self.uplink_names = ("u",) if variant == "gong" else ("delta_xhat",)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        if self.variant == "gong":
+            return self.x + self.server_lr * self.cohort_mean(replies, "u")
+        return self.x + sum(r.arrays["delta_xhat"] for r in replies) / self.num_clients

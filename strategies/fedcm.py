@@ -1,0 +1,26 @@
+"""FedCM server (ALGORITHMS.md §3.3, App. C form): broadcast (x, D), D^0 = 0;
+D^{t+1} = −mean_S(Δ_i / (η_l K_i))   with each client's own K_i and this round's η_l (never scaled by η_g),
+x^{t+1} = x^t + η_g·mean_S(Δ_i)      (η_g = 1 ⇔ averaging client models).
+MoFedSAM (§4.7) uses this server unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.base import FedStrategy, Reply, RunPlan
+
+
+class FedCM(FedStrategy):
+    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
+        super().__init__(plan)
+        self.server_lr = server_lr
+        self.D = np.zeros(self.dim, np.float64)
+
+    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
+        return {"D": self.D}
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        for r in replies:
+            r.arrays["gradient"] = -r.arrays["delta"] / (r.lr * r.steps)
+        self.D = self.cohort_mean(replies, "gradient")
+        return self.x + self.server_lr * self.cohort_mean(replies, "delta")

@@ -1,0 +1,44 @@
+"""FedSpeed server (ALGORITHMS.md §3.1) = FedDyn's server with a choice of dual aggregation:
+    dual_agg='all' (official code, default): x^{t+1} = mean_S(x_{i,K}) + mean_N(h_i)
+    dual_agg='sampled' (thesis Alg. 2 l.16):  x^{t+1} = mean_S(x̂_i),  x̂_i = x_{i,K} + h_i,  h_i = −ĝ_i/μ.
+The two coincide under full participation. FedSpeed-Ing (§3.2) adds the extrapolated prox centre x̃^t."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.base import Reply, RunPlan
+from strategies.feddyn import FedDyn
+
+
+class FedSpeed(FedDyn):
+    def __init__(self, plan: RunPlan, dual_storage: str = "client", dual_agg: str = "all"):
+        super().__init__(plan, dual_storage)
+        self.dual_agg = dual_agg
+        if dual_agg == "sampled" and dual_storage == "client":
+            self.uplink_names = ("delta_hat",)  # the client uploads x̂_i − x^t
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        if self.dual_agg == "all":
+            return super().aggregate(server_round, replies)
+        if self.dual_storage == "server":
+            self.record_duals(replies)
+            for r in replies:
+                r.arrays["delta_hat"] = r.arrays["delta"] + self.h_table[r.partition_id]
+        return self.x + self.cohort_mean(replies, "delta_hat")
+
+
+class FedSpeedIng(FedSpeed):
+    """Server keeps x^{t−1} and broadcasts x̃^t = x^t + ζ(x^t − x^{t−1}), x̃^0 = x^0 (+1 d downlink)."""
+
+    def __init__(self, plan: RunPlan, zeta: float, dual_agg: str = "sampled"):
+        super().__init__(plan, "client", dual_agg)
+        self.zeta = zeta
+        self.x_prev = self.x.astype(np.float64)
+
+    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
+        return {"x_tilde": self.x + self.zeta * (self.x - self.x_prev)}
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        self.x_prev = self.x.astype(np.float64)
+        return super().aggregate(server_round, replies)

@@ -1,0 +1,24 @@
+"""SCAFFOLD server (ALGORITHMS.md §4.4): broadcast (x, c);
+x^{t+1} = x^t + η_g·mean_S(Δ_i),  c ← c + (1/N)·Σ_{i∈S} Δc_i  (keeps c = mean_N(c_i) exactly; unweighted)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.base import FedStrategy, Reply, RunPlan
+
+
+class Scaffold(FedStrategy):
+    uplink_names = ("delta", "delta_c")
+
+    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
+        super().__init__(plan)
+        self.server_lr = server_lr
+        self.c = np.zeros(self.dim, np.float64)
+
+    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
+        return {"c": self.c}
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        self.c = self.c + sum(r.arrays["delta_c"] for r in replies) / self.num_clients
+        return self.x + self.server_lr * self.cohort_mean(replies, "delta")

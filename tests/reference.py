@@ -1,0 +1,141 @@
+"""Independent float64 numpy implementations of the drift-correction family on a full-batch least-squares
+federation, written from ALGORITHMS.md alone (no fedsuite code beyond the cohort sampler and the data).
+
+F_i(x) = (1/2n)‖A_i x − b_i‖²; every local step adds weight decay wd·x; lr of round t is lr·γ^t.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsuite.config import resolve
+from fedsuite.data import load_dataset
+from fedsuite.models import initial_vector
+from fedsuite.sampling import Sampler
+
+
+def grad(a, b, x):
+    return a.T @ (a @ x - b) / len(b)
+
+
+def sam_grad(a, b, x, rho, eps):
+    g1 = grad(a, b, x)
+    return grad(a, b, x + rho * g1 / (np.linalg.norm(g1) + eps))
+
+
+class Federation:
+    def __init__(self, run_config: dict):
+        self.cfg = resolve(run_config)
+        fed = load_dataset(self.cfg)
+        self.clients = [(fed.features_x[p], fed.targets[p]) for p in fed.client_parts]
+        self.n = len(self.clients)
+        self.x0 = initial_vector("linear", fed.input_shape, 1, fed.task, int(self.cfg["seed"])).double().numpy()
+        self.sampler = Sampler(self.n, str(self.cfg["sampling"]), int(self.cfg["clients-per-round"]),
+                               float(self.cfg["participation"]), int(self.cfg["seed"]))  # fmt: skip
+        self.k = int(self.cfg["local-steps"])
+        self.wd = float(self.cfg["weight-decay"])
+        self.rounds = int(self.cfg["num-server-rounds"])
+
+    def lr(self, t: int) -> float:
+        return float(self.cfg["lr"]) * float(self.cfg["lr-decay"]) ** t
+
+    def local(self, i, x0, lr, direction, shift=None):
+        """K steps x ← x − shift − lr(direction(g-point gradient, x) + wd·x)."""
+        a, b = self.clients[i]
+        x = x0.copy()
+        for _ in range(self.k):
+            d = direction(a, b, x)
+            x = x - (0.0 if shift is None else shift) - lr * (d + self.wd * x)
+        return x
+
+
+def scaffold(f: Federation) -> np.ndarray:
+    x, c, ci = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
+    for t in range(f.rounds):
+        lr, cohort, deltas, dcs = f.lr(t), f.sampler.cohort(t + 1), [], []
+        for i in cohort:
+            xi = f.local(i, x, lr, lambda a, b, y, i=i: grad(a, b, y) - ci[i] + c)
+            new = ci[i] - c + (x - xi) / (f.k * lr)
+            deltas.append(xi - x)
+            dcs.append(new - ci[i])
+            ci[i] = new
+        x = x + np.mean(deltas, axis=0)
+        c = c + np.sum(dcs, axis=0) / f.n
+    return x
+
+
+def feddyn(f: Federation, alpha: float, rho: float = 0.0, eps: float = 1e-7) -> np.ndarray:
+    """Paper form (§4.5); rho > 0 gives FedSpeed's code form with μ = alpha (§3.1)."""
+    x, h, dual = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
+    for t in range(f.rounds):
+        lr, cohort, local_models = f.lr(t), f.sampler.cohort(t + 1), []
+        for i in cohort:
+            g = (lambda a, b, y: sam_grad(a, b, y, rho, eps)) if rho else grad
+            xi = f.local(i, x, lr, lambda a, b, y, i=i, g=g: g(a, b, y) - dual[i] + alpha * (y - x))
+            dual[i] = dual[i] - alpha * (xi - x)
+            h = h - alpha * (xi - x) / f.n
+            local_models.append(xi)
+        x = np.mean(local_models, axis=0) - h / alpha
+    return x
+
+
+def fedspeed_ing(f: Federation, mu: float, rho: float, zeta: float) -> np.ndarray:
+    """§3.2 with the thesis' sampled aggregation x^{t+1} = mean_S(x_{i,K} − ĝ_i/μ)."""
+    x, x_prev = f.x0.copy(), f.x0.copy()
+    ghat = [np.zeros_like(x) for _ in range(f.n)]
+    gcheck = [np.zeros_like(x) for _ in range(f.n)]
+    for t in range(f.rounds):
+        lr, cohort, uploads = f.lr(t), f.sampler.cohort(t + 1), []
+        x_tilde = x + zeta * (x - x_prev)
+        for i in cohort:
+            step = lambda a, b, y, i=i: sam_grad(a, b, y, rho, 1e-7) - gcheck[i] + mu * (y - x_tilde)  # noqa: E731
+            xi = f.local(i, x, lr, step)
+            new = ghat[i] - mu * (xi - x)
+            gcheck[i] = new + zeta * (new - ghat[i])
+            ghat[i] = new
+            uploads.append(xi - new / mu)
+        x_prev, x = x, np.mean(uploads, axis=0)
+    return x
+
+
+def fedadmm_wang(f: Federation, rho: float) -> np.ndarray:
+    x = f.x0.copy()
+    lam = [np.zeros_like(x) for _ in range(f.n)]
+    xhat = [f.x0.copy() for _ in range(f.n)]
+    for t in range(f.rounds):
+        lr, cohort, change = f.lr(t), f.sampler.cohort(t + 1), np.zeros_like(x)
+        for i in cohort:
+            xi = f.local(i, x, lr, lambda a, b, y, i=i: grad(a, b, y) + lam[i] + rho * (y - x))
+            lam[i] = lam[i] + rho * (xi - x)
+            new = xi + lam[i] / rho
+            change += new - xhat[i]
+            xhat[i] = new
+        x = x + change / f.n
+    return x
+
+
+def fedcm(f: Federation, alpha: float, rho: float = 0.0) -> np.ndarray:
+    """FedCM (§3.3); rho > 0 is MoFedSAM (§4.7)."""
+    x, big_d = f.x0.copy(), np.zeros_like(f.x0)
+    for t in range(f.rounds):
+        lr, cohort, deltas = f.lr(t), f.sampler.cohort(t + 1), []
+        g = (lambda a, b, y: sam_grad(a, b, y, rho, 1e-12)) if rho else grad
+        for i in cohort:
+            deltas.append(f.local(i, x, lr, lambda a, b, y, g=g: alpha * g(a, b, y) + (1 - alpha) * big_d) - x)
+        big_d = -np.mean(deltas, axis=0) / (lr * f.k)
+        x = x + np.mean(deltas, axis=0)
+    return x
+
+
+def fedmim(f: Federation, alphas: tuple[float, ...], betas: tuple[float, ...]) -> np.ndarray:
+    x, history = f.x0.copy(), []  # history[j] = δ_{t−j}
+    scale = 1.0 - sum(alphas)
+    for t in range(f.rounds):
+        lr, cohort = f.lr(t), f.sampler.cohort(t + 1)
+        a_t = sum((w * d for w, d in zip(alphas, history, strict=False)), np.zeros_like(x))
+        b_t = sum((w * d for w, d in zip(betas, history, strict=False)), np.zeros_like(x))
+        step = lambda a, b, y: scale * grad(a, b, y - b_t)  # noqa: E731
+        new_x = np.mean([f.local(i, x, lr, step, shift=a_t) for i in cohort], axis=0)
+        history = [-(new_x - x) / f.k] + history[: len(alphas) - 1]
+        x = new_x
+    return x
