@@ -88,7 +88,7 @@ def fedspeed_ing(f: Federation, mu: float, rho: float, zeta: float) -> np.ndarra
         lr, cohort, uploads = f.lr(t), f.sampler.cohort(t + 1), []
         x_tilde = x + zeta * (x - x_prev)
         for i in cohort:
-            step = lambda a, b, y, i=i: sam_grad(a, b, y, rho, 1e-7) - gcheck[i] + mu * (y - x_tilde)  # noqa: E731
+            step = lambda a, b, y, i=i: sam_grad(a, b, y, rho, 1e-7) - gcheck[i] + mu * (y - x_tilde)
             xi = f.local(i, x, lr, step)
             new = ghat[i] - mu * (xi - x)
             gcheck[i] = new + zeta * (new - ghat[i])
@@ -134,7 +134,7 @@ def fedmim(f: Federation, alphas: tuple[float, ...], betas: tuple[float, ...]) -
         lr, cohort = f.lr(t), f.sampler.cohort(t + 1)
         a_t = sum((w * d for w, d in zip(alphas, history, strict=False)), np.zeros_like(x))
         b_t = sum((w * d for w, d in zip(betas, history, strict=False)), np.zeros_like(x))
-        step = lambda a, b, y: scale * grad(a, b, y - b_t)  # noqa: E731
+        step = lambda a, b, y: scale * grad(a, b, y - b_t)
         new_x = np.mean([f.local(i, x, lr, step, shift=a_t) for i in cohort], axis=0)
         history = [-(new_x - x) / f.k] + history[: len(alphas) - 1]
         x = new_x

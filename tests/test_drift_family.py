@@ -101,7 +101,8 @@ TRAJECTORIES = [
     ("fedadmm", {"fedadmm-rho": 0.2}, lambda f: ref.fedadmm_wang(f, 0.2)),
     ("fedcm", {"fedcm-alpha": 0.3}, lambda f: ref.fedcm(f, 0.3)),
     ("mofedsam", {"fedcm-alpha": 0.3, "sam-rho": 0.05}, lambda f: ref.fedcm(f, 0.3, rho=0.05)),
-    ("fedmim", {"fedmim-alphas": "0.5,0.2", "fedmim-betas": "0.7,0.2"}, lambda f: ref.fedmim(f, (0.5, 0.2), (0.7, 0.2))),
+    ("fedmim", {"fedmim-alphas": "0.5,0.2", "fedmim-betas": "0.7,0.2"},
+     lambda f: ref.fedmim(f, (0.5, 0.2), (0.7, 0.2))),
 ]  # fmt: skip
 
 

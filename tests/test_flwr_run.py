@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from flwr.app import RecordDict
 
+from fedsuite.inprocess import InProcessProxy, run_inprocess
 from simulation import run as sim
 
 SHORT = {
@@ -76,6 +78,26 @@ def test_failed_run_exits_nonzero(tmp_path, flwr_home):
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "finished:failed" in proc.stderr
     assert "cifar-10-batches-py" in proc.stdout  # the ServerApp's error reached the log
+
+
+def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_home, monkeypatch):
+    """SCAFFOLD keeps c_i in each node's Context.state; had Ray lost it between rounds, c_i would restart at 0 and
+    the trajectory would differ from the in-process run (clients train 3 of 4 per round, so they repeat)."""
+    cfg = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 4, "clients-per-round": 3,
+           "num-server-rounds": 4, "local-steps": 5, "batch-size": 10, "lr": 0.02, "run-name": "scaffold"}  # fmt: skip
+    folder = sim.run({**cfg, "out-dir": str(tmp_path)}, quiet=True)
+    ray_error = json.loads((folder / "rounds.jsonl").read_text().splitlines()[-1])["relative_error"]
+    strategy = run_inprocess(cfg)
+    assert ray_error == pytest.approx(strategy.plan.evaluate(strategy.x)["relative_error"], rel=1e-6)
+    fit = InProcessProxy.fit
+
+    def forgetful_fit(self, ins, timeout, group_id):  # what a lost Context.state would look like
+        self.context.state = RecordDict()
+        return fit(self, ins, timeout, group_id)
+
+    monkeypatch.setattr(InProcessProxy, "fit", forgetful_fit)
+    forgetful = run_inprocess(cfg)
+    assert forgetful.plan.evaluate(forgetful.x)["relative_error"] != pytest.approx(ray_error, rel=1e-4)
 
 
 @pytest.mark.slow

@@ -1,0 +1,125 @@
+"""Run several algorithms on one setting (same data, partition, seed and cohorts) and write a comparison.
+
+    python -m simulation.compare --algorithms fedavg,scaffold,fedspeed -c "num-server-rounds=30" --out docs/comparison
+
+Each algorithm is a real `flwr run` (through simulation.run) into <out>/runs/<algorithm>/; then
+<out>/comparison.md (table), comparison.csv and comparison.png (accuracy vs round, all algorithms) are written.
+A failed run is reported in the table and makes the command exit 1 after the others have run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from fedsuite.config import ALGORITHMS, ConfigError, resolve
+from simulation.run import RunFailed, parse_overrides, preflight, pyproject_defaults, run
+
+COLUMNS = ("algorithm", "final_acc", "best_acc", "rounds_to", "s_per_round", "client_compute_s_per_round",
+           "vectors_per_client_round", "mb_per_client_round", "status")  # fmt: skip
+
+
+def summarize(algorithm: str, folder: Path, targets: list[float]) -> dict:
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if r["round"] > 0]
+    steady = trained[1:] or trained
+    median = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
+    return {
+        "algorithm": algorithm,
+        "final_acc": summary["final_accuracy"],
+        "best_acc": summary["best_accuracy"],
+        "rounds_to": {f"{t:g}": summary["rounds_to_target"].get(f"{t:g}") for t in targets},
+        "s_per_round": median([r["round_seconds"] for r in steady]),
+        "client_compute_s_per_round": median([r["client_compute_seconds"] for r in steady]),
+        "vectors_per_client_round": summary["communication_vectors_per_client"] / max(len(trained), 1),
+        "mb_per_client_round": summary["communication_bytes_per_client"] / max(len(trained), 1) / 1e6,
+        "status": summary["status"],
+        "curve": [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None],
+    }
+
+
+def markdown(results: list[dict], targets: list[float], command: str) -> str:
+    base = next((r for r in results if r["algorithm"] == "fedavg" and r.get("s_per_round")), None)
+    head = ["algorithm", "final acc", "best acc", *[f"rounds to {t:g}" for t in targets], "s/round",
+            "client compute s/round", "× FedAvg compute", "vectors/client/round", "MB/client/round"]  # fmt: skip
+    lines = [f"Reproduce: `{command}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        if r["status"] != "completed":
+            lines.append(f"| {r['algorithm']} | {r['status']} |" + " |" * (len(head) - 2))
+            continue
+        ratio = r["client_compute_s_per_round"] / base["client_compute_s_per_round"] if base else None
+        cells = [r["algorithm"], f"{r['final_acc']:.4f}", f"{r['best_acc']:.4f}",
+                 *[str(r["rounds_to"][f"{t:g}"] or "–") for t in targets], f"{r['s_per_round']:.2f}",
+                 f"{r['client_compute_s_per_round']:.2f}", f"{ratio:.2f}" if ratio else "–",
+                 f"{r['vectors_per_client_round']:.1f}", f"{r['mb_per_client_round']:.2f}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in results:
+        if r.get("curve"):
+            ax.plot(*zip(*r["curve"], strict=True), label=r["algorithm"], linewidth=1.4)
+    ax.set(xlabel="round", ylabel="test accuracy", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulation.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algorithms", required=True, help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
+    parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
+    parser.add_argument("--out", default="results/compare", help="output folder")
+    parser.add_argument("--title", default="", help="plot title")
+    args = parser.parse_args(argv)
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    out = Path(args.out).resolve()
+    try:
+        shared = parse_overrides(args.run_config)
+        for algorithm in algorithms:  # every setting is checked before the first run starts
+            resolve({**pyproject_defaults(), **shared, "algorithm": algorithm})
+        cfg = resolve({**pyproject_defaults(), **shared})
+        preflight(cfg)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    results, failed = [], False
+    for algorithm in algorithms:
+        overrides = {**shared, "algorithm": algorithm, "out-dir": str(out / "runs"), "run-name": algorithm}
+        print(f"── {algorithm} ──", flush=True)
+        try:
+            folder = run(overrides, quiet=True, check_data=False)
+            results.append(summarize(algorithm, folder, cfg.targets))
+            print(f"   final acc {results[-1]['final_acc']:.4f}, {results[-1]['s_per_round']:.2f} s/round", flush=True)
+        except RunFailed as err:
+            failed = True
+            results.append({"algorithm": algorithm, "status": f"failed: {err}"})
+            print(f"   failed: {err}", flush=True)
+    command = "python -m simulation.compare --algorithms " + ",".join(algorithms)
+    command += "".join(f' -c "{c}"' for c in args.run_config) + f" --out {args.out}"
+    (out / "comparison.md").write_text(markdown(results, cfg.targets, command))
+    with open(out / "comparison.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in results:
+            writer.writerow({**r, "rounds_to": json.dumps(r.get("rounds_to"))})
+    plot(results, out / "comparison.png", args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients")
+    print((out / "comparison.md").read_text())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Client state: the store's backends, state invariants under partial participation and failures, persistence
+across rounds (in Context.state and spilled to disk), and communication per round against ALGORITHMS.md §1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clients.scaffold import ScaffoldClient
+from fedsuite.client_app import ContextStateStore
+from fedsuite.inprocess import node_contexts, run_inprocess
+from fedsuite.sampling import Sampler
+from fedsuite.state import ClientState, DiskStore, choose_backend, describe, state_bytes
+
+SMALL = {
+    "dataset": "synthetic-lsq",
+    "num-clients": 8,
+    "sampling": "bernoulli",
+    "participation": 0.4,
+    "synthetic-dim": 6,
+    "synthetic-samples": 16,
+    "batch-size": 4,
+    "local-steps": 5,
+    "lr": 0.03,
+    "num-server-rounds": 7,
+    "eval-every": 1000,
+}
+
+
+def stored(context, name: str, dim: int) -> np.ndarray:
+    store = ContextStateStore(context)
+    return np.asarray(store[name], np.float64) if name in store else np.zeros(dim)
+
+
+def disk_stored(folder, pid: int, name: str, dim: int) -> np.ndarray:
+    store = DiskStore(folder, pid)
+    return np.asarray(store[name], np.float64) if name in store else np.zeros(dim)
+
+
+# ---- the store ---------------------------------------------------------------------------------------------
+def test_disk_store_round_trip_and_atomic_replace(tmp_path):
+    store = DiskStore(tmp_path, 3)
+    assert len(store) == 0 and not store.path.exists()
+    store["c_i"] = np.arange(4, dtype=np.float32)
+    store.flush()
+    again = DiskStore(tmp_path, 3)
+    np.testing.assert_array_equal(again["c_i"], np.arange(4))
+    again["c_i"] = np.ones(4, np.float32)
+    again.flush()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["partition-000003.npz"]  # no temp files left
+    np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.ones(4))
+
+
+def test_client_state_is_lazy_zeros_and_saves_to_context_state():
+    context = node_contexts({}, 1)[0]
+    state = ClientState(ContextStateStore(context), dim=5)
+    assert not state.has("c_i") and np.array_equal(state.get("c_i").numpy(), np.zeros(5))
+    assert "fedsuite.client-state" not in context.state  # nothing is created until a save
+    state.set("c_i", state.get("c_i") + 2.0)
+    state.save()
+    np.testing.assert_array_equal(ClientState(ContextStateStore(context), 5).get("c_i").numpy(), np.full(5, 2.0))
+
+
+def test_memory_estimate_and_backend_choice():
+    assert state_bytes(100, 215_370, 1) == 86_148_000
+    assert choose_backend("auto", 100, 215_370, 1, budget_mb=4096) == "memory"
+    assert choose_backend("auto", 500, 11_181_642, 1, budget_mb=4096) == "disk"  # ResNet-18 SCAFFOLD: 22 GB
+    assert choose_backend("memory", 500, 11_181_642, 1, budget_mb=1) == "memory"
+    assert "= 21,327.3 MiB → on disk" in describe("auto", 500, 11_181_642, 1, 4096)
+
+
+# ---- invariants (§6 item 3) -------------------------------------------------------------------------------
+def fail_in_round(monkeypatch, partition: int, server_round: int):
+    """Partition `partition` crashes after local training in `server_round` (before its state is saved)."""
+    original = ScaffoldClient.uplink
+
+    def uplink(self, result, down, config):
+        if self.node.partition_id == partition and int(config["round"]) == server_round:
+            raise RuntimeError("client crashed")
+        return original(self, result, down, config)
+
+    monkeypatch.setattr(ScaffoldClient, "uplink", uplink)
+
+
+def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch):
+    cfg = {**SMALL, "algorithm": "scaffold"}
+    contexts = node_contexts(cfg, cfg["num-clients"])
+    crashing = Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0]
+    fail_in_round(monkeypatch, partition=crashing, server_round=2)
+    gaps, failures = [], []
+
+    def watch(strategy):
+        aggregate, aggregate_fit = strategy.aggregate, strategy.aggregate_fit
+
+        def checked(server_round, replies):
+            x = aggregate(server_round, replies)
+            mean_ci = np.mean([stored(c, "c_i", strategy.dim) for c in contexts], axis=0)
+            gaps.append(np.abs(strategy.c - mean_ci).max())
+            return x
+
+        def counting(server_round, results, fails):
+            failures.append(len(fails))
+            return aggregate_fit(server_round, results, fails)
+
+        strategy.aggregate, strategy.aggregate_fit = checked, counting
+
+    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    assert len(gaps) == 7 and max(gaps) < 1e-6
+    assert sum(failures) >= 1  # the crash happened and was survived
+    assert np.abs(strategy.c).max() > 1e-3  # c is not trivially zero
+
+
+def test_feddyn_paper_and_code_forms_agree_after_every_round():
+    """mean_N(h_i) with h_i = −∇L_i/α_d (client duals) equals the server's Σ h_i / N (= −h/α_d of the paper)."""
+    alpha = 0.2
+    cfg = {**SMALL, "algorithm": "feddyn", "feddyn-alpha": alpha}
+    contexts = node_contexts(cfg, cfg["num-clients"])
+    gaps = []
+
+    def watch(strategy):
+        aggregate = strategy.aggregate
+
+        def checked(server_round, replies):
+            x = aggregate(server_round, replies)
+            h_clients = np.mean([-stored(c, "dual", strategy.dim) / alpha for c in contexts], axis=0)
+            gaps.append(np.abs(h_clients - strategy.h_sum / strategy.num_clients).max())
+            return x
+
+        strategy.aggregate = checked
+
+    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    assert len(gaps) == 7 and max(gaps) < 1e-6 and np.abs(strategy.h_sum).max() > 1e-3
+
+
+def test_fedadmm_model_is_the_mean_of_all_augmented_models():
+    cfg = {**SMALL, "algorithm": "fedadmm"}
+    contexts = node_contexts(cfg, cfg["num-clients"])
+    strategy = run_inprocess(cfg, contexts=contexts)
+    x0 = strategy.plan.initial_x.astype(np.float64)
+    xhat = [stored(c, "xhat", strategy.dim) if "xhat" in ContextStateStore(c) else x0 for c in contexts]
+    np.testing.assert_allclose(strategy.x, np.mean(xhat, axis=0), atol=1e-6)
+
+
+# ---- persistence ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["memory", "disk"])
+def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path):
+    """c_i starts at 0 and moves by Δc_i only when client i trains: so c_i = Σ of its own uploads."""
+    cfg = {**SMALL, "algorithm": "scaffold", "client-state": mode, "client-state-dir": str(tmp_path)}
+    contexts = node_contexts(cfg, cfg["num-clients"])
+    uploads: dict[int, list[np.ndarray]] = {}
+
+    def watch(strategy):
+        aggregate = strategy.aggregate
+
+        def record(server_round, replies):
+            for r in replies:
+                uploads.setdefault(r.partition_id, []).append(r.arrays["delta_c"])
+            return aggregate(server_round, replies)
+
+        strategy.aggregate = record
+
+    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    assert 0 < len(uploads) < cfg["num-clients"] or len(uploads) == cfg["num-clients"]
+    for pid, context in enumerate(contexts):
+        if mode == "memory":
+            c_i = stored(context, "c_i", strategy.dim)
+        else:
+            c_i = disk_stored(tmp_path, pid, "c_i", strategy.dim)
+            assert "fedsuite.client-state" not in context.state
+        expected = np.sum(uploads.get(pid, [np.zeros(strategy.dim)]), axis=0)
+        np.testing.assert_allclose(c_i, expected, atol=1e-6)
+        assert (pid in uploads) == (np.abs(c_i).max() > 0)  # created lazily, on first participation only
+    if mode == "disk":
+        assert {int(p.stem.split("-")[1]) for p in tmp_path.glob("partition-*.npz")} == set(uploads)
+
+
+# ---- communication per round (§1, §6 item 5) ---------------------------------------------------------------
+COMMUNICATION = {  # algorithm (+ settings): (vectors down, vectors up) per participating client per round
+    "fedavg": (1, 1),
+    "fedprox": (1, 1),
+    "fedadam": (1, 1),
+    "scaffold": (2, 2),
+    "feddyn": (1, 1),
+    "feddyn/server": (2, 1),
+    "fedadmm": (1, 1),
+    "fedcm": (2, 1),
+    "fedsam": (1, 1),
+    "mofedsam": (2, 1),
+    "fedspeed": (1, 1),
+    "fedspeed/server": (2, 1),
+    "fedspeed-ing": (2, 1),
+    "fedmim": (3, 1),
+}
+
+
+class Rows:
+    def __init__(self):
+        self.rows = []
+
+    def record(self, row):
+        self.rows.append(row)
+
+
+@pytest.mark.parametrize("name", list(COMMUNICATION))
+def test_communication_counters_match_the_summary_table(name):
+    algorithm, _, storage = name.partition("/")
+    rows = Rows()
+
+    def attach(strategy):
+        strategy.plan.recorder = rows
+
+    cfg = {**SMALL, "algorithm": algorithm, "num-server-rounds": 2, "dual-storage": storage or "client"}
+    strategy = run_inprocess(cfg, on_strategy=attach)
+    down, up = COMMUNICATION[name]
+    trained = [r for r in rows.rows if r["round"] > 0]
+    assert [r["vectors_down_per_client"] for r in trained] == [down, down]
+    assert [r["vectors_up_per_client"] for r in trained] == [up, up]
+    assert trained[0]["bytes_up_per_client"] == up * strategy.dim * 4
