@@ -27,6 +27,7 @@ class Algorithm:
     strategy_args: dict[str, str] = field(default_factory=dict)  # constructor kwarg -> run-config key
     client_args: dict[str, str] = field(default_factory=dict)
     client_state_vectors: Callable[[Config], int] = _stateless  # persistent d-vectors per client
+    vectors: tuple[int, int] = (1, 1)  # d-vectors down / up per participating client per round, defaults (§1)
 
 
 def _duals_on_clients(cfg: Config) -> int:
@@ -58,7 +59,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "server Adagrad on mean displacement", _FEDOPT_ARGS),
         Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient", "§4.4",
                   "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}, lambda cfg: 1),
+                  {"option": "scaffold-option"}, lambda cfg: 1, vectors=(2, 2)),
         Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "§4.5",
                   "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
                   {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, _duals_on_clients),
@@ -67,12 +68,12 @@ ALGORITHMS: dict[str, Algorithm] = {
                   {"variant": "fedadmm-variant", "server_lr": "server-lr"},
                   {"rho": "fedadmm-rho", "variant": "fedadmm-variant"}, _fedadmm_state),
         Algorithm("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "§3.3",
-                  "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"}),
+                  "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"}, vectors=(2, 1)),
         Algorithm("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "§4.7",
                   "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"}),
         Algorithm("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "§4.7",
                   "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
-                  {"alpha": "fedcm-alpha", "rho": "sam-rho"}),
+                  {"alpha": "fedcm-alpha", "rho": "sam-rho"}, vectors=(2, 1)),
         Algorithm("fedspeed", "strategies.fedspeed:FedSpeed", "clients.fedspeed:FedSpeedClient", "§3.1",
                   "FedDyn's correction + prox with a normalised SAM gradient",
                   {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
@@ -81,10 +82,10 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("fedspeed-ing", "strategies.fedspeed:FedSpeedIng", "clients.fedspeed_ing:FedSpeedIngClient",
                   "§3.2", "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
                   {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
-                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"}, lambda cfg: 2),
+                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"}, lambda cfg: 2, vectors=(2, 1)),
         Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "§3.4",
                   "multi-step inertial momentum: look-ahead gradient, move along a_t",
-                  {**_MIM, "server_lr": "server-lr"}, _MIM),
+                  {**_MIM, "server_lr": "server-lr"}, _MIM, vectors=(3, 1)),
     )
 }  # fmt: skip
 

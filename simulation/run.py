@@ -53,11 +53,20 @@ def parse_overrides(overrides: list[str]) -> dict:
     return parse_config_args(overrides) if overrides else {}
 
 
-def preflight(cfg) -> None:
-    """Load the dataset and build the partition in this process (errors name the key to change)."""
+def preflight(cfg, quiet: bool = False) -> None:
+    """Load the dataset and build the partition in this process (errors name the key to change); print
+    the client-state estimate of stateful algorithms."""
+    from fedsuite import registry, state
     from fedsuite.data import client_partition, load_dataset
+    from fedsuite.server_app import initial_model
 
-    client_partition(cfg, load_dataset(cfg))
+    dataset = load_dataset(cfg)
+    client_partition(cfg, dataset)
+    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    if vectors and not quiet:
+        dim = initial_model(cfg, dataset).size
+        budget = float(cfg["client-state-budget-mb"])
+        print(state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), dim, vectors, budget), flush=True)
 
 
 def flower_env() -> dict[str, str]:
@@ -136,7 +145,7 @@ def run(
     overrides = dict(overrides)
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
     if check_data:
-        preflight(cfg)
+        preflight(cfg, quiet)
     out_dir = Path(str(cfg["out-dir"])).expanduser()
     overrides["out-dir"] = str(out_dir if out_dir.is_absolute() else (Path.cwd() / out_dir).resolve())
     if not cfg["run-name"]:

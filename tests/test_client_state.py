@@ -9,6 +9,7 @@ import pytest
 from clients.scaffold import ScaffoldClient
 from fedsuite.client_app import ContextStateStore
 from fedsuite.inprocess import node_contexts, run_inprocess
+from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
 from fedsuite.state import ClientState, DiskStore, choose_backend, describe, state_bytes
 
@@ -175,22 +176,17 @@ def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path
 
 
 # ---- communication per round (§1, §6 item 5) ---------------------------------------------------------------
-COMMUNICATION = {  # algorithm (+ settings): (vectors down, vectors up) per participating client per round
-    "fedavg": (1, 1),
-    "fedprox": (1, 1),
-    "fedadam": (1, 1),
-    "scaffold": (2, 2),
-    "feddyn": (1, 1),
-    "feddyn/server": (2, 1),
-    "fedadmm": (1, 1),
-    "fedcm": (2, 1),
-    "fedsam": (1, 1),
-    "mofedsam": (2, 1),
-    "fedspeed": (1, 1),
-    "fedspeed/server": (2, 1),
-    "fedspeed-ing": (2, 1),
-    "fedmim": (3, 1),
-}
+SUMMARY_TABLE = {  # ALGORITHMS.md §1: (vectors down, vectors up) per participating client per round
+    "fedavg": (1, 1), "fedprox": (1, 1), "fedadam": (1, 1), "fedyogi": (1, 1), "fedadagrad": (1, 1),
+    "scaffold": (2, 2), "feddyn": (1, 1), "fedadmm": (1, 1), "fedcm": (2, 1), "fedsam": (1, 1), "mofedsam": (2, 1),
+    "fedspeed": (1, 1), "fedspeed-ing": (2, 1), "fedmim": (3, 1),
+}  # fmt: skip
+# The server-mirror protocol sends each client its dual: +1 down (§1, "Mirroring").
+COMMUNICATION = {**SUMMARY_TABLE, "feddyn/server": (2, 1), "fedspeed/server": (2, 1)}
+
+
+def test_registry_declares_the_summary_table_communication():
+    assert {name: a.vectors for name, a in ALGORITHMS.items()} == SUMMARY_TABLE
 
 
 class Rows:
