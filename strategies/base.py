@@ -108,13 +108,15 @@ class FedStrategy(Strategy):
     def local_lr(self, server_round: int) -> float:
         return self.plan.lr * self.plan.lr_decay ** (server_round - 1)
 
-    def cohort_mean(self, replies: Sequence[Reply], name: str) -> np.ndarray:
-        """mean_S of a named uplink array: uniform (the seeds' rule) or weighted by n_i (§0.3.3)."""
+    def cohort_mean(self, replies: Sequence[Reply], value: str | Callable[[Reply], np.ndarray]) -> np.ndarray:
+        """mean_S of a named uplink array (or of value(reply)): uniform, the seeds' rule, or weighted by n_i
+        (§0.3.3)."""
+        get = (lambda r: r.arrays[value]) if isinstance(value, str) else value
         w = np.array([r.num_examples if self.plan.weighting == "samples" else 1.0 for r in replies], np.float64)
         w /= w.sum()
         out = np.zeros(self.dim, np.float64)
         for weight, r in zip(w, replies, strict=True):
-            out += weight * r.arrays[name]
+            out += weight * get(r)
         return out
 
     # ---- Flower Strategy API ---------------------------------------------------------------------

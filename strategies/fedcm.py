@@ -20,7 +20,5 @@ class FedCM(FedStrategy):
         return {"D": self.D}
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        for r in replies:
-            r.arrays["gradient"] = -r.arrays["delta"] / (r.lr * r.steps)
-        self.D = self.cohort_mean(replies, "gradient")
+        self.D = self.cohort_mean(replies, lambda r: -r.arrays["delta"] / (r.lr * r.steps))
         return self.x + self.server_lr * self.cohort_mean(replies, "delta")

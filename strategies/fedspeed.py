@@ -21,11 +21,10 @@ class FedSpeed(FedDyn):
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         if self.dual_agg == "all":
             return super().aggregate(server_round, replies)
-        if self.dual_storage == "server":
-            self.record_duals(replies)
-            for r in replies:
-                r.arrays["delta_hat"] = r.arrays["delta"] + self.h_table[r.partition_id]
-        return self.x + self.cohort_mean(replies, "delta_hat")
+        if self.dual_storage == "client":
+            return self.x + self.cohort_mean(replies, "delta_hat")
+        self.record_duals(replies)
+        return self.x + self.cohort_mean(replies, lambda r: r.arrays["delta"] + self.h_table[r.partition_id])
 
 
 class FedSpeedIng(FedSpeed):
