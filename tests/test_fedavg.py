@@ -70,3 +70,27 @@ def test_same_seed_same_numbers_and_same_cohorts_across_algorithms():
     assert seen_a == seen_b and np.array_equal(x_a, x_b)
     assert cohorts["fedadam"][0][0] == seen_a
     assert len({len(c) for c in seen_a}) > 1  # Bernoulli cohorts vary in size
+
+
+def test_samples_weighting_weights_displacements_by_client_size():
+    cfg = {"model": "logreg", "num-clients": 10, "clients-per-round": 4, "partition-balanced": False,
+           "partition-alpha": 0.5, "num-server-rounds": 1, "local-steps": 3, "eval-every": 1000}  # fmt: skip
+    seen = []
+
+    def spy(strategy):
+        original = strategy.aggregate
+
+        def aggregate(server_round, replies):
+            seen.extend(replies)
+            return original(server_round, replies)
+
+        strategy.aggregate = aggregate
+
+    weighted = run_inprocess({**cfg, "weighting": "samples"}, on_strategy=spy)
+    sizes = np.array([r.num_examples for r in seen], np.float64)
+    deltas = np.stack([r.arrays["delta"] for r in seen])
+    assert len(set(sizes)) > 1  # unbalanced clients
+    expected = weighted.plan.initial_x + (sizes[:, None] * deltas).sum(0) / sizes.sum()
+    np.testing.assert_allclose(weighted.x, expected, rtol=1e-5, atol=1e-7)
+    uniform = run_inprocess({**cfg, "weighting": "uniform"})
+    np.testing.assert_allclose(uniform.x, weighted.plan.initial_x + deltas.mean(0), rtol=1e-5, atol=1e-7)
