@@ -8,6 +8,8 @@ import pytest
 
 from clients.scaffold import ScaffoldClient
 from fedsuite.client_app import ContextStateStore
+from fedsuite.config import resolve
+from fedsuite.data import load_dataset
 from fedsuite.inprocess import node_contexts, run_inprocess
 from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
@@ -212,3 +214,18 @@ def test_communication_counters_match_the_summary_table(name):
     assert [r["vectors_down_per_client"] for r in trained] == [down, down]
     assert [r["vectors_up_per_client"] for r in trained] == [up, up]
     assert trained[0]["bytes_up_per_client"] == up * strategy.dim * 4
+
+
+def test_scaffold_option_one_stores_the_full_local_gradient_at_the_round_start():
+    cfg = {**SMALL, "algorithm": "scaffold", "scaffold-option": 1, "num-server-rounds": 1, "weight-decay": 0.01,
+           "sampling": "fixed", "clients-per-round": 8}  # fmt: skip
+    contexts = node_contexts(cfg, cfg["num-clients"])
+    strategy = run_inprocess(cfg, contexts=contexts)
+    fed_cfg = resolve(cfg)
+    fed = load_dataset(fed_cfg)
+    x0 = strategy.plan.initial_x.astype(np.float64)
+    for pid, context in enumerate(contexts):
+        a, b = fed.features_x[fed.client_parts[pid]], fed.targets[fed.client_parts[pid]]
+        expected = a.T @ (a @ x0 - b) / len(b) + 0.01 * x0
+        np.testing.assert_allclose(stored(context, "c_i", strategy.dim), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(strategy.c, np.mean([stored(c, "c_i", strategy.dim) for c in contexts], 0), atol=1e-6)
