@@ -185,6 +185,8 @@ class FedStrategy(Strategy):
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             return None, {}
+        replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
+
         self.x = np.asarray(self.aggregate(server_round, replies), dtype=np.float32)
         return ndarrays_to_parameters([self.x]), {}
 

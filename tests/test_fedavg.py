@@ -94,3 +94,25 @@ def test_samples_weighting_weights_displacements_by_client_size():
     np.testing.assert_allclose(weighted.x, expected, rtol=1e-5, atol=1e-7)
     uniform = run_inprocess({**cfg, "weighting": "uniform"})
     np.testing.assert_allclose(uniform.x, weighted.plan.initial_x + deltas.mean(0), rtol=1e-5, atol=1e-7)
+
+
+def test_aggregation_sees_replies_in_partition_order_whatever_the_arrival_order():
+    """Float sums depend on order; sorting by partition id makes the same seed give the same numbers."""
+    cfg = {**LSQ, "num-clients": 6, "clients-per-round": 6, "batch-size": 4, "num-server-rounds": 3}
+    orders = []
+
+    def reverse_arrivals(strategy):
+        aggregate_fit, aggregate = strategy.aggregate_fit, strategy.aggregate
+
+        def reversed_fit(server_round, results, failures):
+            return aggregate_fit(server_round, sorted(results, key=lambda pr: -pr[1].metrics["partition-id"]), failures)
+
+        def watched(server_round, replies):
+            orders.append([r.partition_id for r in replies])
+            return aggregate(server_round, replies)
+
+        strategy.aggregate_fit, strategy.aggregate = reversed_fit, watched
+
+    backward = run_inprocess(cfg, on_strategy=reverse_arrivals)
+    assert orders == [list(range(6))] * 3
+    assert np.array_equal(run_inprocess(cfg).x, backward.x)
