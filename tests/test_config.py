@@ -80,7 +80,7 @@ def test_schema_choices_cover_the_dataset_model_table():
 @pytest.mark.parametrize(
     "key, bad, allowed",
     [
-        ("algorithm", "scaffold", ["fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad"]),
+        ("algorithm", "fedfoo", ["fedavg", "fedprox", "scaffold", "fedspeed", "fedspeed-ing", "fedmim"]),
         ("dataset", "imagenet", ["fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq"]),
         ("model", "vgg16", ["auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear"]),
         ("partition", "pathological", ["iid", "dirichlet", "shards", "mixture"]),
@@ -255,3 +255,18 @@ def test_default_targets():
 def test_bad_targets_string_raises(bad):
     msg = _error({"targets": bad})
     assert "targets=" in msg and repr(bad) in msg
+
+
+@pytest.mark.parametrize(
+    "alphas, betas",
+    [("0.6,0.5", "0.9,0.1"), ("0.6,0.3", "0.9"), ("", ""), ("0.6,-0.1", "0.5,0.5"), ("a,b", "0.1,0.1")],
+)
+def test_fedmim_weights_are_checked(alphas, betas):
+    msg = _error({"algorithm": "fedmim", "fedmim-alphas": alphas, "fedmim-betas": betas})
+    assert "fedmim-alphas" in msg and "fedmim-betas" in msg
+
+
+def test_fedspeed_ing_needs_client_held_duals():
+    msg = _error({"algorithm": "fedspeed-ing", "dual-storage": "server"})
+    assert "dual-storage='server'" in msg and "use client" in msg
+    assert resolve({"algorithm": "fedspeed", "dual-storage": "server"})["dual-storage"] == "server"
