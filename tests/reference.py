@@ -18,9 +18,10 @@ def grad(a, b, x):
     return a.T @ (a @ x - b) / len(b)
 
 
-def sam_grad(a, b, x, rho, eps):
+def sam_grad(a, b, x, rho, eps, mix=1.0):
+    """(1 − mix)·g1 + mix·g2, g2 at the normalised ascent point (FedSpeed's g̃; mix = 1 is plain SAM)."""
     g1 = grad(a, b, x)
-    return grad(a, b, x + rho * g1 / (np.linalg.norm(g1) + eps))
+    return (1 - mix) * g1 + mix * grad(a, b, x + rho * g1 / (np.linalg.norm(g1) + eps))
 
 
 class Federation:
@@ -64,13 +65,13 @@ def scaffold(f: Federation) -> np.ndarray:
     return x
 
 
-def feddyn(f: Federation, alpha: float, rho: float = 0.0, eps: float = 1e-7) -> np.ndarray:
+def feddyn(f: Federation, alpha: float, rho: float = 0.0, eps: float = 1e-7, mix: float = 1.0) -> np.ndarray:
     """Paper form (§4.5); rho > 0 gives FedSpeed's code form with μ = alpha (§3.1)."""
     x, h, dual = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
     for t in range(f.rounds):
         lr, cohort, local_models = f.lr(t), f.sampler.cohort(t + 1), []
         for i in cohort:
-            g = (lambda a, b, y: sam_grad(a, b, y, rho, eps)) if rho else grad
+            g = (lambda a, b, y: sam_grad(a, b, y, rho, eps, mix)) if rho else grad
             xi = f.local(i, x, lr, lambda a, b, y, i=i, g=g: g(a, b, y) - dual[i] + alpha * (y - x))
             dual[i] = dual[i] - alpha * (xi - x)
             h = h - alpha * (xi - x) / f.n

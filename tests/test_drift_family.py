@@ -94,6 +94,8 @@ TRAJECTORIES = [
     ("feddyn", {"feddyn-alpha": 0.2}, lambda f: ref.feddyn(f, 0.2)),
     ("feddyn", {"feddyn-alpha": 0.2, "dual-storage": "server"}, lambda f: ref.feddyn(f, 0.2)),
     ("fedspeed", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05}, lambda f: ref.feddyn(f, 0.2, rho=0.05)),
+    ("fedspeed", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05, "fedspeed-alpha": 0.5},
+     lambda f: ref.feddyn(f, 0.2, rho=0.05, mix=0.5)),
     ("fedspeed", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05, "dual-storage": "server"},
      lambda f: ref.feddyn(f, 0.2, rho=0.05)),
     ("fedspeed-ing", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05, "fedspeed-ing-zeta": 0.3},
