@@ -18,8 +18,8 @@ from pathlib import Path
 from fedsuite.config import ALGORITHMS, ConfigError, resolve
 from simulation.run import RunFailed, parse_overrides, preflight, pyproject_defaults, run
 
-COLUMNS = ("algorithm", "final_acc", "best_acc", "rounds_to", "s_per_round", "client_compute_s_per_round",
-           "vectors_per_client_round", "mb_per_client_round", "status")  # fmt: skip
+COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
+           "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status")  # fmt: skip
 
 
 def summarize(algorithm: str, folder: Path, targets: list[float]) -> dict:
@@ -32,19 +32,28 @@ def summarize(algorithm: str, folder: Path, targets: list[float]) -> dict:
         "algorithm": algorithm,
         "final_acc": summary["final_accuracy"],
         "best_acc": summary["best_accuracy"],
+        "final_rel_err": summary.get("final_relative_error"),  # synthetic federations: ‖x − x*‖/‖x*‖
         "rounds_to": {f"{t:g}": summary["rounds_to_target"].get(f"{t:g}") for t in targets},
         "s_per_round": median([r["round_seconds"] for r in steady]),
         "client_compute_s_per_round": median([r["client_compute_seconds"] for r in steady]),
         "vectors_per_client_round": summary["communication_vectors_per_client"] / max(len(trained), 1),
         "mb_per_client_round": summary["communication_bytes_per_client"] / max(len(trained), 1) / 1e6,
         "status": summary["status"],
-        "curve": [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None],
+        "curve": [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
+        or [(r["round"], r["relative_error"]) for r in rows if r.get("relative_error") is not None],
+        "curve_is_error": all(r.get("accuracy") is None for r in rows),
     }
+
+
+def _fmt(value, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
 
 
 def markdown(results: list[dict], targets: list[float], command: str) -> str:
     base = next((r for r in results if r["algorithm"] == "fedavg" and r.get("s_per_round")), None)
-    head = ["algorithm", "final acc", "best acc", *[f"rounds to {t:g}" for t in targets], "s/round",
+    with_error = any(r.get("final_rel_err") is not None for r in results)
+    head = ["algorithm", "final acc", "best acc", *(["final ‖x−x*‖/‖x*‖"] if with_error else []),
+            *[f"rounds to {t:g}" for t in targets], "s/round",
             "client compute s/round", "× FedAvg compute", "vectors/client/round", "MB/client/round"]  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
@@ -52,7 +61,8 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
             lines.append(f"| {r['algorithm']} | {r['status']} |" + " |" * (len(head) - 2))
             continue
         ratio = r["client_compute_s_per_round"] / base["client_compute_s_per_round"] if base else None
-        cells = [r["algorithm"], f"{r['final_acc']:.4f}", f"{r['best_acc']:.4f}",
+        cells = [r["algorithm"], _fmt(r["final_acc"], ".4f"), _fmt(r["best_acc"], ".4f"),
+                 *([_fmt(r["final_rel_err"], ".3e")] if with_error else []),
                  *[str(r["rounds_to"][f"{t:g}"] or "–") for t in targets], f"{r['s_per_round']:.2f}",
                  f"{r['client_compute_s_per_round']:.2f}", f"{ratio:.2f}" if ratio else "–",
                  f"{r['vectors_per_client_round']:.1f}", f"{r['mb_per_client_round']:.2f}"]  # fmt: skip
@@ -70,7 +80,10 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     for r in results:
         if r.get("curve"):
             ax.plot(*zip(*r["curve"], strict=True), label=r["algorithm"], linewidth=1.4)
-    ax.set(xlabel="round", ylabel="test accuracy", title=title)
+    error = any(r.get("curve_is_error") for r in results)
+    ax.set(xlabel="round", ylabel="‖x − x*‖ / ‖x*‖" if error else "test accuracy", title=title)
+    if error:
+        ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
@@ -103,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             folder = run(overrides, quiet=True, check_data=False)
             results.append(summarize(algorithm, folder, cfg.targets))
-            print(f"   final acc {results[-1]['final_acc']:.4f}, {results[-1]['s_per_round']:.2f} s/round", flush=True)
+            r = results[-1]
+            quality = f"acc {_fmt(r['final_acc'], '.4f')}" + (
+                f", ‖x−x*‖/‖x*‖ {r['final_rel_err']:.3e}" if r["final_rel_err"] is not None else ""
+            )
+            print(f"   final {quality}, {r['s_per_round']:.2f} s/round", flush=True)
         except RunFailed as err:
             failed = True
             results.append({"algorithm": algorithm, "status": f"failed: {err}"})

@@ -106,3 +106,27 @@ def test_default_experiment_learns(tmp_path, flwr_home):
     folder = sim.run({"out-dir": str(tmp_path), "run-name": "default"}, quiet=True)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["final_accuracy"] > 0.7 and summary["total_seconds"] < 180
+
+
+def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
+    from simulation import benchmark
+
+    benchmark.main(["--rounds", "3", "--num-clients", "4", "--clients-per-round", "2", "--local-steps", "3",
+                    "--model", "2nn", "--out-dir", str(tmp_path)])  # fmt: skip
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    name, value = last.split()
+    assert name == "overhead_ratio" and float(value) > 0
+    report = json.loads((tmp_path / "benchmark.json").read_text())
+    assert report["train_loss_max_abs_diff"] < 1e-3  # both paths did the same local work
+
+
+def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home):
+    from simulation import compare
+
+    rc = compare.main(["--algorithms", "fedavg,scaffold", "-c",
+                       "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 lr=0.02",
+                       "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 0
+    table = (tmp_path / "comparison.md").read_text()
+    assert "| fedavg |" in table and "| scaffold |" in table and "| 4.0 |" in table  # SCAFFOLD: 2 down + 2 up
+    assert (tmp_path / "comparison.png").stat().st_size > 1000
