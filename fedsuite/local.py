@@ -1,11 +1,16 @@
 """The one local training loop every algorithm runs, and the composable pieces of its update rule.
 
 One step (DESIGN.md, ALGORITHMS.md §0.3):
+    (ξ, j) = next minibatch              epochs/iterations, or a fixed block j     (rule.batches)
     g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
     d  = g + linear corrections          SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …  (rule.corrections)
     d  = clip(d, clip_norm)              reference codes clip loss gradient + linear terms (§0.3.2)
     d += prox-like terms                 FedProx μ(x − x^t) …                      (rule.regularizers)
-    x ← x − η_l (d + wd·x)               coupled weight decay (§0.3.1)
+    d += wd·x                            coupled weight decay (§0.3.1)
+    u  = step(d)                         SGD: u = d; Adam-type rules               (rule.step)
+    u += corrections after the step      FAdamET's y − y_i, FedLADA's mix …          (rule.after_step)
+    x ← x − η_l·u
+    x ← prox(x)                          ℓ1 / nuclear-norm proximal operators       (rule.proximal)
 Every vector is a flat tensor on the training device; the direction reuses the gradient buffer.
 """
 
@@ -25,11 +30,21 @@ from fedsuite.models import FlatModel
 Transform = Callable[[torch.Tensor, "StepContext"], None]
 
 
+# A step turns the direction d into the move u (x ← x − η_l·u); it may return d itself (SGD).
+Step = Callable[[torch.Tensor, "StepContext"], torch.Tensor]
+# A proximal operator maps x in place after the move, given the step's η_l.
+ProximalOp = Callable[[torch.Tensor, float, "StepContext"], None]
+# A batch source yields (inputs, targets, block): block is the fixed data block of the step, or None.
+BatchSource = Callable[..., Iterator[tuple[torch.Tensor, torch.Tensor, int | None]]]
+
+
 @dataclass
 class StepContext:
     x: torch.Tensor  # live flat parameters x_{i,k}
     x0: torch.Tensor  # round start x^t
     step: int = 0
+    lr: float = 0.0  # η_l of this round
+    block: int | None = None  # the fixed data block this step's minibatch came from (block sources only)
 
 
 class AtIterate:
@@ -117,11 +132,22 @@ class Scale:
         d.mul_(self.factor)
 
 
+def sgd_step(d: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+    """The default step stage: the move is the direction itself."""
+    return d
+
+
 @dataclass
 class UpdateRule:
+    """The stages of one local step (module docstring); every field defaults to plain SGD."""
+
     point: Callable = field(default_factory=AtIterate)
     corrections: Sequence[Transform] = ()
     regularizers: Sequence[Transform] = ()
+    step: Step = sgd_step
+    after_step: Sequence[Transform] = ()
+    proximal: Sequence[ProximalOp] = ()
+    batches: BatchSource | None = None  # None: minibatches() over the local data
 
 
 @dataclass
@@ -169,6 +195,11 @@ def minibatches(
             yield _batch(data, None if perm is None else perm[start : start + b], generator)
 
 
+def _plain_batches(data: LocalData, epochs: int, steps: int, batch_size: int, generator: torch.Generator):
+    for inputs, targets in minibatches(data, epochs, steps, batch_size, generator):
+        yield inputs, targets, None
+
+
 def _batch(data: LocalData, idx: torch.Tensor | None, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     x = data.inputs if idx is None else data.inputs[idx]
     y = data.targets if idx is None else data.targets[idx]
@@ -214,11 +245,12 @@ def train_local(
     start = time.perf_counter()
     x = model.x
     x.copy_(x0)
-    ctx = StepContext(x=x, x0=x0)
+    ctx = StepContext(x=x, x0=x0, lr=lr)
     loss_sum = torch.zeros((), device=x.device)
     k = 0
-    for inputs, targets in minibatches(data, epochs, steps, batch_size, generator):
-        ctx.step = k
+    source = rule.batches or _plain_batches
+    for inputs, targets, block in source(data, epochs, steps, batch_size, generator):
+        ctx.step, ctx.block = k, block
         loss_sum += rule.point(model, loss_fn, inputs, targets)
         d = model.grad
         for transform in rule.corrections:
@@ -229,7 +261,12 @@ def train_local(
             transform(d, ctx)
         if weight_decay:
             d.add_(x, alpha=weight_decay)
-        x.add_(d, alpha=-lr)
+        u = rule.step(d, ctx)
+        for transform in rule.after_step:
+            transform(u, ctx)
+        x.add_(u, alpha=-lr)
+        for prox in rule.proximal:
+            prox(x, lr, ctx)
         k += 1
     mean_loss = float(loss_sum) / max(k, 1)
     return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start)

@@ -86,3 +86,43 @@ def test_flat_model_gradient_matches_autograd():
     ref_net, _ = small_cnn_and_data(8)
     nn.functional.cross_entropy(ref_net(data.inputs), data.targets).backward()
     torch.testing.assert_close(model.grad, torch.cat([p.grad.reshape(-1) for p in ref_net.parameters()]))
+
+
+def test_step_after_step_proximal_and_batch_source_stages():
+    """The stages the adaptive and variance-reduced families plug into: a step that doubles the move equals SGD
+    at twice the lr; after-step corrections add to the move unscaled by the step; a proximal op sees the moved x;
+    a batch source's block index reaches the transforms."""
+    net, data = small_cnn_and_data()
+    model = FlatModel(net)
+    x0 = model.x.clone()
+    kw = dict(weight_decay=0.0, clip_norm=0.0, epochs=1, steps=3, batch_size=10)
+
+    def run(rule, lr):
+        return train_local(model, x0, data, loss_function("classification"), rule, lr=lr,
+                           generator=torch.Generator().manual_seed(1), **kw).x.clone()  # fmt: skip
+
+    plain = run(UpdateRule(), 0.2)
+    doubled = run(UpdateRule(step=lambda d, ctx: d.mul_(2.0)), 0.1)
+    torch.testing.assert_close(doubled, plain, rtol=0, atol=1e-6)
+
+    shift = torch.full_like(x0, 0.5)
+    shifted = run(UpdateRule(after_step=(lambda u, ctx: u.add_(shift),)), 0.1)
+    base = run(UpdateRule(), 0.1)
+    assert not torch.allclose(shifted, base)  # the shift changes later gradients too; first step checked below
+    kw["steps"] = 1
+    first = run(UpdateRule(after_step=(lambda u, ctx: u.add_(shift),)), 0.1)
+    torch.testing.assert_close(first, run(UpdateRule(), 0.1) - 0.05, rtol=0, atol=1e-6)
+    kw["steps"] = 3
+
+    seen = []
+    zeroed = run(UpdateRule(proximal=(lambda x, lr, ctx: seen.append(lr) or x.zero_(),)), 0.1)
+    assert seen == [0.1] * 3 and bool((zeroed == 0).all())
+
+    def two_blocks(data, epochs, steps, batch_size, generator):
+        for k in range(steps):
+            j = k % 2
+            yield data.inputs[j * 20 : (j + 1) * 20], data.targets[j * 20 : (j + 1) * 20], j
+
+    blocks = []
+    run(UpdateRule(batches=two_blocks, corrections=(lambda d, ctx: blocks.append(ctx.block),)), 0.1)
+    assert blocks == [0, 1, 0]
