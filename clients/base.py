@@ -3,11 +3,17 @@
 `fit`: decode the named downlink arrays, run the shared local loop with the algorithm's update rule,
 return the named uplink arrays. An algorithm subclass only says which rule (`rule`) and what goes back
 (`uplink`). Stateful algorithms read and write `self.state` (this partition's persistent vectors, loaded
-lazily from the node's store); it is saved only after the uplink is complete and finite, so a failed or
-rejected fit never leaves a client's state ahead of the server's.
+lazily from the node's store); it is saved only after the uplink is complete and finite, so a failed fit never
+leaves a client's state ahead of the server's.
+
+A fit that fails (an exception, a non-finite uplink) does not raise into Flower: it returns an error reply
+(no arrays; metrics `error` = one line, `traceback` = the full text), which the server rejects, logs in one line
+and writes to the run's clients.log. So the console is not flooded and the server knows why.
 """
 
 from __future__ import annotations
+
+import traceback
 
 import torch
 from flwr.client import NumPyClient
@@ -15,6 +21,8 @@ from flwr.client import NumPyClient
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.node import ClientNode
 from fedsuite.payload import ARRAYS_KEY, pack, unpack
+
+MAX_TRACEBACK_CHARS = 8000
 
 
 class FedClient(NumPyClient):
@@ -39,6 +47,14 @@ class FedClient(NumPyClient):
         return [self.node.model.x.detach().cpu().numpy()]
 
     def fit(self, parameters, config):
+        try:
+            return self._fit(parameters, config)
+        except Exception as err:
+            message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+            details = traceback.format_exc()[-MAX_TRACEBACK_CHARS:]
+            return [], 0, {"partition-id": self.node.partition_id, "error": message, "traceback": details}
+
+    def _fit(self, parameters, config):
         node, cfg = self.node, self.node.cfg
         torch.set_num_threads(int(cfg["client-threads"]))
         down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}

@@ -106,7 +106,12 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("eval-batch-size", 1000, "batch size of server-side evaluation", low=1),
     Key("targets", "0.7,0.75,0.8", "comma-separated accuracy targets for rounds-to-target"),
     Key("out-dir", "results", "results root; relative paths are taken from the project directory"),
-    Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>"),
+    Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>-<random>"),
+    Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)"),
+    Key("min-replies", 0.5, "share of each round's cohort that must reply validly, else the run stops as failed "
+        "(0 = go on with any number, a round without replies keeps x)", low=0.0, high=1.0),
+    Key("divergence-factor", 100.0, "stop as diverged when the test loss exceeds this multiple of the initial "
+        "loss (0 = only non-finite models and losses)", low=0.0),
     Key("device", "auto", "where clients and server compute", ("auto", "cpu", "cuda")),
     Key("client-threads", 1, "torch threads per client process", low=1),
     Key("synthetic-dim", 20, "d of the synthetic federation", low=1),

@@ -9,14 +9,12 @@ from collections.abc import Mapping
 
 from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status
-from flwr.server import Server
-from flwr.server.client_manager import SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedsuite import registry
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
-from fedsuite.server_app import build_plan
+from fedsuite.server_app import RecordingServer, build_plan
 
 
 class InProcessProxy(ClientProxy):
@@ -55,9 +53,8 @@ def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, c
     strategy = registry.build_strategy(cfg, build_plan(cfg, record=record))
     if on_strategy is not None:
         on_strategy(strategy)
-    manager = SimpleClientManager()
+    server = RecordingServer(strategy, strategy.plan.recorder)
     for context in contexts or node_contexts(run_config, int(cfg["num-clients"])):
-        manager.register(InProcessProxy(f"node-{context.node_id}", context))
-    server = Server(client_manager=manager, strategy=strategy)
+        server.client_manager().register(InProcessProxy(f"node-{context.node_id}", context))
     server.fit(num_rounds=int(cfg["num-server-rounds"]), timeout=None)
     return strategy

@@ -1,5 +1,11 @@
 """A run's folder: config.json, rounds.jsonl + rounds.csv (one row per round, flushed as it happens),
-summary.json (rewritten every round, status 'running' until the last), accuracy.png, and a progress line."""
+summary.json (rewritten every round), clients.log (full reasons of failed clients), accuracy.png, and a progress
+line.
+
+summary.json's `status` is `running` until the run ends, then one of STATUSES; `reason` says why a run that did
+not complete stopped. One folder holds one run: the folder is claimed with an exclusive marker file, and a folder
+that already holds a run is refused unless the run config says `overwrite=true`.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,18 @@ import csv
 import json
 import logging
 import math
+import os
+import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any
+
+# Final statuses, with the exit code simulation.run gives each (interrupted: 128 + the signal's number).
+STATUSES = {"completed": 0, "failed": 1, "diverged": 3, "interrupted": 130}
+RUN_MARKER = ".fedsuite-run"
+RUN_TOKEN_ENV = "FEDSUITE_RUN_TOKEN"  # set by simulation.run for every process of one launch
+RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log")
 
 CSV_COLUMNS = (
     "round", "accuracy", "loss", "train_loss", "objective_gap", "relative_error", "round_seconds",
@@ -21,24 +36,96 @@ CSV_COLUMNS = (
 log = logging.getLogger("flwr.fedsuite")
 
 
+class ResultsFolderTaken(FileExistsError):
+    """The results folder already holds a run and overwrite was not asked for."""
+
+
+def default_run_name(algorithm: str, dataset: str) -> str:
+    """<algorithm>-<dataset>-<date-time>-<random>: unique across processes started in the same second."""
+    return f"{algorithm}-{dataset}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def holds_run(folder: Path) -> bool:
+    return (folder / RUN_MARKER).exists() or any((folder / name).exists() for name in RUN_FILES[:3])
+
+
+def taken_message(folder: Path) -> str:
+    return (
+        f"results folder {folder} already holds a run; choose another run-name, leave run-name empty for a "
+        "fresh folder, or pass overwrite=true to replace it"
+    )
+
+
+def claim_folder(folder: Path, overwrite: bool, token: str | None = None) -> None:
+    """Create `folder` and take it for this run, atomically (two runs racing for one name: one wins).
+
+    `token` identifies one launch of simulation.run: the driver claims the folder before Flower starts, and the
+    ServerApp it launched (same token in its environment) finds the claim its own."""
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / RUN_MARKER
+    if token and _marker(marker).get("token") == token:
+        return
+    if holds_run(folder) and not overwrite:
+        raise ResultsFolderTaken(taken_message(folder))
+    flags = os.O_CREAT | os.O_WRONLY | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        fd = os.open(marker, flags)
+    except FileExistsError:
+        raise ResultsFolderTaken(taken_message(folder)) from None
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}))
+    if overwrite:
+        for name in RUN_FILES:
+            (folder / name).unlink(missing_ok=True)
+
+
+def _marker(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def mark_stopped(folder: Path, status: str, reason: str) -> bool:
+    """Set a summary that still says `running` to `status` (a driver that outlived its run); True if changed."""
+    path = folder / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if summary.get("status") != "running":
+        return False
+    summary.update(status=status, reason=reason)
+    tmp = path.with_suffix(".json.stop")
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(path)
+    return True
+
+
 class RunRecorder:
     def __init__(
-        self, folder: Path, config: dict[str, Any], meta: dict[str, Any], targets: list[float], num_rounds: int
+        self,
+        folder: Path,
+        config: dict[str, Any],
+        meta: dict[str, Any],
+        targets: list[float],
+        num_rounds: int,
+        overwrite: bool = False,
     ):
         self.folder = folder
         self.targets = targets
         self.num_rounds = num_rounds
         self.rows: list[dict[str, Any]] = []
         self.started = time.time()
-        folder.mkdir(parents=True, exist_ok=True)
+        self.status = "running"
+        claim_folder(folder, overwrite, os.environ.get(RUN_TOKEN_ENV))
         (folder / "config.json").write_text(json.dumps({"run_config": config, **meta}, indent=2, default=str))
-        for name in ("rounds.jsonl", "rounds.csv"):
-            (folder / name).unlink(missing_ok=True)
         with open(folder / "rounds.csv", "w", newline="") as f:
             csv.writer(f).writerow(CSV_COLUMNS)
         self.write_summary("running")
 
-    def record(self, row: dict[str, Any]) -> None:
+    def record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
+        """Append a round's row; `status` ends the run (default: `completed` after the last round)."""
         row = {"elapsed_seconds": round(time.time() - self.started, 3), **row}
         self.rows.append(row)
         with open(self.folder / "rounds.jsonl", "a") as f:
@@ -46,10 +133,28 @@ class RunRecorder:
         with open(self.folder / "rounds.csv", "a", newline="") as f:
             csv.writer(f).writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
         log.info(progress_line(row, self.num_rounds))
-        last = row["round"] >= self.num_rounds
-        self.write_summary("completed" if last else "running")
-        if last:
+        if status is None:
+            status = "completed" if row["round"] >= self.num_rounds else "running"
+        if status == "running":
+            self.write_summary(status)
+        else:
+            self.finish(status, reason)
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        """Write the final summary (once) and the plot."""
+        if self.status != "running":
+            return
+        self.write_summary(status, reason)
+        try:
             self.plot()
+        except Exception as err:  # a missing plot must not hide the run's status
+            log.warning("fedsuite │ accuracy.png not written: %s", err)
+
+    def client_problem(self, server_round: int, who: str, reason: str, details: str = "") -> None:
+        """Append a failed client's full reason (traceback) to clients.log; the console gets one line."""
+        with open(self.folder / "clients.log", "a") as f:
+            f.write(f"=== round {server_round} │ {who} │ {reason}\n{details.rstrip()}\n" if details else
+                    f"=== round {server_round} │ {who} │ {reason}\n")  # fmt: skip
 
     def summary(self, status: str) -> dict[str, Any]:
         evaluated = [r for r in self.rows if r.get("accuracy") is not None and r["round"] > 0]
@@ -67,8 +172,8 @@ class RunRecorder:
                 f"{t:g}": next((r["round"] for r in evaluated if r["accuracy"] >= t), None) for t in self.targets
             },
             "total_seconds": round(time.time() - self.started, 3),
-            "first_round_seconds": trained[0]["round_seconds"] if trained else None,
-            "steady_round_seconds": _median([r["round_seconds"] for r in trained[1:]]),
+            "first_round_seconds": trained[0].get("round_seconds") if trained else None,
+            "steady_round_seconds": _median([r.get("round_seconds") for r in trained[1:]]),
             "communication_bytes_per_client": sum(
                 (r.get("bytes_down_per_client") or 0) + (r.get("bytes_up_per_client") or 0) for r in trained
             ),
@@ -82,9 +187,13 @@ class RunRecorder:
             out["final_objective_gap"] = with_error[-1]["objective_gap"]
         return out
 
-    def write_summary(self, status: str) -> None:
+    def write_summary(self, status: str, reason: str | None = None) -> None:
+        self.status = status
+        out = self.summary(status)
+        if reason:
+            out["reason"] = reason
         tmp = self.folder / "summary.json.tmp"
-        tmp.write_text(json.dumps(self.summary(status), indent=2))
+        tmp.write_text(json.dumps(out, indent=2))
         tmp.replace(self.folder / "summary.json")
 
     def plot(self) -> None:

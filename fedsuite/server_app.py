@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.common import Context
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig
+from flwr.server.client_manager import SimpleClientManager
 
 from fedsuite import registry, state
 from fedsuite.config import Config, resolve
@@ -19,9 +19,9 @@ from fedsuite.data import client_partition, load_dataset
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator
 from fedsuite.models import initial_vector
-from fedsuite.results import RunRecorder
+from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.sampling import Sampler
-from strategies.base import RunPlan
+from strategies.base import RunAborted, RunPlan
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -38,8 +38,7 @@ def results_folder(cfg: Config) -> Path:
     root = Path(str(cfg["out-dir"])).expanduser()
     if not root.is_absolute():
         root = Path(os.getcwd()) / root
-    name = str(cfg["run-name"]) or f"{cfg['algorithm']}-{cfg['dataset']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return root / name
+    return root / (str(cfg["run-name"]) or default_run_name(str(cfg["algorithm"]), str(cfg["dataset"])))
 
 
 def build_plan(cfg: Config, record: bool = True) -> RunPlan:
@@ -57,7 +56,7 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
     if record:
         folder = results_folder(cfg)
         recorder = RunRecorder(folder, dict(cfg), run_meta(cfg, dataset, parts, x0, device), cfg.targets,
-                               int(cfg["num-server-rounds"]))  # fmt: skip
+                               int(cfg["num-server-rounds"]), bool(cfg["overwrite"]))  # fmt: skip
         log.info("fedsuite │ results → %s", folder)
     log.info(
         "fedsuite │ %s on %s │ model %s, d=%d │ %d clients, %s │ %s │ %d rounds │ device %s",
@@ -74,6 +73,8 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
         eval_every=int(cfg["eval-every"]),
         evaluate=Evaluator(dataset, cfg.model, device, int(cfg["eval-batch-size"])),
         recorder=recorder,
+        min_replies=float(cfg["min-replies"]),
+        divergence_factor=float(cfg["divergence-factor"]),
     )
 
 
@@ -121,11 +122,42 @@ def quiet_flower_logs() -> None:
     logging.getLogger("flwr.fedsuite").setLevel(logging.INFO)
 
 
+class RecordingServer(Server):
+    """Flower's round loop, plus: whatever ends the run early is written to summary.json before it propagates
+    (a strategy's RunAborted has written its own status; any other exception is `failed`, an interruption
+    `interrupted`), so a results folder never says `running` about a run that has stopped."""
+
+    def __init__(self, strategy, recorder):
+        super().__init__(client_manager=SimpleClientManager(), strategy=strategy)
+        self.recorder = recorder
+
+    def fit(self, num_rounds: int, timeout: float | None):
+        try:
+            return super().fit(num_rounds, timeout)
+        except RunAborted:
+            raise
+        except (KeyboardInterrupt, SystemExit) as err:
+            self._finish("interrupted", f"the ServerApp was stopped ({type(err).__name__})")
+            raise
+        except BaseException as err:
+            self._finish("failed", f"{type(err).__name__}: {err}")
+            raise
+
+    def _finish(self, status: str, reason: str) -> None:
+        if self.recorder is not None:
+            log.error("fedsuite │ %s: %s", status, reason)
+            self.recorder.finish(status, reason)
+
+
 def server_fn(context: Context) -> ServerAppComponents:
     quiet_flower_logs()
     cfg = resolve(context.run_config)
-    strategy = registry.build_strategy(cfg, build_plan(cfg))
-    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=int(cfg["num-server-rounds"])))
+    plan = build_plan(cfg)
+    strategy = registry.build_strategy(cfg, plan)
+    return ServerAppComponents(
+        server=RecordingServer(strategy, plan.recorder),
+        config=ServerConfig(num_rounds=int(cfg["num-server-rounds"])),
+    )
 
 
 app = ServerApp(server_fn=server_fn)

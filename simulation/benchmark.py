@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         "algorithm": "fedavg", "dataset": "fashion-mnist", "model": args.model, "num-clients": args.num_clients,
         "sampling": "fixed", "clients-per-round": args.clients_per_round, "local-steps": args.local_steps,
         "batch-size": 50, "lr": 0.05, "num-server-rounds": rounds, "eval-every": rounds + 1, "seed": 0,
-        "device": "cpu", "client-threads": 1, "out-dir": str(out_dir), "run-name": "benchmark-suite",
+        "device": "cpu", "client-threads": 1, "out-dir": str(out_dir), "run-name": "benchmark-suite", "overwrite": True,
     }  # fmt: skip
     values = {**pyproject_defaults(), **overrides}
     cfg = resolve(values)

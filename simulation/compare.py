@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from fedsuite.config import ALGORITHMS, ConfigError, resolve
-from simulation.run import RunFailed, parse_overrides, preflight, pyproject_defaults, run
+from simulation.run import Interrupted, RunFailed, parse_overrides, preflight, pyproject_defaults, run
 
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
            "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status")  # fmt: skip
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results, failed = [], False
     for algorithm in algorithms:
-        overrides = {**shared, "algorithm": algorithm, "out-dir": str(out / "runs"), "run-name": algorithm}
+        overrides = {**shared, "algorithm": algorithm, "out-dir": str(out / "runs"), "run-name": algorithm,
+                     "overwrite": True}  # fmt: skip
         print(f"── {algorithm} ──", flush=True)
         try:
             folder = run(overrides, quiet=True, check_data=False)
@@ -123,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   final {quality}, {r['s_per_round']:.2f} s/round", flush=True)
         except RunFailed as err:
             failed = True
-            results.append({"algorithm": algorithm, "status": f"failed: {err}"})
-            print(f"   failed: {err}", flush=True)
+            results.append({"algorithm": algorithm, "status": f"{err.status}: {err}"})
+            print(f"   {err.status}: {err}", flush=True)
+        except Interrupted as err:
+            print(f"interrupted ({err}); the comparison stops here", file=sys.stderr)
+            return err.exit_code
     command = "python -m simulation.compare --algorithms " + ",".join(algorithms)
     command += "".join(f' -c "{c}"' for c in args.run_config) + f" --out {args.out}"
     (out / "comparison.md").write_text(markdown(results, cfg.targets, command))

@@ -1,16 +1,21 @@
-"""Run one experiment through `flwr run` (Ray simulation) and fail loudly when it fails.
+"""Run one experiment through `flwr run` (Ray simulation), stop it when told, and say truthfully how it ended.
 
     python -m simulation.run -c "algorithm='fedprox' prox-mu=0.01 num-server-rounds=20"
 
 What it adds to a bare `flwr run . --stream`:
-- the run config is validated here first, and the dataset and partition are built once (preflight), so a
-  bad key, missing files or an infeasible partition stop in seconds, not after Ray's cold start;
+- the run config is validated first, the results folder and any client-state folder are checked writable,
+  and the dataset is decoded and partitioned once (preflight), so a bad key, a corrupt file, an unwritable
+  folder or an infeasible partition stop in seconds with exit code 2, not after Ray's cold start;
+- the results folder is claimed before anything starts: an existing run is never overwritten unless
+  `overwrite=true`, and default names are unique per launch;
 - the federation gets one SuperNode per client (`num-supernodes = num-clients`) and CPU/GPU shares;
-- the exit code is the run's real status (`flwr run --stream` exits 0 on a failed run), checked with
-  `flwr ls --run-id … --format json` and the run's summary.json;
-- the local SuperLink that `flwr run` leaves behind is stopped if this command started it, and it gets
-  ports of its own, so runs from different FLWR_HOMEs can go on at the same time;
-- Flower's telemetry, update check and runtime dependency installation are switched off.
+- every process of the launch (the local SuperLink, SuperExec, `flwr-simulation`, Ray) carries a token in its
+  environment and gets a private FLWR_HOME and ports, so Ctrl-C or SIGTERM stops all of them within seconds,
+  the end of the run stops the SuperLink, and a reaper process does the same if this command is killed;
+- the exit code is the run's status from summary.json (`flwr run --stream` exits 0 on a failed run):
+  0 completed, 1 failed, 3 diverged, 130/143 interrupted (SIGINT/SIGTERM), 2 bad input;
+- Flower's output goes to the console and to `flwr.log` in the results folder (over-long lines are cut on the
+  console only); Flower's telemetry, update check and runtime dependency installation are switched off.
 Prints the results folder as its last line.
 """
 
@@ -21,26 +26,59 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import time
+import tempfile
 import tomllib
 from pathlib import Path
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config import Config, ConfigError, resolve
+from fedsuite.results import (
+    RUN_TOKEN_ENV,
+    STATUSES,
+    ResultsFolderTaken,
+    claim_folder,
+    default_run_name,
+    mark_stopped,
+)
+from simulation.processes import new_token, stop_tagged
 
 PROJECT = Path(__file__).resolve().parent.parent
 QUIET_FLOWER = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",  # silences Ray's FutureWarning about it, on every worker
 }
+CONSOLE_LINE_CHARS = 400  # longer lines (e.g. a warning that prints a 100-number list) are cut on the console
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 class RunFailed(RuntimeError):
-    pass
+    """The run ended but did not complete: `status` is failed or diverged, `folder` holds what it wrote."""
+
+    def __init__(self, message: str, status: str = "failed", folder: Path | None = None):
+        super().__init__(message)
+        self.status, self.folder = status, folder
+
+    @property
+    def exit_code(self) -> int:
+        return STATUSES.get(self.status, 1)
+
+
+class Interrupted(RuntimeError):
+    """A signal stopped the run; every process of the launch has been stopped."""
+
+    def __init__(self, signum: int, folder: Path | None = None):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum, self.folder = signum, folder
+
+    @property
+    def exit_code(self) -> int:
+        return SIGNAL_EXIT.get(self.signum, 128 + self.signum)
 
 
 def pyproject_defaults(project: Path = PROJECT) -> dict:
@@ -48,85 +86,119 @@ def pyproject_defaults(project: Path = PROJECT) -> dict:
 
 
 def parse_overrides(overrides: list[str]) -> dict:
+    """`-c "key=value key2=value2"` (TOML values) → dict; a malformed string or a repeated key is a ConfigError."""
+    import click
     from flwr.common.config import parse_config_args
 
-    return parse_config_args(overrides) if overrides else {}
+    seen: dict[str, str] = {}
+    for text in overrides:
+        for pair in shlex.split(text) if not text.strip().endswith(".toml") else []:
+            key = pair.split("=", 1)[0].strip()
+            if "=" not in pair:
+                raise ConfigError(f'-c: {pair!r} is not key=value; write e.g. -c "{pair}=<value>"')
+            if key in seen:
+                raise ConfigError(f"-c: key {key!r} is given twice ({seen[key]!r} and {pair!r}); give it once")
+            seen[key] = pair
+    try:
+        return parse_config_args(overrides) if overrides else {}
+    except click.ClickException as err:
+        raise ConfigError(
+            f"-c {' '.join(overrides)!r}: {err.format_message()}; write key=value pairs with TOML values, "
+            "strings in quotes: -c \"algorithm='fedprox' lr=0.05\""
+        ) from None
 
 
-def preflight(cfg, quiet: bool = False) -> None:
-    """Load the dataset and build the partition in this process (errors name the key to change); print
-    the client-state estimate of stateful algorithms."""
+def check_writable(path: Path, key: str) -> None:
+    """Create `path` if needed and write a file in it (root ignores file modes, so only trying tells)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".fedsuite-write-check-"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={str(path)!r}: not writable ({err.strerror or err}); choose another folder") from None
+
+
+def client_state_folder(cfg: Config) -> Path | None:
+    """The folder client state will be written to in this simulation, or None when it stays in memory."""
+    from fedsuite import registry, state
+
+    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    if not vectors:
+        return None
+    dim = _model_dim(cfg)
+    where = state.choose_backend(str(cfg["client-state"]), int(cfg["num-clients"]), dim, vectors,
+                                 float(cfg["client-state-budget-mb"]))  # fmt: skip
+    if where != "disk":
+        return None
+    configured = str(cfg["client-state-dir"])
+    return Path(configured).expanduser() if configured else Path(tempfile.gettempdir()) / "fedsuite-client-state"
+
+
+def preflight(cfg: Config, quiet: bool = False) -> None:
+    """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible;
+    print the client-state estimate of stateful algorithms. Raises ConfigError / DatasetNotFound / ValueError."""
     from fedsuite import registry, state
     from fedsuite.data import client_partition, load_dataset
-    from fedsuite.server_app import initial_model
 
+    check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
     dataset = load_dataset(cfg)
     client_partition(cfg, dataset)
+    folder = client_state_folder(cfg)
+    if folder is not None:
+        check_writable(folder, "client-state-dir")
     vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
     if vectors and not quiet:
-        dim = initial_model(cfg, dataset).size
         budget = float(cfg["client-state-budget-mb"])
-        print(state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), dim, vectors, budget), flush=True)
+        print(state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), _model_dim(cfg), vectors, budget),
+              flush=True)  # fmt: skip
 
 
-def flower_env() -> dict[str, str]:
+def _model_dim(cfg: Config) -> int:
+    from fedsuite.data import load_dataset
+    from fedsuite.server_app import initial_model
+
+    return int(initial_model(cfg, load_dataset(cfg)).size)
+
+
+def _absolute(path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (Path.cwd() / p).resolve()
+
+
+def flwr_executable() -> str:
+    """`flwr` next to the interpreter running this (a venv used without activating it), else on PATH."""
+    beside = Path(sys.executable).parent / "flwr"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("flwr")
+    if found:
+        return found
+    raise ConfigError(f"the flwr command was found neither next to {sys.executable} nor on PATH; install the "
+                      "project into this interpreter's environment (pip install -e .)")  # fmt: skip
+
+
+def flower_env(token: str, flwr_home: Path) -> dict[str, str]:
+    """The launch's environment: quiet Flower, the token, a private FLWR_HOME with two free ports, and this
+    interpreter's bin folder first on PATH (flwr starts flower-superlink by name)."""
     env = dict(os.environ)
     env.update(QUIET_FLOWER)
+    env[RUN_TOKEN_ENV] = token
+    env["FLWR_HOME"] = str(flwr_home)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    socks = [socket.socket() for _ in range(2)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"], env["FLWR_LOCAL_CONTROL_API_PORT"] = (
+        str(sock.getsockname()[1]) for sock in socks
+    )
+    for sock in socks:
+        sock.close()
     return env
 
 
-def local_superlinks(flwr_home: Path) -> list[int]:
-    """PIDs of local simulation SuperLinks whose database lives under this FLWR_HOME."""
-    out = subprocess.run(["pgrep", "-f", "flower-superlink"], capture_output=True, text=True).stdout.split()
-    pids = []
-    for pid in out:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "--simulation" in cmd and str(flwr_home / "local-superlink") in cmd:
-            pids.append(int(pid))
-    return pids
-
-
-def superlink_ports(env: dict[str, str], flwr_home: Path) -> dict[str, str]:
-    """Ports for the local SuperLink: the ones this FLWR_HOME's running SuperLink uses, else two free ones.
-
-    Flower's defaults (39091/39093) are shared by every FLWR_HOME, so two concurrent runs from different
-    folders would otherwise talk to one SuperLink (and one would stop the other's)."""
-    keys = ("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT")
-    if all(k in env for k in keys):
-        return {k: env[k] for k in keys}
-    for pid in local_superlinks(flwr_home):
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        if "--port" in args and "--control-api-address" in args:
-            http = args[args.index("--port") + 1]
-            control = args[args.index("--control-api-address") + 1].rsplit(":", 1)[1]
-            return dict(zip(keys, (http, control), strict=True))
-    socks = [socket.socket() for _ in keys]
-    for sock in socks:
-        sock.bind(("127.0.0.1", 0))
-    ports = {k: str(sock.getsockname()[1]) for k, sock in zip(keys, socks, strict=True)}
-    for sock in socks:
-        sock.close()
-    return ports
-
-
-def stop(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-        time.sleep(0.2)
-
-
-def run_status(run_id: str, env: dict[str, str]) -> str:
-    res = subprocess.run(
-        ["flwr", "ls", "--run-id", run_id, "--format", "json"], capture_output=True, text=True, env=env, cwd=PROJECT
-    )
+def run_status(flwr: str, run_id: str, env: dict[str, str]) -> str:
+    res = subprocess.run([flwr, "ls", "--run-id", run_id, "--format", "json"], capture_output=True, text=True,
+                         env=env, cwd=PROJECT, timeout=60)  # fmt: skip
     try:
         return json.loads(res.stdout)["runs"][0]["status"]
     except (ValueError, KeyError, IndexError):
@@ -137,57 +209,120 @@ def run(
     overrides: dict,
     cpus_per_client: float = 1.0,
     gpus_per_client: float | None = None,
-    keep_superlink: bool = False,
     quiet: bool = False,
     check_data: bool = True,
 ) -> Path:
-    """Validate, run through `flwr run`, check the outcome; returns the results folder or raises."""
+    """Validate, run through `flwr run`, check the outcome; returns the results folder.
+
+    Raises ConfigError (and the dataset errors) before anything starts, RunFailed when the run failed or
+    diverged, Interrupted on SIGINT/SIGTERM/SIGHUP (after stopping every process of the launch)."""
     overrides = dict(overrides)
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
+    flwr = flwr_executable()
     if check_data:
         preflight(cfg, quiet)
-    out_dir = Path(str(cfg["out-dir"])).expanduser()
-    overrides["out-dir"] = str(out_dir if out_dir.is_absolute() else (Path.cwd() / out_dir).resolve())
-    if not cfg["run-name"]:
-        overrides["run-name"] = f"{cfg['algorithm']}-{cfg['dataset']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    folder = Path(overrides["out-dir"]) / str(overrides.get("run-name") or cfg["run-name"])
+    else:
+        check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
+    overrides["out-dir"] = str(_absolute(str(cfg["out-dir"])))
+    overrides["run-name"] = str(cfg["run-name"]) or default_run_name(str(cfg["algorithm"]), str(cfg["dataset"]))
+    folder = Path(overrides["out-dir"]) / overrides["run-name"]
+    token = new_token()
+    try:
+        claim_folder(folder, bool(cfg["overwrite"]), token)
+    except ResultsFolderTaken as err:
+        raise ConfigError(f"run-name={overrides['run-name']!r}: {err}") from None
     if gpus_per_client is None:
         gpus_per_client = 0.25 if _cuda_visible() and cfg["device"] != "cpu" else 0.0
     federation = f"num-supernodes={cfg['num-clients']} client-resources-num-cpus={cpus_per_client:g}"
     if gpus_per_client:
         federation += f" client-resources-num-gpus={gpus_per_client:g}"
-    env = flower_env()
-    flwr_home = Path(env.get("FLWR_HOME", Path.home() / ".flwr"))
-    already_running = local_superlinks(flwr_home)
-    env.update(superlink_ports(env, flwr_home))
-    config_arg = " ".join(f"{k}={_toml(v)}" for k, v in overrides.items())
-    cmd = ["flwr", "run", str(PROJECT), "--stream", "--federation-config", federation]
-    if config_arg:
-        cmd += ["-c", config_arg]
+    flwr_home = Path(tempfile.mkdtemp(prefix="fedsuite-flwr-home-"))
+    env = flower_env(token, flwr_home)
+    cmd = [flwr, "run", str(PROJECT), "--stream", "--federation-config", federation,
+           "-c", " ".join(f"{k}={_toml(v)}" for k, v in overrides.items())]  # fmt: skip
     if not quiet:
         print("$ " + shlex.join(cmd), flush=True)
-    run_id = None
+    reaper = subprocess.Popen(
+        [sys.executable, "-m", "simulation.reaper", token, str(folder), str(flwr_home)],
+        stdin=subprocess.PIPE,
+        cwd=PROJECT,
+        env={k: v for k, v in os.environ.items() if k != RUN_TOKEN_ENV},
+        start_new_session=True,
+    )
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in SIGNAL_EXIT}
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=PROJECT)
-        for line in proc.stdout:
-            if not quiet:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            found = re.search(r"Successfully started run (\d+)", line)
-            run_id = run_id or (found.group(1) if found else None)
-        proc.wait()
+        run_id = _stream(cmd, env, folder / "flwr.log", quiet)
         if run_id is None:
-            raise RunFailed(f"flwr run did not start a run (exit code {proc.returncode})")
-        status = run_status(run_id, env)
-        if status != "finished:completed":
-            raise RunFailed(f"run {run_id} ended with status {status}; see the log above")
-        summary = json.loads((folder / "summary.json").read_text())
-        if summary.get("status") != "completed":
-            raise RunFailed(f"run {run_id}: {folder}/summary.json says status={summary.get('status')}")
+            raise RunFailed(f"flwr run did not start a run; see {folder / 'flwr.log'}", "failed", folder)
+        flower_status = run_status(flwr, run_id, env)
+        return _outcome(folder, run_id, flower_status)
+    except Interrupted as err:
+        for sig in SIGNAL_EXIT:
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        stop_tagged(token)
+        mark_stopped(folder, "interrupted", str(err))
+        err.folder = folder
+        raise
     finally:
-        if not keep_superlink:
-            stop([p for p in local_superlinks(flwr_home) if p not in already_running])
-    return folder
+        for sig in SIGNAL_EXIT:
+            signal.signal(sig, signal.SIG_IGN)
+        reaper.stdin.close()  # the reaper stops what is left (the SuperLink) and removes the FLWR_HOME
+        try:
+            reaper.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def _stream(cmd: list[str], env: dict[str, str], log_path: Path, quiet: bool) -> str | None:
+    """Run `flwr run --stream`, copying its output to the console and to log_path; returns the run id."""
+    run_id = None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=PROJECT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        with open(log_path, "a") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if not quiet:
+                    sys.stdout.write(_console(line))
+                    sys.stdout.flush()
+                found = re.search(r"Successfully started run (\d+)", line)
+                run_id = run_id or (found.group(1) if found else None)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    return run_id
+
+
+def _console(line: str) -> str:
+    if len(line) <= CONSOLE_LINE_CHARS:
+        return line
+    return line[:CONSOLE_LINE_CHARS] + " … (cut here; the whole line is in flwr.log)\n"
+
+
+def _outcome(folder: Path, run_id: str, flower_status: str) -> Path:
+    """The run's status: summary.json's, which Flower's must not contradict."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    status, reason = summary.get("status"), summary.get("reason")
+    if status == "completed" and flower_status == "finished:completed":
+        return folder
+    if status in ("failed", "diverged"):
+        raise RunFailed(f"run {run_id} {status}: {reason}", status, folder)
+    reason = f"Flower reports {flower_status}; see the ServerApp's error in {folder / 'flwr.log'}"
+    if not mark_stopped(folder, "failed", reason) and summary:
+        reason = f"Flower reports {flower_status} but summary.json says {status}"
+    raise RunFailed(f"run {run_id} failed: {reason}", "failed", folder)
 
 
 def _toml(value) -> str:
@@ -212,29 +347,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--run-config", action="append", default=[], help="key=value overrides (TOML values)")
     parser.add_argument("--cpus-per-client", type=float, default=1.0, help="Ray CPUs per virtual client")
     parser.add_argument("--gpus-per-client", type=float, default=None, help="GPU share per client (0.25 if CUDA)")
-    parser.add_argument("--keep-superlink", action="store_true", help="leave the local SuperLink running")
-    parser.add_argument("--check", action="store_true", help="only validate the run config, data and partition")
+    parser.add_argument("--check", action="store_true", help="only validate the run config, folders, data, partition")
     parser.add_argument("--no-preflight", action="store_true", help="skip loading data/partition before the run")
     args = parser.parse_args(argv)
     try:
         overrides = parse_overrides(args.run_config)
         if args.check:
             preflight(resolve({**pyproject_defaults(), **overrides}))
-            print("run config, data and partition OK")
+            print("run config, folders, data and partition OK")
             return 0
-        folder = run(
-            overrides,
-            args.cpus_per_client,
-            args.gpus_per_client,
-            args.keep_superlink,
-            check_data=not args.no_preflight,
-        )
+        folder = run(overrides, args.cpus_per_client, args.gpus_per_client, check_data=not args.no_preflight)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except RunFailed as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        if err.folder is not None:
+            print(f"results so far: {err.folder}", file=sys.stderr)
+        return err.exit_code
+    except Interrupted as err:
+        print(f"\ninterrupted ({err}); every process of the run was stopped", file=sys.stderr)
+        if err.folder is not None:
+            print(f"results so far: {err.folder}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # before the run started
+        print("\ninterrupted before the run started", file=sys.stderr)
+        return 130
     print(f"results: {folder}")
     return 0
 

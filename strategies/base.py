@@ -2,7 +2,10 @@
 
 Plumbing lives here: partition-id → node discovery, seeded cohorts, payload encode/decode, validation of
 client replies (rejected and logged, never averaged in), communication accounting, centralised evaluation
-and the results rows. An algorithm subclass only says what it keeps (`__init__`), what it sends
+and the results rows, and the run's honesty checks: a round with fewer valid replies than `min_replies` of its
+cohort stops the run as `failed` (or `diverged` when the clients lost were lost to non-finite training), and a
+non-finite global model or an exploding test loss stops it as `diverged` (RunAborted, after summary.json says
+why). An algorithm subclass only says what it keeps (`__init__`), what it sends
 (`downlink`, `fit_config`), what it expects back (`uplink_names`) and how replies become the new model
 (`aggregate`).
 """
@@ -10,7 +13,9 @@ and the results rows. An algorithm subclass only says what it keeps (`__init__`)
 from __future__ import annotations
 
 import logging
+import math
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,9 +42,28 @@ from fedsuite.sampling import Sampler
 
 log = logging.getLogger("flwr.fedsuite")
 
+# Client errors (clients/base.py sends "<ExceptionName>: message") that mean local training diverged.
+DIVERGENCE_ERRORS = ("FloatingPointError",)
+
 
 class FederationError(RuntimeError):
     """The connected SuperNodes do not form the federation the run config describes."""
+
+
+class RunAborted(RuntimeError):
+    """The run cannot go on truthfully; summary.json already holds `status` and the reason."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+class RejectedReply(ValueError):
+    """A client reply that is not averaged in; `diverged` marks non-finite training as the cause."""
+
+    def __init__(self, reason: str, diverged: bool = False, details: str = ""):
+        super().__init__(reason)
+        self.diverged, self.details = diverged, details
 
 
 @dataclass
@@ -56,6 +80,8 @@ class RunPlan:
     evaluate: Callable[[np.ndarray], dict[str, Any]] | None = None
     recorder: RunRecorder | None = None
     node_wait_seconds: float = 600.0
+    min_replies: float = 0.5  # share of the cohort that must reply validly each round (0: any number, even none)
+    divergence_factor: float = 100.0  # test loss above this × the initial loss = diverged (0: non-finite only)
 
 
 @dataclass
@@ -82,6 +108,7 @@ class FedStrategy(Strategy):
         self._node_of: dict[int, ClientProxy] = {}
         self._round_started: dict[int, float] = {}
         self._round_stats: dict[int, dict[str, Any]] = {}
+        self._initial_loss: float | None = None
 
     # ---- algorithm hooks -------------------------------------------------------------------------
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
@@ -159,15 +186,18 @@ class FedStrategy(Strategy):
         return instructions
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
-        replies, rejected = [], 0
+        replies, rejected, diverged = [], 0, 0
         for proxy, res in results:
             try:
                 replies.append(self._validate(res))
-            except ValueError as err:
+            except RejectedReply as err:
                 rejected += 1
-                log.warning("round %d: rejected reply from node %s: %s", server_round, proxy.cid, err)
+                diverged += err.diverged
+                self._client_problem(server_round, self._who(proxy, res), f"rejected: {err}", err.details)
         for failure in failures:
-            log.warning("round %d: client failure: %s", server_round, _describe_failure(failure))
+            proxy = failure[0] if isinstance(failure, tuple) else None
+            self._client_problem(server_round, self._who(proxy), f"failed: {_describe_failure(failure)}",
+                                 _failure_details(failure))  # fmt: skip
         stats = self._round_stats.setdefault(server_round, {})
         stats.update(
             replies=len(replies),
@@ -182,12 +212,30 @@ class FedStrategy(Strategy):
             vectors_up_per_client=float(np.mean([len(r.arrays) for r in replies])) if replies else 0.0,
             local_consistency=_local_consistency(replies),
         )
+        cohort = int(stats.get("cohort", len(results) + len(failures)))
+        needed = max(1, math.ceil(self.plan.min_replies * cohort)) if self.plan.min_replies > 0 else 0
+        if len(replies) < needed:
+            lost = cohort - len(replies)
+            status = "diverged" if diverged * 2 > lost else "failed"
+            cause = (
+                "training diverged (non-finite values)" if status == "diverged" else "clients failed or were rejected"
+            )
+            self._abort(
+                server_round,
+                status,
+                f"round {server_round}: {len(replies)} valid replies from a cohort of {cohort}, min-replies="
+                f"{self.plan.min_replies:g} needs {needed}; {cause} ({rejected} rejected, {stats['failures']} failed; "
+                "reasons above and in clients.log)",
+            )
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             return None, {}
         replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
 
-        self.x = np.asarray(self.aggregate(server_round, replies), dtype=np.float32)
+        new_x = np.asarray(self.aggregate(server_round, replies), dtype=np.float32)
+        if not np.all(np.isfinite(new_x)):
+            self._abort(server_round, "diverged", f"round {server_round}: the aggregated global model is not finite")
+        self.x = new_x
         return ndarrays_to_parameters([self.x]), {}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
@@ -203,8 +251,11 @@ class FedStrategy(Strategy):
         row.pop("missing", None)
         if server_round in self._round_started:
             row["round_seconds"] = round(time.perf_counter() - self._round_started.pop(server_round), 4)
-        if self.plan.recorder is not None:
-            self.plan.recorder.record(row)
+        problem = self._divergence(server_round, metrics.get("loss"))
+        if problem:
+            self._record(row, "diverged", problem)
+            raise RunAborted("diverged", problem)
+        self._record(row)
         if not metrics:
             return None
         loss = metrics.get("loss")
@@ -212,28 +263,81 @@ class FedStrategy(Strategy):
             k: v for k, v in metrics.items() if isinstance(v, (int, float))
         }
 
+    # ---- honesty checks --------------------------------------------------------------------------
+    def _divergence(self, server_round: int, loss: float | None) -> str | None:
+        """Why the evaluated model counts as diverged, or None (non-finite loss, or above factor × initial)."""
+        if loss is None:
+            return None
+        if not math.isfinite(loss):
+            return f"round {server_round}: the test loss is {loss}"
+        if self._initial_loss is None:
+            self._initial_loss = abs(float(loss))
+            return None
+        limit = self.plan.divergence_factor * max(self._initial_loss, 1e-12)
+        if self.plan.divergence_factor > 0 and loss > limit:
+            return (
+                f"round {server_round}: the test loss {loss:.4g} exceeds divergence-factor="
+                f"{self.plan.divergence_factor:g} × the initial loss {self._initial_loss:.4g}; lower lr"
+            )
+        return None
+
+    def _abort(self, server_round: int, status: str, reason: str) -> None:
+        row = {"round": server_round, **self._round_stats.pop(server_round, {})}
+        row.pop("missing", None)
+        if server_round in self._round_started:
+            row["round_seconds"] = round(time.perf_counter() - self._round_started.pop(server_round), 4)
+        self._record(row, status, reason)
+        raise RunAborted(status, reason)
+
+    def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
+        if status is not None:
+            log.error("fedsuite │ %s: %s", status, reason)
+        if self.plan.recorder is None:
+            return
+        if status is None:
+            self.plan.recorder.record(row)
+        else:
+            self.plan.recorder.record(row, status, reason)
+
+    def _client_problem(self, server_round: int, who: str, reason: str, details: str = "") -> None:
+        """One console line per failed client per round; the full story goes to clients.log."""
+        log.warning("round %d: %s %s", server_round, who, reason)
+        if self.plan.recorder is not None:
+            self.plan.recorder.client_problem(server_round, who, reason, details)
+
+    def _who(self, proxy: ClientProxy | None, res: FitRes | None = None) -> str:
+        pid = (res.metrics or {}).get("partition-id") if res is not None else None
+        if pid is None and proxy is not None:
+            pid = next((p for p, node in self._node_of.items() if node.cid == proxy.cid), None)
+        if pid is not None:
+            return f"client {pid}"
+        return f"node {proxy.cid}" if proxy is not None else "a client"
+
     # ---- internals -------------------------------------------------------------------------------
     def _validate(self, res: FitRes) -> Reply:
         metrics = dict(res.metrics or {})
+        if "error" in metrics:
+            error = str(metrics["error"])
+            raise RejectedReply(error, error.startswith(DIVERGENCE_ERRORS), str(metrics.get("traceback", "")))
         try:
             arrays = unpack(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")))
         except PayloadError as err:
-            raise ValueError(str(err)) from err
+            raise RejectedReply(str(err)) from err
         if set(arrays) != set(self.uplink_names):
-            raise ValueError(f"arrays {sorted(arrays)} but this algorithm expects {sorted(self.uplink_names)}")
+            raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(self.uplink_names)}")
         for name, a in arrays.items():
             if a.shape != (self.dim,):
-                raise ValueError(f"array {name!r} has shape {a.shape}, expected ({self.dim},)")
+                raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({self.dim},)")
             if not np.all(np.isfinite(a)):
-                raise ValueError(f"array {name!r} has non-finite values")
+                raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
         pid = int(metrics.get("partition-id", -1))
         if pid not in self._expected:
-            raise ValueError(f"partition-id {pid} was not sampled this round")
+            raise RejectedReply(f"partition-id {pid} was not sampled this round")
         if res.num_examples <= 0 or int(metrics.get("steps", 0)) <= 0:
-            raise ValueError(f"num_examples={res.num_examples}, steps={metrics.get('steps')}: must be positive")
+            raise RejectedReply(f"num_examples={res.num_examples}, steps={metrics.get('steps')}: must be positive")
         loss = float(metrics.get("loss", 0.0))
         if not np.isfinite(loss):
-            raise ValueError(f"training loss is {loss}")
+            raise RejectedReply(f"training loss is {loss}", diverged=True)
         return Reply(
             partition_id=pid,
             num_examples=int(res.num_examples),
@@ -293,7 +397,19 @@ def _weighted_loss(replies: Sequence[Reply]) -> float | None:
 
 
 def _describe_failure(failure) -> str:
-    if isinstance(failure, BaseException):
-        return f"{type(failure).__name__}: {failure}"
-    proxy, res = failure
-    return f"node {proxy.cid}: {getattr(res, 'status', res)}"
+    """One line: the exception (or the reply's status) without its traceback."""
+    error = failure if isinstance(failure, BaseException) else failure[1]
+    if isinstance(error, BaseException):
+        first = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {first[0] if first else ''}"
+    else:
+        status = getattr(error, "status", error)
+        text = f"{getattr(getattr(status, 'code', None), 'name', 'error')}: {getattr(status, 'message', status)}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _failure_details(failure) -> str:
+    error = failure if isinstance(failure, BaseException) else failure[1]
+    if isinstance(error, BaseException):
+        return "".join(traceback.format_exception(error))
+    return str(getattr(error, "status", error))

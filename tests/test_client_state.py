@@ -102,8 +102,10 @@ def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch)
             return x
 
         def counting(server_round, results, fails):
-            failures.append(len(fails))
-            return aggregate_fit(server_round, results, fails)
+            out = aggregate_fit(server_round, results, fails)
+            stats = strategy._round_stats[server_round]
+            failures.append(stats["failures"] + stats["rejected"])  # a crash comes back as an error reply
+            return out
 
         strategy.aggregate, strategy.aggregate_fit = checked, counting
 

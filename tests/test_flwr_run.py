@@ -12,6 +12,7 @@ from flwr.app import RecordDict
 
 from fedsuite.inprocess import InProcessProxy, run_inprocess
 from simulation import run as sim
+from simulation.processes import tagged_processes
 
 SHORT = {
     "dataset": "fashion-mnist",
@@ -31,7 +32,7 @@ def flwr_home(tmp_path, monkeypatch):
     home = tmp_path / "flwr-home"
     monkeypatch.setenv("FLWR_HOME", str(home))
     yield home
-    assert not sim.local_superlinks(home), "simulation.run left its SuperLink running"
+    assert not tagged_processes(), "simulation.run left processes of its run running"
 
 
 def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):

@@ -32,7 +32,7 @@ def corrupt(res: FitRes, arrays=None, metrics=None) -> FitRes:
 
 
 def test_bad_replies_are_rejected_and_the_rest_averaged(caplog):
-    strategy, results = one_round_replies({**LSQ, "num-clients": 6, "clients-per-round": 6})
+    strategy, results = one_round_replies({**LSQ, "num-clients": 6, "clients-per-round": 6, "min-replies": 0.0})
     x0 = strategy.x.copy()
     good = results[:2]
     delta = parameters_to_ndarrays(results[2][1].parameters)[0]
@@ -53,8 +53,8 @@ def test_bad_replies_are_rejected_and_the_rest_averaged(caplog):
     assert strategy._round_stats[1]["rejected"] == 4 and strategy._round_stats[1]["replies"] == 2
 
 
-def test_all_replies_bad_leaves_the_model_unchanged():
-    strategy, results = one_round_replies({**LSQ, "num-clients": 3, "clients-per-round": 3})
+def test_all_replies_bad_leaves_the_model_unchanged_when_min_replies_is_zero():
+    strategy, results = one_round_replies({**LSQ, "num-clients": 3, "clients-per-round": 3, "min-replies": 0.0})
     x0 = strategy.x.copy()
     nan = [(p, corrupt(r, [np.full(strategy.dim, np.inf, np.float32)])) for p, r in results]
     params, _ = strategy.aggregate_fit(1, nan, [RuntimeError("client crashed")])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,18 @@ DEFAULT_DATA_ROOT = Path.home() / ".cache" / "fedsuite" / "data"
 
 class DatasetNotFound(FileNotFoundError):
     """The dataset's files are not where the config says."""
+
+
+class DatasetCorrupt(ValueError):
+    """A dataset file exists but cannot be decoded (truncated download, wrong file)."""
+
+
+def corrupt(path: Path, err: BaseException | str) -> DatasetCorrupt:
+    why = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    return DatasetCorrupt(
+        f"{path}: cannot be decoded ({why}); the file is truncated or corrupt: replace it (reinstall its package, "
+        "copy it again, or delete it and pass download=true)"
+    )
 
 
 @dataclass
@@ -59,11 +72,17 @@ class Images:
 
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped): big-endian dims, uint8 payload."""
-    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    try:
+        raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    except (EOFError, OSError, zlib.error) as err:
+        raise corrupt(path, err) from err
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise DatasetNotFound(f"{path}: not an IDX file of unsigned bytes (magic {raw[:4].hex()})")
+        raise corrupt(path, f"not an IDX file of unsigned bytes, magic {raw[:4].hex()}")
     ndim = raw[3]
     shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    payload = len(raw) - 4 - 4 * ndim
+    if payload != int(np.prod(shape)):
+        raise corrupt(path, f"header says {shape} = {int(np.prod(shape))} bytes, the file holds {payload}")
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -109,8 +128,11 @@ def load_mnist(data_dir: str = "", download: bool = False) -> Images:
 
 
 def _unpickle(path: Path) -> dict:
-    with open(path, "rb") as f:
-        return pickle.load(f, encoding="bytes")
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f, encoding="bytes")
+    except (EOFError, pickle.UnpicklingError, ValueError) as err:
+        raise corrupt(path, err) from err
 
 
 def _cifar_split(files: list[Path], label_key: bytes) -> Split:

@@ -1,0 +1,259 @@
+"""A run tells the truth (fast part, no Ray): statuses failed / diverged with their reasons in summary.json,
+one console line per failed client and its traceback in clients.log, one run per results folder, and the
+pre-run checks (malformed -c, repeated keys, unwritable folders, corrupt dataset files, flwr off PATH).
+The real `flwr run` cases (signals, a killed driver, a dead Ray worker …) are in tests/test_run_control.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clients.base import FedClient
+from fedsuite.config import ConfigError
+from fedsuite.data.datasets import DEBIAN_FASHION_MNIST, DatasetCorrupt, read_idx
+from fedsuite.inprocess import run_inprocess
+from fedsuite.results import ResultsFolderTaken, RunRecorder, claim_folder, mark_stopped
+from simulation import run as sim
+from strategies.base import RunAborted
+from tests.helpers import LSQ
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def recorded(tmp_path, **overrides) -> dict:
+    return {**LSQ, "eval-every": 1, "out-dir": str(tmp_path), "run-name": "r", **overrides}
+
+
+def summary(tmp_path) -> dict:
+    return json.loads((tmp_path / "r" / "summary.json").read_text())
+
+
+def rows(tmp_path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "r" / "rounds.jsonl").read_text().splitlines()]
+
+
+# ---- statuses ----------------------------------------------------------------------------------------------
+def test_clients_that_diverge_stop_the_run_as_diverged_with_one_line_each(tmp_path, caplog):
+    """lr=1e6: every client's uplink overflows; each is rejected with one console line (no traceback), its
+    traceback goes to clients.log, and the round below min-replies ends the run as diverged."""
+    with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"), pytest.raises(RunAborted) as exc:
+        run_inprocess(recorded(tmp_path, lr=1e6, **{"local-steps": 20}), record=True)
+    assert exc.value.status == "diverged"
+    s = summary(tmp_path)
+    assert s["status"] == "diverged" and "training diverged" in s["reason"] and s["rounds_completed"] == 1
+    lines = [r.message for r in caplog.records if " rejected: " in r.message]
+    assert len(lines) == 5 and all("\n" not in m and "FloatingPointError" in m for m in lines)
+    log = (tmp_path / "r" / "clients.log").read_text()
+    assert log.count("=== round 1 │ client") == 5 and "Traceback (most recent call last)" in log
+    assert rows(tmp_path)[-1]["round"] == 1 and rows(tmp_path)[-1]["rejected"] == 5
+
+
+def test_an_exploding_but_finite_loss_stops_the_run_as_diverged(tmp_path):
+    """lr=1 on the least-squares federation: finite updates, test loss 12.7 → 3436 by round 4 (> 100×)."""
+    with pytest.raises(RunAborted, match="divergence-factor=100"):
+        run_inprocess(recorded(tmp_path, lr=1.0), record=True)
+    s = summary(tmp_path)
+    assert s["status"] == "diverged" and s["rounds_completed"] == 4 and "lower lr" in s["reason"]
+    assert rows(tmp_path)[-1]["loss"] > 100 * rows(tmp_path)[0]["loss"]
+    # the same run with the check switched off goes on to the end, as a completed run
+    run_inprocess(recorded(tmp_path, lr=1.0, overwrite=True, **{"divergence-factor": 0.0}), record=True)
+    assert summary(tmp_path)["status"] == "completed"
+
+
+def crash_partitions(monkeypatch, partitions: set[int], server_round: int):
+    original = FedClient._fit
+
+    def fit(self, parameters, config):
+        if self.node.partition_id in partitions and int(config["round"]) == server_round:
+            raise OSError(30, "Read-only file system")
+        return original(self, parameters, config)
+
+    monkeypatch.setattr(FedClient, "_fit", fit)
+
+
+def test_too_few_valid_replies_stop_the_run_as_failed(tmp_path, monkeypatch):
+    """3 of 5 clients fail in round 2: 2 valid replies < min-replies 0.5 × 5 → failed, not a quiet round of 2."""
+    crash_partitions(monkeypatch, {0, 1, 2}, server_round=2)
+    with pytest.raises(RunAborted) as exc:
+        run_inprocess(recorded(tmp_path), record=True)
+    assert exc.value.status == "failed"
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and s["rounds_completed"] == 2
+    assert "2 valid replies from a cohort of 5, min-replies=0.5 needs 3" in s["reason"]
+    assert "OSError: [Errno 30] Read-only file system" in (tmp_path / "r" / "clients.log").read_text()
+
+
+def test_min_replies_is_the_threshold(tmp_path, monkeypatch):
+    """2 of 5 failing leaves 3 ≥ 0.5 × 5: the run completes with the failures counted; min-replies=1 (Flower's
+    accept_failures=False) stops it."""
+    crash_partitions(monkeypatch, {0, 1}, server_round=2)
+    run_inprocess(recorded(tmp_path), record=True)
+    assert summary(tmp_path)["status"] == "completed" and rows(tmp_path)[2]["rejected"] == 2
+    with pytest.raises(RunAborted):
+        run_inprocess(recorded(tmp_path, overwrite=True, **{"min-replies": 1.0}), record=True)
+    assert summary(tmp_path)["status"] == "failed"
+
+
+def test_an_exception_in_the_server_is_written_as_failed(tmp_path, monkeypatch):
+    from strategies.fedavg import FedAvg
+
+    def broken(self, server_round, replies):
+        if server_round == 3:
+            raise RuntimeError("strategy bug")
+        return self.x + self.cohort_mean(replies, "delta")
+
+    monkeypatch.setattr(FedAvg, "aggregate", broken)
+    with pytest.raises(RuntimeError, match="strategy bug"):
+        run_inprocess(recorded(tmp_path), record=True)
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and s["reason"] == "RuntimeError: strategy bug" and s["rounds_completed"] == 2
+
+
+# ---- one run, one folder -----------------------------------------------------------------------------------
+def test_a_results_folder_holds_one_run(tmp_path):
+    folder = tmp_path / "run"
+    RunRecorder(folder, {}, {}, [], 3).record({"round": 0})
+    with pytest.raises(ResultsFolderTaken, match="overwrite=true"):
+        RunRecorder(folder, {}, {}, [], 3)
+    with pytest.raises(ResultsFolderTaken):  # also an older run without the marker file
+        (folder / ".fedsuite-run").unlink()
+        claim_folder(folder, overwrite=False)
+    RunRecorder(folder, {"again": 1}, {}, [], 3, overwrite=True)
+    assert not (folder / "rounds.jsonl").exists() and json.loads((folder / "config.json").read_text())["run_config"]
+    # the driver's claim (token) is the ServerApp's to use, nobody else's
+    claim_folder(tmp_path / "launch", overwrite=False, token="abc")
+    claim_folder(tmp_path / "launch", overwrite=False, token="abc")
+    with pytest.raises(ResultsFolderTaken):
+        claim_folder(tmp_path / "launch", overwrite=False, token="other")
+
+
+def test_mark_stopped_only_touches_a_running_summary(tmp_path):
+    recorder = RunRecorder(tmp_path / "a", {}, {}, [], 2)
+    assert mark_stopped(tmp_path / "a", "interrupted", "SIGINT")
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["status"] == "interrupted"
+    recorder.record({"round": 2})  # a completed run is never rewritten
+    recorder2 = RunRecorder(tmp_path / "b", {}, {}, [], 1)
+    recorder2.record({"round": 1})
+    assert not mark_stopped(tmp_path / "b", "interrupted", "late signal")
+
+
+def test_default_run_names_are_unique_within_a_second():
+    from fedsuite.results import default_run_name
+
+    names = {default_run_name("fedavg", "fashion-mnist") for _ in range(50)}
+    assert len(names) == 50 and all(re.fullmatch(r"fedavg-fashion-mnist-\d{8}-\d{6}-[0-9a-f]{6}", n) for n in names)
+
+
+# ---- the pre-run check (python -m simulation.run, no Ray) ----------------------------------------------------
+def cli(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulation.run", *args], capture_output=True, text=True,
+                          cwd=PROJECT, env=env, timeout=timeout)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("lr=abc", "lr=abc"),
+        ("lr=0.1 lr=0.2", "key 'lr' is given twice"),
+        ("num-clients=3 clients-per-round", "clients-per-round"),
+    ],
+)
+def test_a_malformed_run_config_string_is_one_line_and_exit_2(config, message):
+    proc = cli("--check", "-c", config)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_parse_overrides_keeps_valid_input():
+    assert sim.parse_overrides(["lr=0.1 algorithm='fedprox'", "seed=3"]) == {
+        "lr": 0.1,
+        "algorithm": "fedprox",
+        "seed": 3,
+    }
+    with pytest.raises(ConfigError, match="given twice"):
+        sim.parse_overrides(["lr=0.1", "lr=0.2"])
+
+
+@pytest.fixture
+def readonly_dir(tmp_path):
+    """A read-only tmpfs mount: root ignores file modes, so only a read-only file system really refuses."""
+    target = tmp_path / "readonly"
+    target.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(target)],
+                                           capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip("needs root and mount (CI has both)")
+    yield target
+    subprocess.run(["umount", str(target)], check=True)
+
+
+def test_unwritable_out_dir_is_refused_before_the_run(readonly_dir):
+    proc = cli("-c", f"dataset='synthetic-lsq' num-clients=4 clients-per-round=2 out-dir='{readonly_dir}/results'")
+    assert proc.returncode == 2 and "out-dir=" in proc.stderr and "not writable" in proc.stderr
+    assert "flwr run" not in proc.stdout
+
+
+def test_unwritable_client_state_dir_is_refused_before_the_run(readonly_dir, tmp_path):
+    config = (f"dataset='synthetic-lsq' algorithm='scaffold' num-clients=4 clients-per-round=2 client-state='disk' "
+              f"client-state-dir='{readonly_dir}' out-dir='{tmp_path}'")  # fmt: skip
+    proc = cli("-c", config)
+    assert proc.returncode == 2 and "client-state-dir=" in proc.stderr and "Read-only file system" in proc.stderr
+    # the same folder is irrelevant (not checked) when the state stays in memory
+    assert cli("--check", "-c", config.replace("client-state='disk'", "client-state='memory'")).returncode == 0
+
+
+def test_a_truncated_dataset_file_is_named_with_exit_2(tmp_path):
+    if not (DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip("needs Debian's dataset-fashion-mnist")
+    for name in os.listdir(DEBIAN_FASHION_MNIST):
+        shutil.copy(DEBIAN_FASHION_MNIST / name, tmp_path / name)
+    bad = tmp_path / "train-images-idx3-ubyte.gz"
+    bad.write_bytes(bad.read_bytes()[:1_000_000])
+    with pytest.raises(DatasetCorrupt, match="truncated or corrupt"):
+        read_idx(bad)
+    proc = cli("--check", "-c", f"data-dir='{tmp_path}'")
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_idx_file_shorter_than_its_header_says_is_corrupt(tmp_path):
+    path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, 1]) + (100).to_bytes(4, "big") + bytes(60))
+    with pytest.raises(DatasetCorrupt, match="= 100 bytes, the file holds 60"):
+        read_idx(path)
+    with gzip.open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, 1]) + (3).to_bytes(4, "big") + bytes([1, 2, 3]))
+    np.testing.assert_array_equal(read_idx(path), [1, 2, 3])
+
+
+def test_flwr_is_found_next_to_the_interpreter_without_an_activated_venv(monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert sim.flwr_executable() == str(Path(sys.executable).parent / "flwr")
+    env = sim.flower_env("t", Path("/tmp/h"))
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # flower-superlink is found too
+    assert env["FLWR_HOME"] == "/tmp/h" and env["FEDSUITE_RUN_TOKEN"] == "t"
+    assert env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] != env["FLWR_LOCAL_CONTROL_API_PORT"]
+
+
+def test_readme_install_command_works_as_root_and_as_a_user(tmp_path):
+    """The install line's first word picks sudo only for a non-root user (containers have no sudo)."""
+    readme = (PROJECT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if "dataset-fashion-mnist" in ln and "venv" in ln)
+    prefix = line.split("$SUDO apt-get")[0]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for uid in ("0", "1000"):
+        (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+        (fake / "id").chmod(0o755)
+        out = subprocess.run(["bash", "-c", prefix + 'printf "[%s]" "$SUDO"'], capture_output=True, text=True,
+                             env={"PATH": f"{fake}:/usr/bin:/bin"}).stdout  # fmt: skip
+        assert out.endswith("[]" if uid == "0" else "[sudo]"), (uid, out)
