@@ -280,8 +280,10 @@ def _raise_interrupted(signum, frame):
 
 
 def _stream(cmd: list[str], env: dict[str, str], log_path: Path, quiet: bool) -> str | None:
-    """Run `flwr run --stream`, copying its output to the console and to log_path; returns the run id."""
+    """Run `flwr run --stream`, copying its output to flwr.log and (filtered by ConsoleFilter) to the console;
+    returns the run id."""
     run_id = None
+    console = ConsoleFilter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=PROJECT,
                             start_new_session=True)  # fmt: skip
     try:
@@ -290,10 +292,12 @@ def _stream(cmd: list[str], env: dict[str, str], log_path: Path, quiet: bool) ->
                 log.write(line)
                 log.flush()
                 if not quiet:
-                    sys.stdout.write(_console(line))
+                    sys.stdout.write(console(line))
                     sys.stdout.flush()
                 found = re.search(r"Successfully started run (\d+)", line)
                 run_id = run_id or (found.group(1) if found else None)
+            if not quiet:
+                sys.stdout.write(console.flush())
         proc.wait()
     finally:
         if proc.poll() is None:
@@ -302,7 +306,34 @@ def _stream(cmd: list[str], env: dict[str, str], log_path: Path, quiet: bool) ->
     return run_id
 
 
-def _console(line: str) -> str:
+class ConsoleFilter:
+    """What of Flower's stream the console shows (flwr.log keeps everything): over-long lines are cut, and the
+    traceback of a run that fedsuite itself stopped (RunAborted: its reason was logged in one line already) is
+    left out."""
+
+    def __init__(self):
+        self.block: list[str] | None = None
+
+    def __call__(self, line: str) -> str:
+        if self.block is None:
+            if line.startswith("Traceback (most recent call last):"):
+                self.block = [line]
+                return ""
+            return _cut(line)
+        if line[:1].isspace() or not line.strip():
+            self.block.append(line)
+            return ""
+        block, self.block = self.block + [line], None
+        if "RunAborted: " in line:
+            return "(the ServerApp stopped the run: reason above; traceback in flwr.log)\n"
+        return "".join(_cut(text) for text in block)
+
+    def flush(self) -> str:
+        block, self.block = self.block or [], None
+        return "".join(_cut(text) for text in block)
+
+
+def _cut(line: str) -> str:
     if len(line) <= CONSOLE_LINE_CHARS:
         return line
     return line[:CONSOLE_LINE_CHARS] + " … (cut here; the whole line is in flwr.log)\n"

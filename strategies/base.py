@@ -44,6 +44,7 @@ log = logging.getLogger("flwr.fedsuite")
 
 # Client errors (clients/base.py sends "<ExceptionName>: message") that mean local training diverged.
 DIVERGENCE_ERRORS = ("FloatingPointError",)
+LOST_WORKER = "ActorDiedError"  # Flower's simulation reports a dead Ray worker this way; it is never replaced
 
 
 class FederationError(RuntimeError):
@@ -212,6 +213,16 @@ class FedStrategy(Strategy):
             vectors_up_per_client=float(np.mean([len(r.arrays) for r in replies])) if replies else 0.0,
             local_consistency=_local_consistency(replies),
         )
+        dead = [f for f in failures if LOST_WORKER in _describe_failure(f)]
+        if dead:
+            self._abort(
+                server_round,
+                "failed",
+                f"round {server_round}: a simulation worker (Ray actor) died ({len(dead)} client(s) lost; killed, "
+                "or out of memory?). Flower does not replace it, so every later round would lose the clients "
+                "scheduled on it: the run stops here. Start it again: the same seed gives the same cohorts and "
+                "numbers (lower the memory per client, or fewer parallel clients, if memory was the cause)",
+            )
         cohort = int(stats.get("cohort", len(results) + len(failures)))
         needed = max(1, math.ceil(self.plan.min_replies * cohort)) if self.plan.min_replies > 0 else 0
         if len(replies) < needed:

@@ -257,3 +257,25 @@ def test_readme_install_command_works_as_root_and_as_a_user(tmp_path):
         out = subprocess.run(["bash", "-c", prefix + 'printf "[%s]" "$SUDO"'], capture_output=True, text=True,
                              env={"PATH": f"{fake}:/usr/bin:/bin"}).stdout  # fmt: skip
         assert out.endswith("[]" if uid == "0" else "[sudo]"), (uid, out)
+
+
+def test_a_dead_worker_stops_the_run_at_once(tmp_path):
+    """One ActorDiedError is enough: Flower never replaces the worker, so the cohort cannot be whole again."""
+    from tests.test_replies import one_round_replies
+
+    strategy, results = one_round_replies({**LSQ, "num-clients": 4, "clients-per-round": 4})
+    died = ValueError("Message contains an Error (reason: <class 'ray.exceptions.ActorDiedError'>: died)")
+    with pytest.raises(RunAborted, match=r"simulation worker \(Ray actor\) died .* Start it again"):
+        strategy.aggregate_fit(1, results[:3], [died])
+
+
+def test_the_console_filter_cuts_long_lines_and_hides_only_our_own_abort_traceback():
+    console = sim.ConsoleFilter()
+    assert console("x" * 1000).endswith("(cut here; the whole line is in flwr.log)\n")
+    abort = ["Traceback (most recent call last):\n", '  File "a.py", line 1\n', "    raise\n",
+             "strategies.base.RunAborted: round 3: …\n"]  # fmt: skip
+    assert "".join(console(line) for line in abort).startswith("(the ServerApp stopped the run")
+    other = ["Traceback (most recent call last):\n", '  File "a.py", line 1\n', "KeyError: 'x'\n"]
+    assert "".join(console(line) for line in other) == "".join(other)
+    console("Traceback (most recent call last):\n")
+    assert console.flush() == "Traceback (most recent call last):\n"

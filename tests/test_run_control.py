@@ -1,0 +1,192 @@
+"""A run stops when told and says how it ended: real `python -m simulation.run` launches (Ray simulations).
+
+Each test checks the exit code, summary.json's status, that no process of the launch is left (every one
+carries the launch's token in its environment; simulation.processes finds them through /proc) and what the
+user reads. Ctrl-C to the process group, a killed driver and a diverging run run in CI; the other cases of
+the honest-runs issue are marked slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulation.processes import tagged_processes
+
+PROJECT = Path(__file__).resolve().parent.parent
+LONG = ("dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=400 local-steps=300 "
+        "batch-size=5 lr=0.002")  # fmt: skip  # ≈0.3 s per round: never finishes within a test
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    assert not tagged_processes(), "processes of an earlier launch are still running"
+    yield
+    deadline = time.monotonic() + 30
+    while tagged_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not tagged_processes(), "a launch left processes running"
+
+
+def launch(tmp_path, config: str, *prefix: str) -> subprocess.Popen:
+    out = open(tmp_path / "console.txt", "w")
+    return subprocess.Popen([*prefix, sys.executable, "-m", "simulation.run", "-c",
+                             f"{config} out-dir='{tmp_path}' run-name='r'"],
+                            stdout=out, stderr=subprocess.STDOUT, cwd=PROJECT, start_new_session=True)  # fmt: skip
+
+
+def wait_for_rows(tmp_path, count: int, proc: subprocess.Popen, timeout: float = 240) -> int:
+    path = tmp_path / "r" / "rounds.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = len(path.read_text().splitlines()) if path.exists() else 0
+        if rows >= count:
+            return rows
+        assert proc.poll() is None, (tmp_path / "console.txt").read_text()[-3000:]
+        time.sleep(0.3)
+    raise AssertionError("the run did not reach its rounds in time")
+
+
+def summary(tmp_path) -> dict:
+    return json.loads((tmp_path / "r" / "summary.json").read_text())
+
+
+def console(tmp_path) -> str:
+    return (tmp_path / "console.txt").read_text()
+
+
+def stops_within(proc: subprocess.Popen, seconds: float) -> float:
+    start = time.monotonic()
+    proc.wait(timeout=seconds)
+    return time.monotonic() - start
+
+
+def test_ctrl_c_stops_the_whole_run_within_seconds(tmp_path):
+    proc = launch(tmp_path, LONG)
+    rows = wait_for_rows(tmp_path, 4, proc)
+    assert len(tagged_processes()) >= 4  # SuperLink, SuperExec, flwr-simulation, Ray …
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    assert stops_within(proc, 30) < 30 and proc.returncode == 130
+    assert not tagged_processes()
+    s = summary(tmp_path)
+    assert s["status"] == "interrupted" and "SIGINT" in s["reason"] and s["rounds_completed"] >= rows - 1
+    assert "Traceback" not in console(tmp_path) and "interrupted (stopped by SIGINT)" in console(tmp_path)
+    n = len((tmp_path / "r" / "rounds.jsonl").read_text().splitlines())
+    time.sleep(2)
+    assert len((tmp_path / "r" / "rounds.jsonl").read_text().splitlines()) == n  # nothing trains any more
+
+
+def test_a_killed_driver_leaves_nothing_running(tmp_path):
+    """SIGKILL cannot be caught: the reaper (its pipe from the driver closes) stops the launch's processes."""
+    proc = launch(tmp_path, LONG)
+    wait_for_rows(tmp_path, 3, proc)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while tagged_processes() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not tagged_processes()
+    deadline = time.monotonic() + 15  # the reaper marks the summary once the processes are gone
+    while summary(tmp_path)["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert summary(tmp_path)["status"] == "interrupted"
+
+
+def test_a_diverging_run_exits_3_with_one_line_per_client(tmp_path):
+    """lr=1e6: every client overflows in round 1. (Also shows that a new launch starts cleanly after the two
+    stopped ones above.)"""
+    proc = launch(tmp_path, "dataset='synthetic-lsq' num-clients=4 clients-per-round=3 local-steps=20 lr=1e6")
+    proc.wait(timeout=300)
+    text = console(tmp_path)
+    assert proc.returncode == 3, text[-3000:]
+    s = summary(tmp_path)
+    assert s["status"] == "diverged" and "training diverged" in s["reason"]
+    rejected = [line for line in text.splitlines() if " rejected: FloatingPointError" in line]
+    assert len(rejected) == 3 and "Traceback" not in text
+    assert (tmp_path / "r" / "clients.log").read_text().count("Traceback") == 3
+    assert "error: run" in text and "diverged" in text.splitlines()[-2]
+
+
+@pytest.mark.slow
+def test_sigint_to_the_driver_only_and_sigterm_from_timeout(tmp_path):
+    proc = launch(tmp_path, LONG)
+    wait_for_rows(tmp_path, 3, proc)
+    os.kill(proc.pid, signal.SIGINT)  # not the group: the driver alone must stop the rest
+    assert stops_within(proc, 30) < 30 and proc.returncode == 130
+    assert not tagged_processes()
+    second = tmp_path / "second"
+    second.mkdir()
+    proc = launch(second, LONG, "timeout", "40")  # `timeout` sends SIGTERM to the driver
+    proc.wait(timeout=120)
+    assert proc.returncode == 124  # timeout's own code when it had to stop the command
+    assert summary(second)["status"] == "interrupted" and "SIGTERM" in summary(second)["reason"]
+
+
+@pytest.mark.slow
+def test_a_dead_ray_worker_fails_the_run_with_a_message(tmp_path):
+    proc = launch(tmp_path, LONG.replace("clients-per-round=2", "clients-per-round=4"))
+    wait_for_rows(tmp_path, 2, proc)
+    actors = [p for p in tagged_processes() if b"ClientAppActor" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    os.kill(actors[0], signal.SIGKILL)
+    proc.wait(timeout=300)
+    assert proc.returncode == 1
+    s = summary(tmp_path)
+    assert s["status"] == "failed" and "simulation worker (Ray actor) died" in s["reason"]
+    assert "Start it again" in console(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_client_state_dir_that_fails_at_run_time_fails_the_run(tmp_path):
+    """Skipping the pre-run check, SCAFFOLD's clients cannot write their state: every fit is rejected, the run
+    fails in round 1 with the OSError in clients.log (it used to 'complete' without any client training)."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the state folder should be")
+    proc = subprocess.Popen([sys.executable, "-m", "simulation.run", "--no-preflight", "-c",
+                             f"dataset='synthetic-lsq' algorithm='scaffold' num-clients=4 clients-per-round=2 "
+                             f"client-state='disk' client-state-dir='{blocker}/state' out-dir='{tmp_path}' "
+                             "run-name='r'"],
+                            stdout=open(tmp_path / "console.txt", "w"), stderr=subprocess.STDOUT, cwd=PROJECT,
+                            start_new_session=True)  # fmt: skip
+    proc.wait(timeout=300)
+    assert proc.returncode == 1 and summary(tmp_path)["status"] == "failed"
+    assert "NotADirectoryError" in (tmp_path / "r" / "clients.log").read_text()
+
+
+@pytest.mark.slow
+def test_two_launches_with_one_run_name(tmp_path):
+    config = "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2"
+    first = launch(tmp_path, config)
+    wait_for_rows(tmp_path, 1, first)
+    second = subprocess.run([sys.executable, "-m", "simulation.run", "-c",
+                             f"{config} out-dir='{tmp_path}' run-name='r'"],
+                            capture_output=True, text=True, cwd=PROJECT, timeout=120)  # fmt: skip
+    assert second.returncode == 2 and "already holds a run" in second.stderr
+    first.wait(timeout=300)
+    assert first.returncode == 0 and summary(tmp_path)["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_plain_flwr_run_that_the_server_app_rejects_is_marked_failed(tmp_path):
+    """Flower's default federation has 2 SuperNodes; 4 clients cannot be mapped, the ServerApp raises, and the
+    summary says failed (it used to stay `running` forever)."""
+    from simulation.processes import new_token
+    from simulation.run import flower_env, flwr_executable
+
+    token = new_token()
+    env = flower_env(token, tmp_path / "flwr-home")
+    config = f"dataset='synthetic-lsq' num-clients=4 clients-per-round=2 out-dir='{tmp_path}' run-name='r'"
+    try:
+        subprocess.run([flwr_executable(), "run", str(PROJECT), "--stream", "-c", config], env=env, cwd=PROJECT,
+                       capture_output=True, timeout=300)  # fmt: skip
+        s = summary(tmp_path)
+        assert s["status"] == "failed" and "FederationError" in s["reason"]
+    finally:
+        from simulation.processes import stop_tagged
+
+        stop_tagged(token)
