@@ -126,3 +126,12 @@ def test_step_after_step_proximal_and_batch_source_stages():
     blocks = []
     run(UpdateRule(batches=two_blocks, corrections=(lambda d, ctx: blocks.append(ctx.block),)), 0.1)
     assert blocks == [0, 1, 0]
+
+
+def test_local_benchmark_short_run_prints_seconds_per_round_last(capsys, tmp_path):
+    from simulation import local_benchmark
+
+    local_benchmark.main(["--model", "cnn", "--clients", "2", "--steps", "2", "--rounds", "1", "--samples", "60",
+                          "--device", "cpu", "--json", str(tmp_path / "b.json")])  # fmt: skip
+    name, value = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert name == "seconds_per_round" and float(value) > 0
