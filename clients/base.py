@@ -3,8 +3,9 @@
 `fit`: decode the named downlink arrays, run the shared local loop with the algorithm's update rule,
 return the named uplink arrays. An algorithm subclass only says which rule (`rule`) and what goes back
 (`uplink`). Stateful algorithms read and write `self.state` (this partition's persistent vectors, loaded
-lazily from the node's store); it is saved only after the uplink is complete and finite, so a failed fit never
-leaves a client's state ahead of the server's.
+lazily from the node's store); it is saved only after the uplink is complete and finite, and a save the server
+then does not accept (a rejected or lost reply) is undone at the client's next participation
+(`fedsuite.state`), so no client's state runs ahead of the server's.
 
 A fit that fails (an exception, a non-finite uplink) does not raise into Flower: it returns an error reply
 (no arrays; metrics `error` = one line, `traceback` = the full text), which the server rejects, logs in one line
@@ -20,7 +21,7 @@ from flwr.client import NumPyClient
 
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.node import ClientNode
-from fedsuite.payload import ARRAYS_KEY, pack, unpack
+from fedsuite.payload import ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
 
 MAX_TRACEBACK_CHARS = 8000
 
@@ -56,6 +57,8 @@ class FedClient(NumPyClient):
 
     def _fit(self, parameters, config):
         node, cfg = self.node, self.node.cfg
+        if self.state is not None and STATE_ACCEPTED in config:
+            self.state.accepted_round = int(config[STATE_ACCEPTED])
         torch.set_num_threads(int(cfg["client-threads"]))
         down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}
         lr = float(config["lr"])
@@ -78,7 +81,7 @@ class FedClient(NumPyClient):
             if not bool(torch.isfinite(value).all()):
                 raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")
         if self.state is not None:
-            self.state.save()
+            self.state.save(int(config["round"]) if STATE_ACCEPTED in config else None)
         arrays, names = pack({k: v.detach().cpu().numpy() for k, v in uplink.items()})
         metrics = {
             ARRAYS_KEY: names,

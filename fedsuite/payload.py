@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 ARRAYS_KEY = "fedsuite.arrays"
+# Fit config: the last round in which the server accepted this client's reply (0: never), fedsuite.state.
+STATE_ACCEPTED = "fedsuite.state-accepted"
 
 
 class PayloadError(ValueError):

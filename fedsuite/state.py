@@ -6,6 +6,13 @@ back once after it. Two backends, chosen identically by every client from the ru
   message to whichever Ray actor runs it), used while the whole federation's state fits the budget;
 - disk: one `.npz` file per partition under a state folder (written atomically), above the budget, or always
   with client-state='disk' (deployments that must survive a SuperNode restart point it at a node-local path).
+
+No client ahead of the server: a fit writes its new vectors at once but keeps the ones they replace (`prev:`
+copies, tagged with the round). The server tells each client, in its next fit message, the last round in which
+it accepted that client's reply (`state-accepted`); if that is not the round of the write, the reply was
+rejected or lost, and the client restores the previous vectors before it trains. So every client's state is
+always the one the server's state was built from (SCAFFOLD c = mean_N c_i, FAdamGT y = mean_N y_i …), at the
+cost of one extra copy of a client's vectors between two of its participations (counted in the estimate).
 """
 
 from __future__ import annotations
@@ -21,9 +28,15 @@ import torch
 BYTES_PER_FLOAT = 4
 
 
+COPIES = 2  # the vectors, and the previous ones until the server confirms the reply that replaced them
+PREVIOUS = "prev:"  # key prefix of the previous vectors
+ABSENT = "absent:"  # key prefix marking a vector that did not exist before the unconfirmed write
+WRITE_ROUND = "write-round"  # the round of the unconfirmed write
+
+
 def state_bytes(num_clients: int, dim: int, vectors: int) -> int:
-    """N × d × vectors × 4 B: the whole federation's client state once every client has participated."""
-    return num_clients * dim * vectors * BYTES_PER_FLOAT
+    """N × d × vectors × 4 B × 2 copies: the whole federation's client state once every client has participated."""
+    return num_clients * dim * vectors * BYTES_PER_FLOAT * COPIES
 
 
 def choose_backend(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float) -> str:
@@ -36,7 +49,8 @@ def describe(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: flo
     total = state_bytes(num_clients, dim, vectors)
     where = choose_backend(mode, num_clients, dim, vectors, budget_mb)
     return (
-        f"client state: N={num_clients} × d={dim:,} × {vectors} vector(s) × 4 B = {total / 2**20:,.1f} MiB "
+        f"client state: N={num_clients} × d={dim:,} × {vectors} vector(s) × 4 B × {COPIES} (current + last "
+        f"confirmed) = {total / 2**20:,.1f} MiB "
         f"→ {'in memory (Context.state)' if where == 'memory' else 'on disk, one file per partition'}"
     )
 
@@ -77,14 +91,20 @@ class DiskStore(MutableMapping):
 
 
 class ClientState:
-    """One client's persistent d-vectors as tensors on the training device."""
+    """One client's persistent d-vectors as tensors on the training device.
+
+    `accepted_round`: the last round whose reply from this client the server accepted (0: none yet), as the
+    server sent it; None skips the check (a client used outside a federation)."""
 
     def __init__(self, store: MutableMapping, dim: int, device: torch.device | str = "cpu"):
         self.store, self.dim, self.device = store, dim, device
+        self.accepted_round: int | None = None
         self._tensors: dict[str, torch.Tensor] = {}
+        self._reconciled = False
 
     def get(self, name: str) -> torch.Tensor:
         """The stored vector, or zeros on first use (ALGORITHMS.md: every client state starts at 0)."""
+        self._reconcile()
         if name not in self._tensors:
             if name in self.store:
                 self._tensors[name] = torch.tensor(np.asarray(self.store[name]), device=self.device)
@@ -93,13 +113,56 @@ class ClientState:
         return self._tensors[name]
 
     def set(self, name: str, value: torch.Tensor) -> None:
+        self._reconcile()
         self._tensors[name] = value.detach().clone()
 
     def has(self, name: str) -> bool:
+        self._reconcile()
         return name in self._tensors or name in self.store
 
-    def save(self) -> None:
+    def save(self, server_round: int | None = None) -> None:
+        """Write the vectors; with `server_round`, keep the ones they replace until the server confirms."""
+        self._reconcile()
+        if server_round is not None:
+            for name in self._tensors:
+                if name in self.store:
+                    self.store[PREVIOUS + name] = np.asarray(self.store[name])
+                else:
+                    self.store[ABSENT + name] = np.zeros(0, np.float32)
+            self.store[WRITE_ROUND] = np.array([server_round], np.int64)
         for name, tensor in self._tensors.items():
             self.store[name] = tensor.detach().cpu().numpy()
         if isinstance(self.store, DiskStore):
             self.store.flush()
+
+    def _reconcile(self) -> None:
+        """Once per fit, before anything is read: confirm or undo the last write (module docstring)."""
+        if self._reconciled:
+            return
+        self._reconciled = True
+        if self.accepted_round is not None:
+            settle(self.store, self.accepted_round)
+
+
+def settle(store: MutableMapping, accepted_round: int) -> None:
+    """Keep the last write if the server accepted its round, else restore what it replaced; drop the copies."""
+    if WRITE_ROUND not in store:
+        return
+    confirmed = int(np.asarray(store[WRITE_ROUND])[0]) == accepted_round
+    for key in [k for k in store if k.startswith((PREVIOUS, ABSENT))]:
+        name = key.split(":", 1)[1]
+        if not confirmed:
+            if key.startswith(PREVIOUS):
+                store[name] = np.asarray(store[key])
+            elif name in store:
+                del store[name]
+        del store[key]
+    del store[WRITE_ROUND]
+
+
+def effective(store: MutableMapping, accepted_round: int) -> dict[str, np.ndarray]:
+    """The vectors a client would train with next, given the server's last accepted round (for invariant checks;
+    the store is not changed)."""
+    copy = {k: np.asarray(store[k]) for k in store}
+    settle(copy, accepted_round)
+    return copy

@@ -36,7 +36,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, pack, unpack
+from fedsuite.payload import ARRAYS_KEY, STATE_ACCEPTED, PayloadError, nbytes, pack, unpack
 from fedsuite.results import RunRecorder
 from fedsuite.sampling import Sampler
 
@@ -110,6 +110,7 @@ class FedStrategy(Strategy):
         self._round_started: dict[int, float] = {}
         self._round_stats: dict[int, dict[str, Any]] = {}
         self._initial_loss: float | None = None
+        self._accepted: dict[int, int] = {}  # partition → last round its reply was aggregated (fedsuite.state)
 
     # ---- algorithm hooks -------------------------------------------------------------------------
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
@@ -175,7 +176,8 @@ class FedStrategy(Strategy):
                 own_arrays, own_names = pack(own)
                 arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
                 params = ndarrays_to_parameters(arrays)
-            instructions.append((nodes[pid], FitIns(params, {**config, ARRAYS_KEY: names})))
+            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self._accepted.get(pid, 0)}
+            instructions.append((nodes[pid], FitIns(params, fit_config)))
             sizes.append((nbytes(arrays), len(arrays)))
         self._round_stats[server_round] = {
             "cohort": len(cohort),
@@ -247,6 +249,8 @@ class FedStrategy(Strategy):
         if not np.all(np.isfinite(new_x)):
             self._abort(server_round, "diverged", f"round {server_round}: the aggregated global model is not finite")
         self.x = new_x
+        for reply in replies:
+            self._accepted[reply.partition_id] = server_round
         return ndarrays_to_parameters([self.x]), {}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):

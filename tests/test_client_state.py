@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from clients.scaffold import ScaffoldClient
 from fedsuite.client_app import ContextStateStore
@@ -13,7 +14,7 @@ from fedsuite.data import load_dataset
 from fedsuite.inprocess import node_contexts, run_inprocess
 from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
-from fedsuite.state import ClientState, DiskStore, choose_backend, describe, state_bytes
+from fedsuite.state import ClientState, DiskStore, choose_backend, describe, effective, state_bytes
 
 SMALL = {
     "dataset": "synthetic-lsq",
@@ -65,11 +66,11 @@ def test_client_state_is_lazy_zeros_and_saves_to_context_state():
 
 
 def test_memory_estimate_and_backend_choice():
-    assert state_bytes(100, 215_370, 1) == 86_148_000
+    assert state_bytes(100, 215_370, 1) == 2 * 86_148_000  # the vectors + the last confirmed ones
     assert choose_backend("auto", 100, 215_370, 1, budget_mb=4096) == "memory"
     assert choose_backend("auto", 500, 11_181_642, 1, budget_mb=4096) == "disk"  # ResNet-18 SCAFFOLD: 22 GB
     assert choose_backend("memory", 500, 11_181_642, 1, budget_mb=1) == "memory"
-    assert "= 21,327.3 MiB → on disk" in describe("auto", 500, 11_181_642, 1, 4096)
+    assert "= 42,654.6 MiB → on disk" in describe("auto", 500, 11_181_642, 1, 4096)
 
 
 # ---- invariants (§6 item 3) -------------------------------------------------------------------------------
@@ -113,6 +114,74 @@ def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch)
     assert len(gaps) == 7 and max(gaps) < 1e-6
     assert sum(failures) >= 1  # the crash happened and was survived
     assert np.abs(strategy.c).max() > 1e-3  # c is not trivially zero
+
+
+def test_an_unconfirmed_write_is_undone_and_a_confirmed_one_kept():
+    context = node_contexts({}, 1)[0]
+    store = ContextStateStore(context)
+    first = ClientState(store, dim=3)
+    first.accepted_round = 0
+    first.set("c_i", torch.ones(3))
+    first.save(server_round=1)  # written before the server has seen the reply
+    assert np.array_equal(store["c_i"], np.ones(3)) and "absent:c_i" in store
+
+    rejected = ClientState(store, dim=3)
+    rejected.accepted_round = 0  # round 1's reply was not accepted
+    assert not rejected.has("c_i") and np.array_equal(rejected.get("c_i").numpy(), np.zeros(3))
+    rejected.set("c_i", torch.full((3,), 2.0))
+    rejected.save(server_round=4)
+    assert np.array_equal(effective(store, 4)["c_i"], np.full(3, 2.0))  # what a confirmation would keep
+    assert np.array_equal(effective(store, 0).get("c_i", np.zeros(3)), np.zeros(3))
+
+    confirmed = ClientState(store, dim=3)
+    confirmed.accepted_round = 4
+    assert np.array_equal(confirmed.get("c_i").numpy(), np.full(3, 2.0))
+    confirmed.save()  # a save without a round (no server) keeps no copies
+    assert sorted(store) == ["c_i"]
+
+
+def test_a_rejected_reply_does_not_leave_the_client_ahead_of_the_server(monkeypatch):
+    """SCAFFOLD's c = mean_N c_i after every round although the server rejects one client's reply in round 2
+    (a client that saved c_i⁺ before the server said no); with the undo switched off the invariant breaks."""
+    import fedsuite.state as state_module
+    from strategies.base import FedStrategy, RejectedReply
+
+    cfg = {**SMALL, "algorithm": "scaffold", "min-replies": 0.0}
+    victim = Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0]
+    validate = FedStrategy._validate
+
+    def rejecting(self, res):
+        reply = validate(self, res)
+        if reply.partition_id == victim and self._round_stats and max(self._round_stats) == 2:
+            raise RejectedReply("rejected by the test")
+        return reply
+
+    monkeypatch.setattr(FedStrategy, "_validate", rejecting)
+
+    def gaps_of_a_run():
+        contexts = node_contexts(cfg, cfg["num-clients"])
+        gaps = []
+
+        def watch(strategy):
+            aggregate_fit = strategy.aggregate_fit
+
+            def checked(server_round, results, fails):
+                out = aggregate_fit(server_round, results, fails)
+                c_i = [effective(ContextStateStore(c), strategy._accepted.get(c.node_id, 0)).get("c_i",
+                       np.zeros(strategy.dim)) for c in contexts]  # fmt: skip
+                gaps.append(np.abs(strategy.c - np.mean(c_i, axis=0)).max())
+                return out
+
+            strategy.aggregate_fit = checked
+
+        run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+        return gaps
+
+    gaps = gaps_of_a_run()
+    assert len(gaps) == 7 and max(gaps) < 1e-6
+    monkeypatch.setattr(state_module, "settle", lambda store, accepted_round: None)
+    monkeypatch.setattr(state_module, "effective", lambda store, accepted_round: dict(store))
+    assert max(gaps_of_a_run()) > 1e-3
 
 
 def test_feddyn_paper_and_code_forms_agree_after_every_round():
