@@ -296,3 +296,17 @@ def test_fashion_mnist_balanced_dirichlet_100_clients():
     _assert_disjoint_in_range(parts, 60000)
     assert len(np.unique(np.concatenate(parts))) == 60000
     assert _max_class_share(y, parts) > 0.3  # α=0.3 is visibly non-IID
+
+
+def test_unbalanced_dirichlet_redraws_are_one_log_line_not_warnings(caplog):
+    """flwr-datasets warns once per redraw with every client's alpha listed; the console gets one short line."""
+    import logging
+
+    labels = np.repeat(np.arange(10), 300)
+    with warnings.catch_warnings(record=True) as leaked, caplog.at_level(logging.INFO, logger="flwr.fedsuite"):
+        warnings.simplefilter("always")
+        parts = P.dirichlet_unbalanced(labels, 50, 0.3, 0)
+    assert not leaked and min(len(p) for p in parts) >= 10
+    assert [r.message for r in caplog.records] == [
+        "fedsuite │ unbalanced Dirichlet α=0.3: 1 redraw(s) until every client had ≥ 10 samples"
+    ]

@@ -6,6 +6,9 @@ Dirichlet and shards give every client exactly floor(n/N) samples (the remainder
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import numpy as np
 
 
@@ -82,7 +85,15 @@ def dirichlet_unbalanced(
     )
     part.dataset = table
     try:
-        return [np.sort(np.asarray(part.load_partition(i)["idx"], dtype=np.int64)) for i in range(num_clients)]
+        with warnings.catch_warnings(record=True) as redraws:  # one warning per redraw, each listing N alphas
+            warnings.simplefilter("always")
+            parts = [np.sort(np.asarray(part.load_partition(i)["idx"], dtype=np.int64)) for i in range(num_clients)]
+        if redraws:
+            logging.getLogger("flwr.fedsuite").info(
+                "fedsuite │ unbalanced Dirichlet α=%g: %d redraw(s) until every client had ≥ %d samples",
+                alpha, len(redraws), min_size,
+            )  # fmt: skip
+        return parts
     except ValueError as err:  # flwr-datasets gives up after 10 draws
         raise ValueError(
             f"partition-alpha={alpha:g} with partition-balanced=false: 10 per-class Dirichlet draws over "
