@@ -34,11 +34,12 @@ def nothing_left_behind():
     assert not tagged_processes(), "a launch left processes running"
 
 
-def launch(tmp_path, config: str, *prefix: str) -> subprocess.Popen:
+def launch(tmp_path, config: str, *prefix: str, env: dict | None = None) -> subprocess.Popen:
     out = open(tmp_path / "console.txt", "w")
     return subprocess.Popen([*prefix, sys.executable, "-m", "simulation.run", "-c",
                              f"{config} out-dir='{tmp_path}' run-name='r'"],
-                            stdout=out, stderr=subprocess.STDOUT, cwd=PROJECT, start_new_session=True)  # fmt: skip
+                            stdout=out, stderr=subprocess.STDOUT, cwd=PROJECT, start_new_session=True,
+                            env=env)  # fmt: skip
 
 
 def wait_for_rows(tmp_path, count: int, proc: subprocess.Popen, timeout: float = 240) -> int:
@@ -99,9 +100,11 @@ def test_a_killed_driver_leaves_nothing_running(tmp_path):
 
 
 def test_a_diverging_run_exits_3_with_one_line_per_client(tmp_path):
-    """lr=1e6: every client overflows in round 1. (Also shows that a new launch starts cleanly after the two
-    stopped ones above.)"""
-    proc = launch(tmp_path, "dataset='synthetic-lsq' num-clients=4 clients-per-round=3 local-steps=20 lr=1e6")
+    """lr=1e6: every client overflows in round 1. Also: a new launch starts cleanly after the two stopped ones
+    above, and the venv's python works with the venv not activated (its bin folder is not on PATH)."""
+    bare = {**os.environ, "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    bare.pop("VIRTUAL_ENV", None)
+    proc = launch(tmp_path, "dataset='synthetic-lsq' num-clients=4 clients-per-round=3 local-steps=20 lr=1e6", env=bare)
     proc.wait(timeout=300)
     text = console(tmp_path)
     assert proc.returncode == 3, text[-3000:]
