@@ -1,6 +1,10 @@
 """Run a federation in this process, through the same ClientApp `client_fn`, Strategy and NumPyClient
 objects and Flower's own `Server` round loop that `flwr run` uses, minus Ray and messaging. For tests and
 debugging. Each node keeps its Flower `Context` (and so its Context.state) across rounds, as Flower does.
+
+Clients run one after the other (Flower's thread pool with one worker), so a run is deterministic, and a client
+lost to the machinery (an exception outside the client's own fit, which clients/base.py turns into an error
+reply) raises LostClient: a test never passes on a silently smaller cohort.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from fedsuite import registry
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
 from fedsuite.server_app import RecordingServer, build_plan
+
+
+class LostClient(RuntimeError):
+    """A client's message failed outside its fit (in a real run: a transport or worker failure)."""
 
 
 class InProcessProxy(ClientProxy):
@@ -54,6 +62,15 @@ def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, c
     if on_strategy is not None:
         on_strategy(strategy)
     server = RecordingServer(strategy, strategy.plan.recorder)
+    server.set_max_workers(1)
+    aggregate_fit = strategy.aggregate_fit
+
+    def strict(server_round, results, failures):
+        if failures:
+            raise LostClient(f"round {server_round}: {len(failures)} client message(s) failed: {failures[0]!r}")
+        return aggregate_fit(server_round, results, failures)
+
+    strategy.aggregate_fit = strict
     for context in contexts or node_contexts(run_config, int(cfg["num-clients"])):
         server.client_manager().register(InProcessProxy(f"node-{context.node_id}", context))
     server.fit(num_rounds=int(cfg["num-server-rounds"]), timeout=None)
