@@ -129,6 +129,10 @@ class FedStrategy(Strategy):
         """New global model from the validated replies (updates server state as a side effect)."""
         raise NotImplementedError
 
+    def empty_round(self, server_round: int) -> None:
+        """A round without a valid reply (allowed with min-replies=0) keeps x: record it as a zero move in any
+        history the algorithm extrapolates from (FedMIM's δ's, FedSpeed-Ing's x^{t−1})."""
+
     # ---- shared helpers for algorithms -----------------------------------------------------------
     @property
     def num_clients(self) -> int:
@@ -242,6 +246,7 @@ class FedStrategy(Strategy):
             )
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
+            self.empty_round(server_round)
             return None, {}
         replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
 

@@ -27,6 +27,9 @@ class FedMIM(FedStrategy):
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
         return {"a": self._combine(self.alphas), "b": self._combine(self.betas)}
 
+    def empty_round(self, server_round: int) -> None:
+        self.history.appendleft(np.zeros(self.dim, np.float64))  # δ = 0: x did not move
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         x_new = self.x + self.server_lr * self.cohort_mean(replies, "delta")
         steps = float(np.mean([r.steps for r in replies]))

@@ -38,6 +38,9 @@ class FedSpeedIng(FedSpeed):
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
         return {"x_tilde": self.x + self.zeta * (self.x - self.x_prev)}
 
+    def empty_round(self, server_round: int) -> None:
+        self.x_prev = self.x.astype(np.float64)  # x^{t+1} = x^t: the next extrapolation adds nothing
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         self.x_prev = self.x.astype(np.float64)
         return super().aggregate(server_round, replies)

@@ -295,3 +295,37 @@ def test_the_inprocess_runner_never_passes_on_a_silently_smaller_cohort(monkeypa
     monkeypatch.setattr(InProcessProxy, "fit", flaky)
     with pytest.raises(LostClient, match="round 2: 1 client message"):
         run_inprocess(LSQ)
+
+
+@pytest.mark.parametrize("algorithm", ["fedmim", "fedspeed-ing"])
+def test_a_round_without_valid_replies_is_a_zero_move_in_the_histories(algorithm):
+    """Round 2 loses every reply (min-replies=0): x stays, and round 3's downlink is built as if x had not moved
+    (FedMIM: δ = 0 enters the history; FedSpeed-Ing: x̃ = x^t), not by re-applying round 1's move."""
+    from tests.test_replies import corrupt
+
+    cfg = {**LSQ, "algorithm": algorithm, "min-replies": 0.0, "num-server-rounds": 3}
+    downlinks = {}
+
+    def watch(strategy):
+        downlink, aggregate_fit = strategy.downlink, strategy.aggregate_fit
+
+        def recording(server_round):
+            downlinks[server_round] = {k: np.array(v, np.float64) for k, v in downlink(server_round).items()}
+            downlinks[server_round]["x"] = strategy.x.astype(np.float64)
+            return downlinks[server_round]
+
+        def dropping(server_round, results, failures):
+            if server_round == 2:
+                results = [(p, corrupt(r, [np.full(strategy.dim, np.nan, np.float32)])) for p, r in results]
+            return aggregate_fit(server_round, results, failures)
+
+        strategy.downlink, strategy.aggregate_fit = recording, dropping
+
+    run_inprocess(cfg, on_strategy=watch)
+    np.testing.assert_array_equal(downlinks[3]["x"], downlinks[2]["x"])  # round 2 kept x
+    if algorithm == "fedmim":  # a_3 = α_0·0 + α_1·δ_1, where a_2 = α_0·δ_1
+        alphas = (0.6, 0.3)
+        np.testing.assert_allclose(downlinks[3]["a"], downlinks[2]["a"] * alphas[1] / alphas[0], atol=1e-12)
+    else:
+        np.testing.assert_allclose(downlinks[3]["x_tilde"], downlinks[3]["x"], atol=1e-6)
+        assert not np.allclose(downlinks[2]["x_tilde"], downlinks[2]["x"], atol=1e-6)  # round 1 did move
