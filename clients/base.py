@@ -71,6 +71,7 @@ class FedClient(NumPyClient):
             lr=lr,
             weight_decay=float(cfg["weight-decay"]),
             clip_norm=float(cfg["clip-norm"]),
+            clip_scope=str(cfg["clip-scope"]),
             epochs=int(cfg["local-epochs"]),
             steps=int(cfg["local-steps"]),
             batch_size=int(cfg["batch-size"]),

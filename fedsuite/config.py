@@ -99,6 +99,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("lr-decay", 1.0, "γ, per-round local lr decay η_l^t = η_l^0 γ^t", low=0.0, high=1.0, low_open=True),
     Key("weight-decay", 0.0, "coupled L2 added to every local step (ALGORITHMS.md §0.3)", low=0.0),
     Key("clip-norm", 0.0, "clip each local step's gradient to this L2 norm; 0 = off", low=0.0),
+    Key("clip-scope", "clean", "what clip-norm clips: clean = loss gradient + linear corrections; reference = also "
+        "the −μ·centre half of every prox term, as FL-Simulator/FedDyn code (ALGORITHMS.md §0.3.2)",
+        ("clean", "reference")),
     Key("server-lr", 1.0, "η_g for averaging algorithms (1 = plain averaging)", low=0.0, low_open=True),
     Key("weighting", "uniform", "aggregation weights over the cohort (ALGORITHMS.md §0.3)", ("uniform", "samples")),
     Key("seed", 0, "run seed: partition, cohorts, init, minibatches", low=0),

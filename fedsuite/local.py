@@ -4,8 +4,8 @@ One step (DESIGN.md, ALGORITHMS.md §0.3):
     (ξ, j) = next minibatch              epochs/iterations, or a fixed block j     (rule.batches)
     g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
     d  = g + linear corrections          SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …  (rule.corrections)
-    d  = clip(d, clip_norm)              reference codes clip loss gradient + linear terms (§0.3.2)
-    d += prox-like terms                 FedProx μ(x − x^t) …                      (rule.regularizers)
+    d  = clip(d, clip_norm)              clean: loss gradient + linear terms; reference: also −μ·centre (§0.3.2)
+    d += prox-like terms                 FedProx μ(x − x^t) … (reference: only +μ·x)   (rule.regularizers)
     d += wd·x                            coupled weight decay (§0.3.1)
     u  = step(d)                         SGD: u = d; Adam-type rules               (rule.step)
     u += corrections after the step      FAdamET's y − y_i, FedLADA's mix …          (rule.after_step)
@@ -101,14 +101,25 @@ class LookAhead:
 
 @dataclass
 class Prox:
-    """+ μ(x − centre): gradient of (μ/2)‖x − centre‖², centre = x^t unless given (FedProx §4.2, FedDyn §4.5)."""
+    """+ μ(x − centre): gradient of (μ/2)‖x − centre‖², centre = x^t unless given (FedProx §4.2, FedDyn §4.5).
+
+    Its two halves are separate because clip-scope='reference' clips the −μ·centre half with the gradient, as
+    FL-Simulator's and FedDyn's code do (they write the prox as weight decay μ plus a linear loss term)."""
 
     mu: float
     centre: torch.Tensor | None = None
 
     def __call__(self, d: torch.Tensor, ctx: StepContext) -> None:
+        self.centre_part(d, ctx)
+        self.iterate_part(d, ctx)
+
+    def centre_part(self, d: torch.Tensor, ctx: StepContext) -> None:
         if self.mu:
-            d.add_(ctx.x, alpha=self.mu).add_(ctx.x0 if self.centre is None else self.centre, alpha=-self.mu)
+            d.add_(ctx.x0 if self.centre is None else self.centre, alpha=-self.mu)
+
+    def iterate_part(self, d: torch.Tensor, ctx: StepContext) -> None:
+        if self.mu:
+            d.add_(ctx.x, alpha=self.mu)
 
 
 @dataclass
@@ -236,6 +247,7 @@ def train_local(
     lr: float,
     weight_decay: float,
     clip_norm: float,
+    clip_scope: str = "clean",
     epochs: int,
     steps: int,
     batch_size: int,
@@ -255,10 +267,18 @@ def train_local(
         d = model.grad
         for transform in rule.corrections:
             transform(d, ctx)
+        split = clip_norm > 0 and clip_scope == "reference"
+        if split:
+            for transform in rule.regularizers:
+                if isinstance(transform, Prox):
+                    transform.centre_part(d, ctx)
         if clip_norm > 0:
             d.mul_(torch.clamp(clip_norm / (d.norm() + 1e-6), max=1.0))
         for transform in rule.regularizers:
-            transform(d, ctx)
+            if split and isinstance(transform, Prox):
+                transform.iterate_part(d, ctx)
+            else:
+                transform(d, ctx)
         if weight_decay:
             d.add_(x, alpha=weight_decay)
         u = rule.step(d, ctx)

@@ -135,3 +135,30 @@ def test_local_benchmark_short_run_prints_seconds_per_round_last(capsys, tmp_pat
                           "--device", "cpu", "--json", str(tmp_path / "b.json")])  # fmt: skip
     name, value = capsys.readouterr().out.strip().splitlines()[-1].split()
     assert name == "seconds_per_round" and float(value) > 0
+
+
+def test_reference_clip_scope_clips_the_centre_half_of_the_prox():
+    """clip-scope='reference' (FL-Simulator/FedDyn code, ALGORITHMS.md §0.3.2): x ← x − η(clip(g − μ·x^t) + μ·x +
+    wd·x), against a hand-written loop; 'clean' clips g alone and differs once clipping is active."""
+    net, data = small_cnn_and_data()
+    model = FlatModel(net)
+    x0 = model.x.clone()
+    loss = loss_function("classification")
+    mu, lr, wd, clip = 0.5, 0.05, 1e-3, 0.5
+    kw = dict(weight_decay=wd, epochs=1, steps=3, batch_size=10)
+
+    def run(scope, clip_norm=clip):
+        return train_local(model, x0, data, loss, UpdateRule(regularizers=(Prox(mu),)), lr=lr, clip_norm=clip_norm,
+                           clip_scope=scope, generator=torch.Generator().manual_seed(2), **kw).x.clone()  # fmt: skip
+
+    x = x0.clone()
+    for inputs, targets in minibatches(data, 1, 3, 10, torch.Generator().manual_seed(2)):
+        model.x.copy_(x)
+        model.loss_and_grad(loss, inputs, targets)
+        d = model.grad.clone() - mu * x0
+        d = d * torch.clamp(clip / (d.norm() + 1e-6), max=1.0)
+        x = x - lr * (d + mu * x + wd * x)
+    reference = run("reference")
+    torch.testing.assert_close(reference, x, rtol=0, atol=1e-6)
+    assert (run("clean") - reference).abs().max() > 1e-4
+    torch.testing.assert_close(run("clean", 0.0), run("reference", 0.0), rtol=0, atol=0)
