@@ -24,7 +24,7 @@ from typing import Any
 STATUSES = {"completed": 0, "failed": 1, "diverged": 3, "interrupted": 130}
 RUN_MARKER = ".fedsuite-run"
 RUN_TOKEN_ENV = "FEDSUITE_RUN_TOKEN"  # set by simulation.run for every process of one launch
-RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log")
+RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log", "flwr.log")
 
 CSV_COLUMNS = (
     "round", "accuracy", "loss", "train_loss", "objective_gap", "relative_error", "round_seconds",

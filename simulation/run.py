@@ -92,7 +92,11 @@ def parse_overrides(overrides: list[str]) -> dict:
 
     seen: dict[str, str] = {}
     for text in overrides:
-        for pair in shlex.split(text) if not text.strip().endswith(".toml") else []:
+        try:
+            pairs = shlex.split(text) if not text.strip().endswith(".toml") else []
+        except ValueError as err:  # an unbalanced quote
+            raise ConfigError(f"-c {text!r}: {err}; strings go in quotes: -c \"algorithm='fedprox'\"") from None
+        for pair in pairs:
             key = pair.split("=", 1)[0].strip()
             if "=" not in pair:
                 raise ConfigError(f'-c: {pair!r} is not key=value; write e.g. -c "{pair}=<value>"')
