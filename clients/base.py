@@ -21,7 +21,7 @@ from flwr.client import NumPyClient
 
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.node import ClientNode
-from fedsuite.payload import ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
+from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
 
 MAX_TRACEBACK_CHARS = 8000
 
@@ -61,6 +61,7 @@ class FedClient(NumPyClient):
             self.state.accepted_round = int(config[STATE_ACCEPTED])
         torch.set_num_threads(int(cfg["client-threads"]))
         down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}
+        self._check_match(config, down)
         lr = float(config["lr"])
         result = train_local(
             node.model,
@@ -93,6 +94,20 @@ class FedClient(NumPyClient):
             "compute-seconds": result.seconds,
         }
         return arrays, len(node.data), metrics
+
+    def _check_match(self, config, down: dict[str, torch.Tensor]) -> None:
+        """Server and client must run the same algorithm and model: say so instead of failing on a shape."""
+        cfg, server_algorithm = self.node.cfg, str(config.get(ALGORITHM_KEY, "") or "")
+        if server_algorithm and server_algorithm != cfg["algorithm"]:
+            raise ValueError(f"configuration mismatch: the server runs algorithm={server_algorithm!r}, this client "
+                             f"algorithm={cfg['algorithm']!r}; give both the same run config")  # fmt: skip
+        if down["model"].numel() != self.node.model.dim:
+            raise ValueError(
+                f"configuration mismatch: the server's model has {down['model'].numel():,} parameters, this client's "
+                f"model={cfg.model!r} for dataset={cfg['dataset']!r} (its data: {self.node.dataset.input_shape}, "
+                f"{self.node.dataset.num_classes} classes) has {self.node.model.dim:,}; check model, dataset and "
+                "the node's data-dir"
+            )
 
     def evaluate(self, parameters, config):
         """Loss (and accuracy) of the received model on this client's own training data."""

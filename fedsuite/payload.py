@@ -14,6 +14,7 @@ import numpy as np
 ARRAYS_KEY = "fedsuite.arrays"
 # Fit config: the last round in which the server accepted this client's reply (0: never), fedsuite.state.
 STATE_ACCEPTED = "fedsuite.state-accepted"
+ALGORITHM_KEY = "fedsuite.algorithm"  # fit config: the server's algorithm, checked by the client
 
 
 class PayloadError(ValueError):

@@ -75,6 +75,7 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
         recorder=recorder,
         min_replies=float(cfg["min-replies"]),
         divergence_factor=float(cfg["divergence-factor"]),
+        algorithm=str(cfg["algorithm"]),
     )
 
 

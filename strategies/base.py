@@ -36,7 +36,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from fedsuite.payload import ARRAYS_KEY, STATE_ACCEPTED, PayloadError, nbytes, pack, unpack
+from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, PayloadError, nbytes, pack, unpack
 from fedsuite.results import RunRecorder
 from fedsuite.sampling import Sampler
 
@@ -83,6 +83,7 @@ class RunPlan:
     node_wait_seconds: float = 600.0
     min_replies: float = 0.5  # share of the cohort that must reply validly each round (0: any number, even none)
     divergence_factor: float = 100.0  # test loss above this × the initial loss = diverged (0: non-finite only)
+    algorithm: str = ""  # sent to clients, which refuse to train for another algorithm
 
 
 @dataclass
@@ -164,6 +165,7 @@ class FedStrategy(Strategy):
         config: dict[str, Scalar] = {
             "round": server_round,
             "lr": self.local_lr(server_round),
+            ALGORITHM_KEY: self.plan.algorithm,
             **self.fit_config(server_round),
         }
         missing = [pid for pid in cohort if pid not in nodes]

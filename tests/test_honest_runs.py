@@ -329,3 +329,23 @@ def test_a_round_without_valid_replies_is_a_zero_move_in_the_histories(algorithm
     else:
         np.testing.assert_allclose(downlinks[3]["x_tilde"], downlinks[3]["x"], atol=1e-6)
         assert not np.allclose(downlinks[2]["x_tilde"], downlinks[2]["x"], atol=1e-6)  # round 1 did move
+
+
+def test_a_server_client_config_mismatch_is_a_clear_rejection():
+    """A client built for another algorithm or another model size refuses to train, saying why (not a shape error
+    deep in torch); the server rejects the reply with that line."""
+    from fedsuite import registry
+    from fedsuite.config import resolve
+    from fedsuite.node import ClientNode
+    from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY
+    from tests.test_replies import one_round_replies
+
+    _, results = one_round_replies(LSQ)
+    assert all("error" not in r.metrics for _, r in results)  # matching configs train
+    cfg = resolve({**LSQ, "synthetic-dim": 5})
+    client = registry.build_client(cfg, ClientNode(cfg, 0, 5))
+    params, config = [np.zeros(8, np.float32)], {"round": 1, "lr": 0.1, ARRAYS_KEY: "model"}
+    _, _, metrics = client.fit(params, {**config, ALGORITHM_KEY: "fedavg"})
+    assert metrics["error"].startswith("ValueError: configuration mismatch: the server's model has 8 parameters")
+    _, _, metrics = client.fit(params, {**config, ALGORITHM_KEY: "scaffold"})
+    assert "the server runs algorithm='scaffold', this client algorithm='fedavg'" in metrics["error"]
