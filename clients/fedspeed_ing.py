@@ -11,7 +11,7 @@ from clients.fedspeed import FedSpeedClient
 
 
 class FedSpeedIngClient(FedSpeedClient):
-    def __init__(self, node, mu: float, rho: float, zeta: float, mix: float = 1.0, dual_agg: str = "sampled"):
+    def __init__(self, node, mu: float, rho: float, zeta: float, mix: float = 1.0, dual_agg: str = "all"):
         super().__init__(node, mu, rho, mix, "client", dual_agg)
         self.zeta = zeta
 

@@ -151,7 +151,8 @@ ALGORITHM_KEYS: tuple[Key, ...] = (
     Key("fedspeed-dual-agg", "all", "FedSpeed dual aggregation: all = code form, sampled = thesis form (§3.1)",
         ("all", "sampled")),
     Key("fedspeed-ing-zeta", 0.1, "FedSpeed-Ing extrapolation ζ (§3.2)", low=0.0),
-    Key("fedspeed-ing-dual-agg", "sampled", "FedSpeed-Ing dual aggregation (thesis: sampled) (§3.2)",
+    Key("fedspeed-ing-dual-agg", "all", "FedSpeed-Ing dual aggregation: all = as FedSpeed (ζ = 0 is FedSpeed), "
+        "sampled = the thesis' Alg. 3 (§3.2)",
         ("all", "sampled")),
     Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (§3.4)"),
     Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (§3.4)"),

@@ -45,6 +45,16 @@ def summarize(algorithm: str, folder: Path, targets: list[float]) -> dict:
     }
 
 
+def finished(folder: Path, explicit: dict) -> bool:
+    """The run in `folder` completed, and every setting given explicitly now is the one it ran with."""
+    try:
+        status = json.loads((folder / "summary.json").read_text())["status"]
+        ran = json.loads((folder / "config.json").read_text())["run_config"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return status == "completed" and all(ran.get(k) == v for k, v in explicit.items())
+
+
 def _fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
@@ -97,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
     parser.add_argument("--out", default="results/compare", help="output folder")
     parser.add_argument("--title", default="", help="plot title")
+    parser.add_argument("--skip-finished", action="store_true",
+                        help="reuse runs in --out that completed with the same explicit settings")  # fmt: skip
     args = parser.parse_args(argv)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     out = Path(args.out).resolve()
@@ -115,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
                      "overwrite": True}  # fmt: skip
         print(f"── {algorithm} ──", flush=True)
         try:
-            folder = run(overrides, quiet=True, check_data=False)
+            folder = out / "runs" / algorithm
+            if not (args.skip_finished and finished(folder, {**shared, "algorithm": algorithm})):
+                folder = run(overrides, quiet=True, check_data=False)
+            else:
+                print("   finished earlier with the same settings: reused", flush=True)
             results.append(summarize(algorithm, folder, cfg.targets))
             r = results[-1]
             quality = f"acc {_fmt(r['final_acc'], '.4f')}" + (

@@ -30,7 +30,7 @@ class FedSpeed(FedDyn):
 class FedSpeedIng(FedSpeed):
     """Server keeps x^{t−1} and broadcasts x̃^t = x^t + ζ(x^t − x^{t−1}), x̃^0 = x^0 (+1 d downlink)."""
 
-    def __init__(self, plan: RunPlan, zeta: float, dual_agg: str = "sampled"):
+    def __init__(self, plan: RunPlan, zeta: float, dual_agg: str = "all"):
         super().__init__(plan, "client", dual_agg)
         self.zeta = zeta
         self.x_prev = self.x.astype(np.float64)

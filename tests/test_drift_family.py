@@ -98,8 +98,8 @@ TRAJECTORIES = [
      lambda f: ref.feddyn(f, 0.2, rho=0.05, mix=0.5)),
     ("fedspeed", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05, "dual-storage": "server"},
      lambda f: ref.feddyn(f, 0.2, rho=0.05)),
-    ("fedspeed-ing", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05, "fedspeed-ing-zeta": 0.3},
-     lambda f: ref.fedspeed_ing(f, 0.2, 0.05, 0.3)),
+    ("fedspeed-ing", {"fedspeed-mu": 0.2, "fedspeed-rho": 0.05, "fedspeed-ing-zeta": 0.3,
+                      "fedspeed-ing-dual-agg": "sampled"}, lambda f: ref.fedspeed_ing(f, 0.2, 0.05, 0.3)),
     ("fedadmm", {"fedadmm-rho": 0.2}, lambda f: ref.fedadmm_wang(f, 0.2)),
     ("fedcm", {"fedcm-alpha": 0.3}, lambda f: ref.fedcm(f, 0.3)),
     ("mofedsam", {"fedcm-alpha": 0.3, "sam-rho": 0.05}, lambda f: ref.fedcm(f, 0.3, rho=0.05)),
@@ -128,6 +128,7 @@ REDUCTIONS = [
     ("fedmim", {"fedmim-alphas": "0.9", "fedmim-betas": "0"}, "fedcm", {"fedcm-alpha": 0.1}, {"fedmim-betas": "0.5"}),
     ("fedspeed", {"fedspeed-rho": 0.0, "fedspeed-mu": 0.2}, "feddyn", {"feddyn-alpha": 0.2}, {"fedspeed-rho": 0.1}),
     ("feddyn", {"dual-storage": "server"}, "feddyn", {"dual-storage": "client"}, {"feddyn-alpha": 0.3}),
+    ("fedspeed-ing", {"fedspeed-ing-zeta": 0.0}, "fedspeed", {}, {"fedspeed-ing-zeta": 0.3}),  # both defaults: 'all'
 ]  # fmt: skip
 
 

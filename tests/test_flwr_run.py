@@ -121,7 +121,7 @@ def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
     assert report["train_loss_max_abs_diff"] < 1e-3  # both paths did the same local work
 
 
-def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home):
+def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home, capsys):
     from simulation import compare
 
     rc = compare.main(["--algorithms", "fedavg,scaffold", "-c",
@@ -131,3 +131,9 @@ def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home):
     table = (tmp_path / "comparison.md").read_text()
     assert "| fedavg |" in table and "| scaffold |" in table and "| 4.0 |" in table  # SCAFFOLD: 2 down + 2 up
     assert (tmp_path / "comparison.png").stat().st_size > 1000
+    table_before = (tmp_path / "comparison.md").read_text()
+    rc = compare.main(["--algorithms", "fedavg,scaffold", "--skip-finished", "-c",
+                       "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 lr=0.02",
+                       "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 0 and capsys.readouterr().out.count("reused") == 2  # resumable: finished runs are not redone
+    assert (tmp_path / "comparison.md").read_text() == table_before
