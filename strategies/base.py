@@ -100,6 +100,10 @@ class FedStrategy(Strategy):
         """New global model from the validated replies (updates server state as a side effect)."""
         raise NotImplementedError
 
+    def expected_uplink(self, partition_id: int) -> tuple[str, ...]:
+        """The array names this client must send back this round (FAdamET/GT: + delta_y for clients in Y^t)."""
+        return self.uplink_names
+
     # ---- shared helpers for algorithms -----------------------------------------------------------
     @property
     def num_clients(self) -> int:
@@ -219,8 +223,9 @@ class FedStrategy(Strategy):
             arrays = unpack(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")))
         except PayloadError as err:
             raise ValueError(str(err)) from err
-        if set(arrays) != set(self.uplink_names):
-            raise ValueError(f"arrays {sorted(arrays)} but this algorithm expects {sorted(self.uplink_names)}")
+        expected = self.expected_uplink(int(metrics.get("partition-id", -1)))
+        if set(arrays) != set(expected):
+            raise ValueError(f"arrays {sorted(arrays)} but this algorithm expects {sorted(expected)}")
         for name, a in arrays.items():
             if a.shape != (self.dim,):
                 raise ValueError(f"array {name!r} has shape {a.shape}, expected ({self.dim},)")
