@@ -28,10 +28,10 @@ class MimeSVRGClient(FedClient):
     def rule(self, down, config) -> UpdateRule:
         return UpdateRule(point=ControlVariatePoint(down["model"]), corrections=(AddVector(down["c"]),))
 
-    def fit(self, parameters, config):
+    def _fit(self, parameters, config):  # inside FedClient.fit: a failure in either phase is an error reply
         if config.get(PHASE_KEY) == GRADIENT_PHASE:
             return self.full_gradient_reply(parameters, config)
-        return super().fit(parameters, config)
+        return super()._fit(parameters, config)
 
     def full_gradient_reply(self, parameters, config):
         node = self.node

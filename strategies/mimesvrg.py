@@ -44,6 +44,8 @@ class MimeSVRG(FedStrategy):
         def ask(pid):
             try:
                 res = proxies[pid].fit(ins, None, server_round)
+                if "error" in res.metrics:  # the client's own failure, as clients/base.py reports it
+                    raise ValueError(str(res.metrics["error"]))
                 if res.status.code != Code.OK or int(res.metrics.get("partition-id", -1)) != pid:
                     raise ValueError(f"status {res.status.code}, partition-id {res.metrics.get('partition-id')}")
                 grad = unpack(parameters_to_ndarrays(res.parameters), str(res.metrics.get(ARRAYS_KEY, "")))

@@ -24,6 +24,7 @@ from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
 from tests import reference_adaptive as refa
 from tests.reference import Federation, grad
+from tests.test_client_state import Rows
 from tests.test_drift_family import FED, MINIBATCH, PARTIAL, rel
 
 ADAM = {"adam-beta1": 0.9, "adam-beta2": 0.99, "adam-eps": 1e-8}
@@ -209,14 +210,6 @@ def test_mimesvrg_c_is_the_mean_full_gradient_and_one_step_is_a_full_batch_gradi
     assert rel(two, two_full) > 1e-3
 
 
-class Rows:
-    def __init__(self):
-        self.rows = []
-
-    def record(self, row):
-        self.rows.append(row)
-
-
 @pytest.mark.parametrize("phase", ["gradient", "fit"])
 def test_mimesvrg_client_failing_either_exchange_is_a_failure_of_the_round(phase, monkeypatch):
     cfg = {**PARTIAL, "algorithm": "mimesvrg", "num-server-rounds": 3}
@@ -246,11 +239,12 @@ def test_mimesvrg_client_failing_either_exchange_is_a_failure_of_the_round(phase
 
     run_inprocess(cfg, on_strategy=watch)
     row = next(r for r in rows.rows if r["round"] == 2)
-    assert row["failures"] == 1 and row["replies"] == len(f.sampler.cohort(2)) - 1
+    lost = row["failures"] + row["rejected"]  # a crash in fit comes back as an error reply (rejected)
+    assert lost == 1 and row["replies"] == len(f.sampler.cohort(2)) - 1
     answered = [i for i in f.sampler.cohort(2) if phase == "fit" or i != crashing]
     c, x = queries[2]
     np.testing.assert_allclose(c, np.mean([grad(*f.clients[i], x) for i in answered], axis=0), rtol=1e-5, atol=1e-6)
-    assert all(r["failures"] == 0 for r in rows.rows if r["round"] in (1, 3))
+    assert all(r["failures"] + r["rejected"] == 0 for r in rows.rows if r["round"] in (1, 3))
 
 
 # ---- communication (§1, §5.4 Table 1) ----------------------------------------------------------------------------

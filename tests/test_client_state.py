@@ -266,11 +266,19 @@ def test_registry_declares_the_summary_table_communication():
 
 
 class Rows:
+    """A stand-in for fedsuite.results.RunRecorder that keeps the rows in memory."""
+
     def __init__(self):
         self.rows = []
 
-    def record(self, row):
+    def record(self, row, status=None, reason=None):
         self.rows.append(row)
+
+    def client_problem(self, server_round, who, reason, details=""):
+        pass
+
+    def finish(self, status, reason=None):
+        pass
 
 
 @pytest.mark.parametrize("name", list(COMMUNICATION))
