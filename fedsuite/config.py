@@ -60,7 +60,7 @@ class Key:
 # Names the registries fill in; kept here so validation never imports torch or Flower.
 ALGORITHMS = (
     "fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold", "feddyn", "fedadmm", "fedcm", "fedsam",
-    "mofedsam", "fedspeed", "fedspeed-ing", "fedmim",
+    "mofedsam", "fedspeed", "fedspeed-ing", "fedmim", "localadam", "fadamet", "fadamgt", "fedlada", "mimesvrg",
 )  # fmt: skip
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic")
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear")
@@ -156,6 +156,15 @@ ALGORITHM_KEYS: tuple[Key, ...] = (
         ("all", "sampled")),
     Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (§3.4)"),
     Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (§3.4)"),
+    Key("adam-beta1", 0.9, "local Adam β1 of LocalAdam, FAdamET/GT and FedLADA; m is reset every round (§3.5)",
+        low=0.0, high=1.0),
+    Key("adam-beta2", 0.99, "local Adam β2; v_i persists per client (LocalAdam, FAdamET/GT) (§3.5)", low=0.0,
+        high=1.0),
+    Key("adam-eps", 1e-8, "local Adam ε in m/(√v̂ + ε) (§3.5)", low=0.0, low_open=True),
+    Key("tracking-clients", 0, "FAdamET/GT: |Y^t|, sampled clients that refresh y_i each round (at most |S^t|); "
+        "0 = half of the realised cohort, at least 1 (§3.5)", low=0),
+    Key("fedlada-alpha", 0.1, "FedLADA α, weight of the local Adam direction against the global g_a (§3.6)",
+        low=0.0, high=1.0),
 )  # fmt: skip
 
 SCHEMA: dict[str, Key] = {k.name: k for k in COMMON_KEYS + ALGORITHM_KEYS}

@@ -28,6 +28,7 @@ class Algorithm:
     client_args: dict[str, str] = field(default_factory=dict)
     client_state_vectors: Callable[[Config], int] = _stateless  # persistent d-vectors per client
     vectors: tuple[int, int] = (1, 1)  # d-vectors down / up per participating client per round, defaults (§1)
+    tracking_up: int = 0  # extra d-vectors up from clients in the tracking subset Y^t only (FAdamET/GT, §3.5)
 
 
 def _duals_on_clients(cfg: Config) -> int:
@@ -39,6 +40,9 @@ def _fedadmm_state(cfg: Config) -> int:
 
 
 _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
+
+_ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
+_TRACKING = {"server_lr": "server-lr", "tracking_clients": "tracking-clients"}
 
 _SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-alpha"}
 _MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
@@ -88,6 +92,21 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "§3.4",
                   "multi-step inertial momentum: look-ahead gradient, move along a_t",
                   {**_MIM, "server_lr": "server-lr"}, _MIM, vectors=(3, 1)),
+        Algorithm("localadam", "strategies.fedavg:FedAvg", "clients.localadam:LocalAdamClient", "§3.6",
+                  "local AMSGrad (m reset per round, no bias correction), client keeps v_i", {"server_lr": "server-lr"},
+                  _ADAM, lambda cfg: 1),
+        Algorithm("fadamet", "strategies.fadam:FAdam", "clients.fadamet:FAdamETClient", "§3.5",
+                  "LocalAdam + tracking y − y_i added after the Adam moments; Y^t ⊆ S^t refresh y_i", _TRACKING,
+                  _ADAM, lambda cfg: 2, vectors=(2, 1), tracking_up=1),
+        Algorithm("fadamgt", "strategies.fadam:FAdam", "clients.fadamgt:FAdamGTClient", "§3.5",
+                  "LocalAdam + tracking y − y_i added to the gradient before the Adam moments", _TRACKING,
+                  _ADAM, lambda cfg: 2, vectors=(2, 1), tracking_up=1),
+        Algorithm("fedlada", "strategies.fedlada:FedLADA", "clients.fedlada:FedLADAClient", "§3.6",
+                  "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed, [verify])",
+                  {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, vectors=(3, 2)),
+        Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient", "§4.8",
+                  "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
+                  vectors=(3, 2)),
     )
 }  # fmt: skip
 

@@ -1,10 +1,12 @@
 """Per-round cohorts of partition ids, a pure function of (seed, round) (ALGORITHMS.md §2.4).
 
-Every algorithm run with the same seed and sampling settings sees the same cohort in every round.
+Every algorithm run with the same seed and sampling settings sees the same cohort in every round, and the same
+tracking subset Y^t ⊆ S^t (FAdamET/FAdamGT, §3.5), which depends on (seed, round, cohort) only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,3 +33,13 @@ class Sampler:
                     return [int(i) for i in picked]
             raise RuntimeError(f"participation={self.participation}: no client drawn in 10000 attempts")
         raise ValueError(f"sampling={self.mode!r}: allowed values are fixed, bernoulli")
+
+    def tracking(self, server_round: int, cohort: Sequence[int], size: int = 0) -> list[int]:
+        """Y^t ⊆ S^t, the clients that refresh their tracking terms (§3.5): `size` of them (at most |S^t|),
+        or with size 0 half of the realised cohort, at least 1. Drawn from (seed, round) on a stream of its own,
+        so it is the same for every algorithm that sees this cohort."""
+        if not cohort:
+            return []
+        k = max(1, len(cohort) // 2) if size <= 0 else min(size, len(cohort))
+        rng = np.random.default_rng([self.seed, server_round, 0, 1])  # cohorts use [seed, round, 0 | 1 + attempt]
+        return sorted(int(cohort[j]) for j in rng.choice(len(cohort), size=k, replace=False))

@@ -134,6 +134,10 @@ class FedStrategy(Strategy):
         """A round without a valid reply (allowed with min-replies=0) keeps x: record it as a zero move in any
         history the algorithm extrapolates from (FedMIM's δ's, FedSpeed-Ing's x^{t−1})."""
 
+    def expected_uplink(self, partition_id: int) -> tuple[str, ...]:
+        """The array names this client must send back this round (FAdamET/GT: + delta_y for clients in Y^t)."""
+        return self.uplink_names
+
     # ---- shared helpers for algorithms -----------------------------------------------------------
     @property
     def num_clients(self) -> int:
@@ -345,8 +349,9 @@ class FedStrategy(Strategy):
             arrays = unpack(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")))
         except PayloadError as err:
             raise RejectedReply(str(err)) from err
-        if set(arrays) != set(self.uplink_names):
-            raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(self.uplink_names)}")
+        expected = self.expected_uplink(int(metrics.get("partition-id", -1)))
+        if set(arrays) != set(expected):
+            raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(expected)}")
         for name, a in arrays.items():
             if a.shape != (self.dim,):
                 raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({self.dim},)")

@@ -1,0 +1,28 @@
+"""FAdamET client (FAdamET paper, Alg. 1, error tracking; ALGORITHMS.md §3.5).
+
+The tracking correction y − y_i is an `after_step` transform: it is added to the Adam move, *after* the moments,
+u = m/(√v̂ + ε) + y − y_i, x ← x − η_l·u (so it is not clipped). Clients in Y^t set
+y_i_new = y_i − y + (x^t − x_{i,K})/(K_i·η_l) (= mean_k of the Adam moves) and upload Δy_i = y_i_new − y_i;
+the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-parameters as LocalAdam.
+"""
+
+from __future__ import annotations
+
+from clients.localadam import LocalAdamClient
+from fedsuite.adaptive import tracks
+from fedsuite.local import AddVector, UpdateRule
+
+
+class FAdamETClient(LocalAdamClient):
+    def rule(self, down, config) -> UpdateRule:
+        correction = AddVector(down["y"] - self.state.get("y_i"))
+        return UpdateRule(step=self.adam_step(), after_step=(correction,))
+
+    def uplink(self, result, down, config):
+        uplink = super().uplink(result, down, config)
+        if tracks(config, self.node.partition_id):
+            y_i = self.state.get("y_i")
+            y_new = y_i - down["y"] - uplink["delta"] / (result.steps * float(config["lr"]))
+            uplink["delta_y"] = y_new - y_i
+            self.state.set("y_i", y_new)
+        return uplink

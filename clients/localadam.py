@@ -1,0 +1,34 @@
+"""LocalAdam client (baseline of the FAdamET paper; ALGORITHMS.md §3.6, §3.5 with y ≡ 0).
+
+Step: d = g (+ wd·x, clipped as for every algorithm), then the Adam stage u = m/(√v̂ + ε) with the AMSGrad max,
+no bias correction, m = 0 every round, v starting from this client's persistent v_i; x ← x − η_l·u.
+After K_i steps v_i ← v (client state, also for clients that are not in the tracking subset). Uplink Δ_i.
+Hyper-parameters: adam-beta1 β1 = 0.9, adam-beta2 β2 = 0.99, adam-eps ε = 1e-8, lr η_l = 1e-3 in the paper.
+"""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedsuite.adaptive import AdamStep
+from fedsuite.local import UpdateRule
+
+
+class LocalAdamClient(FedClient):
+    stateful = True
+
+    def __init__(self, node, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-8):
+        super().__init__(node)
+        self.beta1, self.beta2, self.eps = beta1, beta2, eps
+        self.adam: AdamStep | None = None
+
+    def adam_step(self) -> AdamStep:
+        """This round's Adam stage, starting from the carried v_i."""
+        self.adam = AdamStep(self.state.get("v_i"), self.beta1, self.beta2, self.eps)
+        return self.adam
+
+    def rule(self, down, config) -> UpdateRule:
+        return UpdateRule(step=self.adam_step())
+
+    def uplink(self, result, down, config):
+        self.state.set("v_i", self.adam.v)
+        return {"delta": result.x - result.x0}
