@@ -278,43 +278,13 @@ def test_a_rejected_reply_leaves_neither_y_i_nor_v_i_ahead_of_the_server(algorit
     y = mean_N y_i (the state each client will train with next, fedsuite.state.effective) after every round, and
     with the undo switched off the invariant breaks."""
     import fedsuite.state as state_module
-    from fedsuite.state import effective
-    from strategies.base import FedStrategy, RejectedReply
+    from tests.test_client_state import mean_state_gaps, reject_in_round
 
     cfg = {**BERNOULLI, "algorithm": algorithm, "min-replies": 0.0}
     sampler = Sampler(8, "bernoulli", participation=0.5, seed=0)
-    victim = sampler.tracking(2, sampler.cohort(2), 1)[0]
-    validate = FedStrategy._validate
-
-    def rejecting(self, res):
-        reply = validate(self, res)
-        if reply.partition_id == victim and max(self._round_stats) == 2:
-            raise RejectedReply("rejected by the test")
-        return reply
-
-    monkeypatch.setattr(FedStrategy, "_validate", rejecting)
-
-    def run_gaps():
-        contexts = node_contexts(cfg, cfg["num-clients"])
-        gaps = []
-
-        def watch(strategy):
-            aggregate_fit = strategy.aggregate_fit
-
-            def checked(server_round, results, fails):
-                out = aggregate_fit(server_round, results, fails)
-                views = [effective(ContextStateStore(c), strategy._accepted.get(c.node_id, 0)) for c in contexts]
-                mean_yi = np.mean([v.get("y_i", np.zeros(strategy.dim)) for v in views], axis=0)
-                gaps.append(np.abs(strategy.y - mean_yi).max())
-                return out
-
-            strategy.aggregate_fit = checked
-
-        run_inprocess(cfg, on_strategy=watch, contexts=contexts)
-        return gaps
-
-    gaps = run_gaps()
+    reject_in_round(monkeypatch, sampler.tracking(2, sampler.cohort(2), 1)[0], 2)
+    gaps = mean_state_gaps(cfg, lambda strategy: strategy.y, "y_i")
     assert len(gaps) == 7 and max(gaps) < 1e-6
     monkeypatch.setattr(state_module, "settle", lambda store, accepted_round: None)
-    broken = max(run_gaps())
+    broken = max(mean_state_gaps(cfg, lambda strategy: strategy.y, "y_i"))
     assert broken > 1e-4, broken  # the rejected Δy_i would sit in the client's y_i but not in the server's y

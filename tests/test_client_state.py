@@ -140,48 +140,54 @@ def test_an_unconfirmed_write_is_undone_and_a_confirmed_one_kept():
     assert sorted(store) == ["c_i"]
 
 
-def test_a_rejected_reply_does_not_leave_the_client_ahead_of_the_server(monkeypatch):
-    """SCAFFOLD's c = mean_N c_i after every round although the server rejects one client's reply in round 2
-    (a client that saved c_i⁺ before the server said no); with the undo switched off the invariant breaks."""
-    import fedsuite.state as state_module
+def reject_in_round(monkeypatch, partition: int, server_round: int) -> None:
+    """The server rejects `partition`'s reply in `server_round` after the client has saved its new state."""
     from strategies.base import FedStrategy, RejectedReply
 
-    cfg = {**SMALL, "algorithm": "scaffold", "min-replies": 0.0}
-    victim = Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0]
     validate = FedStrategy._validate
 
     def rejecting(self, res):
         reply = validate(self, res)
-        if reply.partition_id == victim and self._round_stats and max(self._round_stats) == 2:
+        if reply.partition_id == partition and self._round_stats and max(self._round_stats) == server_round:
             raise RejectedReply("rejected by the test")
         return reply
 
     monkeypatch.setattr(FedStrategy, "_validate", rejecting)
 
-    def gaps_of_a_run():
-        contexts = node_contexts(cfg, cfg["num-clients"])
-        gaps = []
 
-        def watch(strategy):
-            aggregate_fit = strategy.aggregate_fit
+def mean_state_gaps(cfg: dict, server_mean, name: str) -> list[float]:
+    """After every round: max |server_mean(strategy) − mean_N of each client's `name`|, where a client's vector is
+    the one it will train with next (fedsuite.state.effective, given the rounds the server accepted)."""
+    contexts = node_contexts(cfg, cfg["num-clients"])
+    gaps = []
 
-            def checked(server_round, results, fails):
-                out = aggregate_fit(server_round, results, fails)
-                c_i = [effective(ContextStateStore(c), strategy._accepted.get(c.node_id, 0)).get("c_i",
-                       np.zeros(strategy.dim)) for c in contexts]  # fmt: skip
-                gaps.append(np.abs(strategy.c - np.mean(c_i, axis=0)).max())
-                return out
+    def watch(strategy):
+        aggregate_fit = strategy.aggregate_fit
 
-            strategy.aggregate_fit = checked
+        def checked(server_round, results, fails):
+            out = aggregate_fit(server_round, results, fails)
+            views = [effective(ContextStateStore(c), strategy._accepted.get(c.node_id, 0)) for c in contexts]
+            client_mean = np.mean([v.get(name, np.zeros(strategy.dim)) for v in views], axis=0)
+            gaps.append(np.abs(server_mean(strategy) - client_mean).max())
+            return out
 
-        run_inprocess(cfg, on_strategy=watch, contexts=contexts)
-        return gaps
+        strategy.aggregate_fit = checked
 
-    gaps = gaps_of_a_run()
+    run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    return gaps
+
+
+def test_a_rejected_reply_does_not_leave_the_client_ahead_of_the_server(monkeypatch):
+    """SCAFFOLD's c = mean_N c_i after every round although the server rejects one client's reply in round 2
+    (a client that saved c_i⁺ before the server said no); with the undo switched off the invariant breaks."""
+    import fedsuite.state as state_module
+
+    cfg = {**SMALL, "algorithm": "scaffold", "min-replies": 0.0}
+    reject_in_round(monkeypatch, Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0], 2)
+    gaps = mean_state_gaps(cfg, lambda strategy: strategy.c, "c_i")
     assert len(gaps) == 7 and max(gaps) < 1e-6
     monkeypatch.setattr(state_module, "settle", lambda store, accepted_round: None)
-    monkeypatch.setattr(state_module, "effective", lambda store, accepted_round: dict(store))
-    assert max(gaps_of_a_run()) > 1e-3
+    assert max(mean_state_gaps(cfg, lambda strategy: strategy.c, "c_i")) > 1e-3
 
 
 def test_feddyn_paper_and_code_forms_agree_after_every_round():
