@@ -22,6 +22,7 @@ from flwr.client import NumPyClient
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.node import ClientNode
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
+from fedsuite.variance import FixedBlocks
 
 MAX_TRACEBACK_CHARS = 8000
 
@@ -39,6 +40,11 @@ class FedClient(NumPyClient):
 
     def uplink(self, result: LocalResult, down: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
         return {"delta": result.x - result.x0}
+
+    def blocks(self) -> FixedBlocks:
+        """This client's M fixed data blocks (`losac-blocks`, ALGORITHMS.md §3.7)."""
+        node = self.node
+        return FixedBlocks(len(node.data), int(node.cfg["losac-blocks"]), int(node.cfg["seed"]), node.partition_id)
 
     # ---- Flower NumPyClient API ------------------------------------------------------------------
     def get_properties(self, config):
@@ -63,16 +69,20 @@ class FedClient(NumPyClient):
         down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}
         self._check_match(config, down)
         lr = float(config["lr"])
+        rule = self.rule(down, config)
+        if rule.batches is None and cfg["local-batches"] == "blocks":
+            rule.batches = self.blocks()
         result = train_local(
             node.model,
             down["model"],
             node.data,
             node.loss_fn,
-            self.rule(down, config),
+            rule,
             lr=lr,
             weight_decay=float(cfg["weight-decay"]),
             clip_norm=float(cfg["clip-norm"]),
             clip_scope=str(cfg["clip-scope"]),
+            loss_reduction=str(cfg["loss-reduction"]),
             epochs=int(cfg["local-epochs"]),
             steps=int(cfg["local-steps"]),
             batch_size=int(cfg["batch-size"]),

@@ -61,10 +61,16 @@ class Key:
 ALGORITHMS = (
     "fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold", "feddyn", "fedadmm", "fedcm", "fedsam",
     "mofedsam", "fedspeed", "fedspeed-ing", "fedmim", "localadam", "fadamet", "fadamgt", "fedlada", "mimesvrg",
+    "losac", "fedsaga", "losac-prox", "scaffold-prox",
 )  # fmt: skip
-DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic")
-MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear")
+DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic",
+            "synthetic-lowrank")  # fmt: skip
+MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear", "matrix")
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
+# Algorithms whose server moves x by η_g·(aggregate of Δ_i), so that agg-scale='1/N' means the literal Σ_S Δ_i / N
+# of the LoSAC paper's eq. (13) for every method of that suite (ALGORITHMS.md §3.7).
+AGG_SCALE_ALGORITHMS = ("fedavg", "fedprox", "fedsam", "scaffold", "scaffold-prox", "mimesvrg", "losac", "losac-prox",
+                        "fedsaga")  # fmt: skip
 
 # Which models fit which dataset; the first is what model="auto" picks.
 DATASET_MODELS: dict[str, tuple[str, ...]] = {
@@ -75,6 +81,7 @@ DATASET_MODELS: dict[str, tuple[str, ...]] = {
     "tinyimagenet": ("resnet18-gn", "cnn", "logreg"),
     "synthetic-lsq": ("linear",),
     "synthetic-logistic": ("logreg",),
+    "synthetic-lowrank": ("matrix",),
 }
 
 COMMON_KEYS: tuple[Key, ...] = (
@@ -102,6 +109,13 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("clip-scope", "clean", "what clip-norm clips: clean = loss gradient + linear corrections; reference = also "
         "the −μ·centre half of every prox term, as FL-Simulator/FedDyn code (ALGORITHMS.md §0.3.2)",
         ("clean", "reference")),
+    Key("local-batches", "minibatch", "what one local step trains on: minibatch = B samples (epochs or K draws); "
+        "blocks = one of the client's M fixed data blocks (losac-blocks), drawn uniformly, as LoSAC/FedSaga always "
+        "do and the LoSAC suite's baselines do (ALGORITHMS.md §3.7)", ("minibatch", "blocks")),
+    Key("loss-reduction", "mean", "local loss over a minibatch or block: mean, or sum (the LoSAC paper's step sizes "
+        "assume sum, ALGORITHMS.md §3.7)", ("mean", "sum")),
+    Key("agg-scale", "mean", "server move: mean = η_g·mean_S(Δ_i); 1/N = η_g·Σ_S Δ_i / N, the LoSAC paper's eq. (13), "
+        "for the algorithms of that suite (ALGORITHMS.md §3.7)", ("mean", "1/N")),
     Key("server-lr", 1.0, "η_g for averaging algorithms (1 = plain averaging)", low=0.0, low_open=True),
     Key("weighting", "uniform", "aggregation weights over the cohort (ALGORITHMS.md §0.3)", ("uniform", "samples")),
     Key("seed", 0, "run seed: partition, cohorts, init, minibatches", low=0),
@@ -121,6 +135,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1),
     Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0),
     Key("synthetic-noise", 0.1, "label noise std of the synthetic federation", low=0.0),
+    Key("lowrank-size", 64, "synthetic-lowrank: side of the square matrix X (ALGORITHMS.md §3.7)", low=1),
+    Key("lowrank-rank", 4, "synthetic-lowrank: rank r of the ground truth X_G = diag(I_r, 0) (§3.7)", low=0),
     Key("client-state", "auto", "where persistent client state lives (auto: memory while it fits the budget)",
         ("auto", "memory", "disk")),
     Key("client-state-budget-mb", 4096.0, "memory budget for all clients' state (auto mode)", low=0.0),
@@ -163,6 +179,13 @@ ALGORITHM_KEYS: tuple[Key, ...] = (
     Key("adam-eps", 1e-8, "local Adam ε in m/(√v̂ + ε) (§3.5)", low=0.0, low_open=True),
     Key("tracking-clients", 0, "FAdamET/GT: |Y^t|, sampled clients that refresh y_i each round (at most |S^t|); "
         "0 = half of the realised cohort, at least 1 (§3.5)", low=0),
+    Key("losac-blocks", 5, "M, fixed equal data blocks per client, fixed from the run seed; LoSAC/FedSaga keep one "
+        "stored block gradient each (M·d client state) (§3.7)", low=1),
+    Key("losac-phi-scale", "1", "LoSAC server estimate: 1 = ϕ ← ϕ + Σ_S Δϕ_i (exact, ϕ = Σ_N ḡ_n); N/S = the paper's "
+        "eq. (13) factor (§3.7)", ("1", "N/S")),
+    Key("prox-penalty", "l1", "LoSAC-Prox/SCAFFOLD-Prox Ψ: l1 = λ‖x‖₁ (soft threshold); nuclear = λ‖X‖_* of every "
+        "matrix-shaped parameter (SVD shrinkage) (§3.7)", ("l1", "nuclear")),
+    Key("prox-lambda", 0.01, "λ of the proximal penalty Ψ (LoSAC-Prox, SCAFFOLD-Prox) (§3.7)", low=0.0),
     Key("fedlada-alpha", 0.1, "FedLADA α, weight of the local Adam direction against the global g_a (§3.6)",
         low=0.0, high=1.0),
 )  # fmt: skip
@@ -239,6 +262,13 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
         errors.append(f"clients-per-round={v['clients-per-round']}: must be <= num-clients={v['num-clients']} (S <= N)")
+    if v.get("agg-scale") == "1/N" and "algorithm" in v and v["algorithm"] not in AGG_SCALE_ALGORITHMS:
+        errors.append(f"agg-scale='1/N': defined for {', '.join(AGG_SCALE_ALGORITHMS)} (the LoSAC suite); "
+                      f"algorithm={v['algorithm']!r} allows mean")  # fmt: skip
+    if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
+        errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
+    if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
+        errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     if v.get("algorithm") == "fedspeed-ing" and v.get("dual-storage") == "server":
         errors.append("dual-storage='server': fedspeed-ing keeps its duals ĝ_i, ǧ_i on the clients; use client")
     if "fedmim-alphas" in v and "fedmim-betas" in v:

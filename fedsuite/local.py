@@ -3,6 +3,7 @@
 One step (DESIGN.md, ALGORITHMS.md §0.3):
     (ξ, j) = next minibatch              epochs/iterations, or a fixed block j     (rule.batches)
     g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
+    g ← |ξ|·g                            loss-reduction='sum' (the LoSAC paper's block losses, §3.7)
     d  = g + linear corrections          SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …  (rule.corrections)
     d  = clip(d, clip_norm)              clean: loss gradient + linear terms; reference: also −μ·centre (§0.3.2)
     d += prox-like terms                 FedProx μ(x − x^t) … (reference: only +μ·x)   (rule.regularizers)
@@ -248,6 +249,7 @@ def train_local(
     weight_decay: float,
     clip_norm: float,
     clip_scope: str = "clean",
+    loss_reduction: str = "mean",
     epochs: int,
     steps: int,
     batch_size: int,
@@ -265,6 +267,8 @@ def train_local(
         ctx.step, ctx.block = k, block
         loss_sum += rule.point(model, loss_fn, inputs, targets)
         d = model.grad
+        if loss_reduction == "sum":
+            d.mul_(len(targets))
         for transform in rule.corrections:
             transform(d, ctx)
         split = clip_norm > 0 and clip_scope == "reference"

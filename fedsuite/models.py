@@ -41,8 +41,25 @@ def _resnet18_gn(in_ch: int, classes: int) -> nn.Module:
     return net
 
 
+class MatrixInner(nn.Module):
+    """Prediction ⟨X, D⟩ of a square matrix parameter X (zeros at start) with each flattened input D: the low-rank
+    estimation model of ALGORITHMS.md §3.7, whose X the nuclear-norm prox acts on."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        side = math.isqrt(features)
+        if side * side != features:
+            raise ValueError(f"model='matrix' needs square inputs; got {features} features")
+        self.weight = nn.Parameter(torch.zeros(side, side))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs.reshape(inputs.shape[0], -1) @ self.weight.reshape(-1, 1)
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, task: str) -> nn.Module:
     features = math.prod(input_shape)
+    if name == "matrix":
+        return MatrixInner(features)
     if task != "classification":  # synthetic federations: x ∈ R^d, one output, no bias (x* is over d weights)
         return nn.Linear(features, 1, bias=False)
     if name == "cnn":
@@ -53,7 +70,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, task:
         return nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
     if name == "resnet18-gn":
         return _resnet18_gn(input_shape[0], num_classes)
-    raise ValueError(f"model={name!r}: allowed values are cnn, 2nn, logreg, resnet18-gn, linear")
+    raise ValueError(f"model={name!r}: allowed values are cnn, 2nn, logreg, resnet18-gn, linear, matrix")
 
 
 _INIT_LOCK = threading.Lock()

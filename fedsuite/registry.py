@@ -44,6 +44,13 @@ _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fed
 _ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
 _TRACKING = {"server_lr": "server-lr", "tracking_clients": "tracking-clients"}
 
+_LOSAC = {"server_lr": "server-lr", "phi_scale": "losac-phi-scale"}
+
+
+def _blocks(cfg: Config) -> int:
+    return int(cfg["losac-blocks"])  # the table y_{i,1..M}
+
+
 _SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-alpha"}
 _MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
 _LIST_ARGS = {"alphas", "betas"}  # comma-separated run-config strings → tuples of floats
@@ -107,6 +114,18 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient", "§4.8",
                   "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
                   vectors=(3, 2)),
+        Algorithm("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "§3.7",
+                  "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
+                  _LOSAC, client_state_vectors=_blocks, vectors=(2, 2)),
+        Algorithm("fedsaga", "strategies.fedavg:FedAvg", "clients.fedsaga:FedSagaClient", "§3.7",
+                  "LoSAC's loop with the local table only: step G_j − y_ij + mean_j y_ij",
+                  {"server_lr": "server-lr"}, client_state_vectors=_blocks),
+        Algorithm("losac-prox", "strategies.losac:LoSAC", "clients.losac_prox:LoSACProxClient", "§3.7",
+                  "LoSAC + proximal step prox_ηΨ (ℓ1 or nuclear norm) after each move",
+                  _LOSAC, client_state_vectors=_blocks, vectors=(2, 2)),
+        Algorithm("scaffold-prox", "strategies.scaffold:Scaffold", "clients.scaffold_prox:ScaffoldProxClient",
+                  "§3.7", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
+                  {"option": "scaffold-option"}, lambda cfg: 1, vectors=(2, 2)),
     )
 }  # fmt: skip
 

@@ -70,6 +70,7 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
         lr=float(cfg["lr"]),
         lr_decay=float(cfg["lr-decay"]),
         weighting=str(cfg["weighting"]),
+        agg_scale=str(cfg["agg-scale"]),
         eval_every=int(cfg["eval-every"]),
         evaluate=Evaluator(dataset, cfg.model, device, int(cfg["eval-batch-size"])),
         recorder=recorder,

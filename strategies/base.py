@@ -84,6 +84,7 @@ class RunPlan:
     min_replies: float = 0.5  # share of the cohort that must reply validly each round (0: any number, even none)
     divergence_factor: float = 100.0  # test loss above this × the initial loss = diverged (0: non-finite only)
     algorithm: str = ""  # sent to clients, which refuse to train for another algorithm
+    agg_scale: str = "mean"  # or "1/N": Σ_S Δ_i / N, the LoSAC paper's eq. (13) (§3.7)
 
 
 @dataclass
@@ -156,6 +157,12 @@ class FedStrategy(Strategy):
         for weight, r in zip(w, replies, strict=True):
             out += weight * get(r)
         return out
+
+    def displacement(self, replies: Sequence[Reply], name: str = "delta") -> np.ndarray:
+        """The aggregate model move before η_g: mean_S(Δ_i), or Σ_S Δ_i / N with agg-scale='1/N' (§3.7)."""
+        if self.plan.agg_scale == "1/N":
+            return sum(r.arrays[name] for r in replies) / self.num_clients
+        return self.cohort_mean(replies, name)
 
     # ---- Flower Strategy API ---------------------------------------------------------------------
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:

@@ -16,4 +16,4 @@ class FedAvg(FedStrategy):
         self.server_lr = server_lr
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        return self.x + self.server_lr * self.cohort_mean(replies, "delta")
+        return self.x + self.server_lr * self.displacement(replies)

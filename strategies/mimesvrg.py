@@ -92,4 +92,4 @@ class MimeSVRG(FedStrategy):
         return out
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        return self.x + self.server_lr * self.cohort_mean(replies, "delta")
+        return self.x + self.server_lr * self.displacement(replies)

@@ -21,4 +21,4 @@ class Scaffold(FedStrategy):
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         self.c = self.c + sum(r.arrays["delta_c"] for r in replies) / self.num_clients
-        return self.x + self.server_lr * self.cohort_mean(replies, "delta")
+        return self.x + self.server_lr * self.displacement(replies)

@@ -259,7 +259,8 @@ SUMMARY_TABLE = {  # ALGORITHMS.md §1: (vectors down, vectors up) per participa
     "fedavg": (1, 1), "fedprox": (1, 1), "fedadam": (1, 1), "fedyogi": (1, 1), "fedadagrad": (1, 1),
     "scaffold": (2, 2), "feddyn": (1, 1), "fedadmm": (1, 1), "fedcm": (2, 1), "fedsam": (1, 1), "mofedsam": (2, 1),
     "fedspeed": (1, 1), "fedspeed-ing": (2, 1), "fedmim": (3, 1), "localadam": (1, 1), "fadamet": (2, 1),
-    "fadamgt": (2, 1), "fedlada": (3, 2), "mimesvrg": (3, 2),
+    "fadamgt": (2, 1), "fedlada": (3, 2), "mimesvrg": (3, 2), "losac": (2, 2), "fedsaga": (1, 1),
+    "losac-prox": (2, 2), "scaffold-prox": (2, 2),
 }  # fmt: skip
 # The server-mirror protocol sends each client its dual: +1 down (§1, "Mirroring"). FAdamET/GT's uplink depends on
 # the tracking subset: checked in tests/test_adaptive_family.py.

@@ -16,7 +16,7 @@ from fedsuite.data.datasets import (
     load_tinyimagenet,
 )
 from fedsuite.data.partition import make_partition
-from fedsuite.data.synthetic import SyntheticFederation, make_federation
+from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
 
 Dataset = Images | SyntheticFederation
 
@@ -25,6 +25,10 @@ __all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "pa
 
 def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
     """The run's dataset; `data_dir` (a node's own folder) overrides the run config's."""
+    if cfg["dataset"] == "synthetic-lowrank":
+        return _lowrank(int(cfg["num-clients"]), int(cfg["synthetic-samples"]), int(cfg["lowrank-size"]),
+                        int(cfg["lowrank-rank"]), float(cfg["synthetic-noise"]), float(cfg["weight-decay"]),
+                        int(cfg["seed"]))  # fmt: skip
     if cfg.is_synthetic:
         return _synthetic(
             str(cfg["dataset"]).removeprefix("synthetic-"),
@@ -55,6 +59,11 @@ def _images(name: str, data_dir: str, download: bool) -> Images:
 @lru_cache(maxsize=2)
 def _synthetic(kind, num_clients, samples, dim, heterogeneity, noise, wd, seed) -> SyntheticFederation:
     return make_federation(kind, num_clients, samples, dim, heterogeneity, noise, wd, seed)
+
+
+@lru_cache(maxsize=1)
+def _lowrank(num_clients, samples, size, rank, noise, wd, seed) -> SyntheticFederation:
+    return make_lowrank(num_clients, samples, size, rank, noise, wd, seed)
 
 
 _PARTITIONS: dict[tuple, list[np.ndarray]] = {}

@@ -9,6 +9,7 @@ f(x) = mean_i F_i(x) + (wd/2)‖x‖², the quantity every local step descends w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ class SyntheticFederation:
     def input_shape(self) -> tuple[int, ...]:
         return (self.features_x.shape[1],)
 
-    @property
+    @cached_property
     def train(self) -> Split:
         return Split(
             torch.from_numpy(self.features_x.astype(np.float32)), torch.from_numpy(self.targets.astype(np.float32))
@@ -102,6 +103,25 @@ def make_federation(
     )
     f_star = _objective(task, a_all, b_all, x_star, weight_decay)
     return SyntheticFederation(f"synthetic-{kind}", task, a_all, b_all, parts, weight_decay, x_star, f_star)
+
+
+def make_lowrank(
+    num_clients: int, samples: int, size: int, rank: int, noise: float, weight_decay: float, seed: int
+) -> SyntheticFederation:
+    """The LoSAC paper's low-rank matrix estimation (§V-E; ALGORITHMS.md §3.7): X_G = diag(I_r, 0) (size × size),
+    samples D_j with i.i.d. N(0.1, 1) entries, y_j = ⟨X_G, D_j⟩ + noise·N(0, 1), the same law on every client.
+    Local loss (1/2n)Σ_j (⟨X, D_j⟩ − y_j)². `x_star` is the ground truth X_G (not the penalised optimum), so
+    relative_error = ‖X − X_G‖_F / ‖X_G‖_F and objective_gap is measured against f(X_G)."""
+    rng = np.random.default_rng([seed, 0x10AA])
+    truth = np.zeros((size, size))
+    truth[np.arange(rank), np.arange(rank)] = 1.0
+    n = num_clients * samples
+    a = rng.normal(0.1, 1.0, size=(n, size * size)).astype(np.float32).astype(np.float64)
+    b = a @ truth.ravel() + noise * rng.normal(size=n)
+    parts = [np.arange(i * samples, (i + 1) * samples) for i in range(num_clients)]
+    x_star = truth.ravel()
+    f_star = _objective("regression", a, b, x_star, weight_decay)
+    return SyntheticFederation("synthetic-lowrank", "regression", a, b, parts, weight_decay, x_star, f_star)
 
 
 def _lsq_optimum(a: np.ndarray, b: np.ndarray, wd: float) -> np.ndarray:

@@ -1,0 +1,37 @@
+"""LoSAC client (LoSAC paper, Alg. 2, eqs. 10–12; ALGORITHMS.md §3.7, scale-consistent form).
+
+Each local step trains on one of the client's M fixed data blocks j (`FixedBlocks`):
+    x ← x − η_l·(G_j(x) + ϕ_i/N − y_{i,j}),    ϕ_i ← ϕ_i + (G_j(x) − y_{i,j})/M,    y_{i,j} ← G_j(x)
+(`BlockTable`), starting from ϕ_i = ϕ^t, the server's estimate of Σ_n ḡ_n. The block table y_{i,1..M} (M·d) is
+persistent client state, zeros at first. Uplink Δx_i = x_{i,K} − x^t and Δϕ_i = ϕ_i − ϕ^t, the change of this
+client's table mean ḡ_i (eq. 12), accumulated separately so it is not the difference of two large numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clients.base import FedClient
+from fedsuite.local import UpdateRule
+from fedsuite.variance import BlockTable
+
+DELTA_PHI = "delta_phi"
+
+
+def table_names(num_blocks: int) -> list[str]:
+    return [f"y_{j}" for j in range(num_blocks)]
+
+
+class LoSACClient(FedClient):
+    stateful = True
+
+    def table(self) -> list[torch.Tensor]:
+        """y_{i,1..M}, the live state tensors (updated in place by the step)."""
+        return [self.state.get(name) for name in table_names(int(self.node.cfg["losac-blocks"]))]
+
+    def rule(self, down, config) -> UpdateRule:
+        self.correction = BlockTable(self.table(), down["phi"].clone(), scale=float(self.node.num_partitions))
+        return UpdateRule(corrections=(self.correction,), batches=self.blocks())
+
+    def uplink(self, result, down, config):
+        return {"delta": result.x - result.x0, DELTA_PHI: self.correction.change}

@@ -1,0 +1,29 @@
+"""LoSAC server (LoSAC paper, eq. 13; ALGORITHMS.md §3.7): broadcast (x, ϕ);
+    x ← x + η_g·mean_S(Δx_i)       (agg-scale='1/N': η_g·Σ_S Δx_i / N, the literal eq. 13)
+    ϕ ← ϕ + Σ_S Δϕ_i               (losac-phi-scale='N/S': ϕ + (N/|S|)·Σ_S Δϕ_i, the paper's factor)
+Factor 1 keeps ϕ = Σ_n ḡ_n (every client's table mean, visited or not) exactly, as SCAFFOLD keeps c = mean c_i;
+the N/S factor overshoots while clients are still unvisited (§3.7). |S| = the replies accepted this round."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clients.losac import DELTA_PHI
+from strategies.base import FedStrategy, Reply, RunPlan
+
+
+class LoSAC(FedStrategy):
+    uplink_names = ("delta", DELTA_PHI)
+
+    def __init__(self, plan: RunPlan, server_lr: float = 1.0, phi_scale: str = "1"):
+        super().__init__(plan)
+        self.server_lr, self.phi_scale = server_lr, phi_scale
+        self.phi = np.zeros(self.dim, np.float64)
+
+    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
+        return {"phi": self.phi}
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        factor = self.num_clients / len(replies) if self.phi_scale == "N/S" else 1.0
+        self.phi = self.phi + factor * sum(r.arrays[DELTA_PHI] for r in replies)
+        return self.x + self.server_lr * self.displacement(replies)
