@@ -2,7 +2,8 @@
 
     python -m simulation.compare --algorithms fedavg,scaffold,fedspeed -c "num-server-rounds=30" --out docs/comparison
 
-Each algorithm is a real `flwr run` (through simulation.run) into <out>/runs/<algorithm>/; then
+Each algorithm is a real `flwr run` (through simulation.run; `--engine inprocess`: the same strategy and clients
+in one process, no Ray) into <out>/runs/<algorithm>/; then
 <out>/comparison.md (table), comparison.csv and comparison.png (accuracy vs round, all algorithms) are written.
 A failed run is reported in the table and makes the command exit 1 after the others have run.
 """
@@ -43,6 +44,25 @@ def summarize(algorithm: str, folder: Path, targets: list[float]) -> dict:
         or [(r["round"], r["relative_error"]) for r in rows if r.get("relative_error") is not None],
         "curve_is_error": all(r.get("accuracy") is None for r in rows),
     }
+
+
+def run_in_process(overrides: dict, quiet: bool = True, check_data: bool = False) -> Path:
+    """One run of the ServerApp's strategy with the ClientApp's clients in this process (`fedsuite.inprocess`),
+    recorded to the same results folder as a `flwr run`; a run that does not complete raises RunFailed."""
+    import logging
+
+    from fedsuite.inprocess import run_inprocess
+    from fedsuite.server_app import results_folder
+
+    cfg = {**pyproject_defaults(), **overrides}
+    folder = results_folder(resolve(cfg))
+    logging.getLogger("flwr").setLevel(logging.WARNING if quiet else logging.INFO)
+    try:
+        run_inprocess(cfg, record=True)
+    except Exception as err:  # the recorder has written the status (RecordingServer, RunAborted)
+        status = json.loads((folder / "summary.json").read_text()).get("status", "failed")
+        raise RunFailed(f"{type(err).__name__}: {err}", status if status != "running" else "failed", folder) from err
+    return folder
 
 
 def finished(folder: Path, explicit: dict) -> bool:
@@ -107,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
     parser.add_argument("--out", default="results/compare", help="output folder")
     parser.add_argument("--title", default="", help="plot title")
+    parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr",
+                        help="flwr: every run is a real `flwr run` simulation; inprocess: the same strategy and "
+                        "clients called in this process, one client at a time (no Ray, no SuperLink; fast for "
+                        "small models)")  # fmt: skip
     parser.add_argument("--skip-finished", action="store_true",
                         help="reuse runs in --out that completed with the same explicit settings")  # fmt: skip
     args = parser.parse_args(argv)
@@ -129,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             folder = out / "runs" / algorithm
             if not (args.skip_finished and finished(folder, {**shared, "algorithm": algorithm})):
-                folder = run(overrides, quiet=True, check_data=False)
+                folder = (run if args.engine == "flwr" else run_in_process)(overrides, quiet=True, check_data=False)
             else:
                 print("   finished earlier with the same settings: reused", flush=True)
             results.append(summarize(algorithm, folder, cfg.targets))
@@ -146,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"interrupted ({err}); the comparison stops here", file=sys.stderr)
             return err.exit_code
     command = "python -m simulation.compare --algorithms " + ",".join(algorithms)
+    command += " --engine inprocess" if args.engine == "inprocess" else ""
     command += "".join(f' -c "{c}"' for c in args.run_config) + f" --out {args.out}"
     (out / "comparison.md").write_text(markdown(results, cfg.targets, command))
     with open(out / "comparison.csv", "w", newline="") as f:
