@@ -137,3 +137,24 @@ def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home, capsys):
                        "--out", str(tmp_path)])  # fmt: skip
     assert rc == 0 and capsys.readouterr().out.count("reused") == 2  # resumable: finished runs are not redone
     assert (tmp_path / "comparison.md").read_text() == table_before
+
+
+def test_compare_in_process_engine_records_the_same_results_folder(tmp_path):
+    """--engine inprocess: the same strategy and clients without Ray; the runs' numbers equal run_inprocess's and a
+    diverging run is reported as such, not as completed."""
+    from simulation import compare
+
+    setting = "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=3"
+    rc = compare.main(["--engine", "inprocess", "--algorithms", "losac,fedsaga", "-c", setting + " lr=0.02",
+                       "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 0
+    summary = json.loads((tmp_path / "runs" / "losac" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 3
+    direct = run_inprocess({"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 2,
+                            "num-server-rounds": 3, "lr": 0.02, "algorithm": "losac"})  # fmt: skip
+    assert summary["final_relative_error"] == pytest.approx(direct.plan.evaluate(direct.x)["relative_error"], rel=1e-6)
+    assert "--engine inprocess" in (tmp_path / "comparison.md").read_text()
+    rc = compare.main(["--engine", "inprocess", "--algorithms", "fedavg", "-c", setting + " lr=50.0",
+                       "--out", str(tmp_path / "diverged")])  # fmt: skip
+    assert rc == 1
+    assert json.loads((tmp_path / "diverged" / "runs" / "fedavg" / "summary.json").read_text())["status"] == "diverged"
