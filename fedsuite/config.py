@@ -62,12 +62,15 @@ ALGORITHMS = (
     "fedavg", "fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold", "feddyn", "fedadmm", "fedcm", "fedsam",
     "mofedsam", "fedspeed", "fedspeed-ing", "fedmim", "localadam", "fadamet", "fadamgt", "fedlada", "mimesvrg",
 )  # fmt: skip
-DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic")
+DATASETS = (
+    "fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "har", "esr",
+    "synthetic-lsq", "synthetic-logistic",
+)  # fmt: skip
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear")
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
 LABEL_TRANSFORMS = ("none", "binary")
 # Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
-BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist")
+BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
 
 # Which models fit which dataset; the first is what model="auto" picks.
 DATASET_MODELS: dict[str, tuple[str, ...]] = {
@@ -76,6 +79,8 @@ DATASET_MODELS: dict[str, tuple[str, ...]] = {
     "cifar10": ("resnet18-gn", "cnn", "logreg"),
     "cifar100": ("resnet18-gn", "cnn", "logreg"),
     "tinyimagenet": ("resnet18-gn", "cnn", "logreg"),
+    "har": ("2nn", "logreg"),  # LoSAC's 2NN on 561 features (ALGORITHMS.md §2.1)
+    "esr": ("2nn", "logreg"),  # LoSAC's 2NN on 178 features
     "synthetic-lsq": ("linear",),
     "synthetic-logistic": ("logreg",),
 }
@@ -86,7 +91,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location"),
     Key("download", False, "allow torchvision to download a missing dataset (needs a network)"),
     Key("label-transform", "none", "none = the dataset's classes; binary = the 2-class relabelling of "
-        "ALGORITHMS.md §2.3 (mnist ≤ 5, fashion-mnist ≤ 4 → 0, else 1)",
+        "ALGORITHMS.md §2.3 (mnist ≤ 5, fashion-mnist ≤ 4, har ≤ 3 → 0, else 1; esr is binary either way)",
         LABEL_TRANSFORMS),
     Key("model", "auto", "network; auto = the dataset's default (first in DATASET_MODELS)", MODELS),
     Key("num-clients", 100, "N, number of clients = SuperNodes in the federation", low=1),

@@ -28,6 +28,8 @@ def test_thresholds_cover_exactly_the_datasets_config_allows():
     [
         ("mnist", range(10), [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]),  # ≤ 5 → 0
         ("fashion-mnist", range(10), [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]),  # ≤ 4 → 0
+        ("har", range(6), [0, 0, 0, 1, 1, 1]),  # file labels 1..6 (loaded 0..5): ≤ 3 → 0
+        ("esr", [1, 0, 0, 1], [1, 0, 0, 1]),  # loaded binary already (seizure = 1)
     ],
 )
 def test_binary_rule_per_dataset(name, labels, expected):
@@ -38,7 +40,7 @@ def test_binary_rule_per_dataset(name, labels, expected):
 
 
 def test_binary_rule_refuses_other_datasets():
-    with pytest.raises(ValueError, match=r"dataset='cifar10'.*mnist, fashion-mnist"):
+    with pytest.raises(ValueError, match=r"dataset='cifar10'.*mnist, fashion-mnist, har, esr"):
         binary_labels("cifar10", torch.zeros(3, dtype=torch.int64))
 
 

@@ -15,11 +15,14 @@ from fedsuite.data.datasets import (
     load_mnist,
     load_tinyimagenet,
 )
+from fedsuite.data.esr import load_esr
+from fedsuite.data.har import load_har
 from fedsuite.data.labels import apply_label_transform
 from fedsuite.data.partition import make_partition
 from fedsuite.data.synthetic import SyntheticFederation, make_federation
+from fedsuite.data.tabular import Tabular
 
-Dataset = Images | SyntheticFederation
+Dataset = Images | Tabular | SyntheticFederation
 
 __all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "partition_sizes"]
 
@@ -42,12 +45,12 @@ def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
 
 
 @lru_cache(maxsize=2)
-def _labelled(name: str, data_dir: str, download: bool, transform: str) -> Images:
+def _labelled(name: str, data_dir: str, download: bool, transform: str) -> Images | Tabular:
     return apply_label_transform(_images(name, data_dir, download), transform)  # ALGORITHMS.md §2.3
 
 
 @lru_cache(maxsize=2)
-def _images(name: str, data_dir: str, download: bool) -> Images:
+def _images(name: str, data_dir: str, download: bool) -> Images | Tabular:
     if name == "fashion-mnist":
         return load_fashion_mnist(data_dir, download)
     if name == "mnist":
@@ -56,6 +59,10 @@ def _images(name: str, data_dir: str, download: bool) -> Images:
         return load_cifar(name, data_dir, download)
     if name == "tinyimagenet":
         return load_tinyimagenet(data_dir, download)
+    if name == "har":
+        return load_har(data_dir, download)
+    if name == "esr":
+        return load_esr(data_dir, download)
     raise ValueError(f"dataset={name!r}: no loader")
 
 

@@ -1,7 +1,8 @@
 """Label transforms for the LoSAC studies (ALGORITHMS.md §2.3), applied once to a decoded dataset.
 
 `binary` maps each dataset's labels to {0, 1} by the threshold §2.3 gives (Fashion-MNIST: issue 8's DLG study,
-label ≤ 4 vs > 4). Thresholds are on the labels as loaded, i.e. after a loader's own shift.
+label ≤ 4 vs > 4). Thresholds are on the labels as loaded, i.e. after a loader's own shift (HAR files hold 1..6,
+loaded as 0..5). ESR is loaded binary already (seizure = 1), so its rule is the identity.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from fedsuite.config import BINARY_LABEL_DATASETS
 BINARY_THRESHOLDS: dict[str, int | None] = {
     "mnist": 5,  # §2.3: label ≤ 5 → 0
     "fashion-mnist": 4,  # issue 8 DLG study: label ≤ 4 → 0
+    "har": 2,  # §2.3: file label ≤ 3 → 0; files hold 1..6, loaded as 0..5
+    "esr": None,  # §2.3 [decision]: seizure (file y = 1) → 1, loaded so by fedsuite/data/esr.py
 }
 assert set(BINARY_THRESHOLDS) == set(BINARY_LABEL_DATASETS), "keep config.BINARY_LABEL_DATASETS in step"
 
