@@ -111,3 +111,17 @@ def test_real_fashion_mnist_binary_is_half_and_half():
     ds = load_dataset(resolve({"dataset": "fashion-mnist", "label-transform": "binary"}))
     assert np.bincount(ds.train.y.numpy()).tolist() == [30_000, 30_000]  # 6000 per class, classes 0..4 → 0
     assert np.bincount(ds.test.y.numpy()).tolist() == [5_000, 5_000]
+
+
+def test_partitions_are_not_shared_between_equal_sized_copies_with_other_labels(tmp_path):
+    cfgs = []
+    for seed in (6, 7):
+        fake_mnist(tmp_path / str(seed), n_train=40, n_test=10, seed=seed)
+        extra = {"partition": "shards", "num-clients": 4, "clients-per-round": 2}
+        cfgs.append(_mnist_cfg(tmp_path / str(seed), "none", **extra))
+    for cfg in cfgs:
+        ds = load_dataset(cfg)
+        labels = ds.train.y.numpy()
+        parts = client_partition(cfg, ds)
+        for a, b in zip(parts, parts[1:], strict=False):
+            assert labels[a].max() <= labels[b].min()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 
 import numpy as np
@@ -78,10 +79,11 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     """Index arrays of every client's training data (the synthetic federations bring their own)."""
     if isinstance(dataset, SyntheticFederation):
         return dataset.client_parts
-    key = (dataset.name, len(dataset.train)) + tuple(
+    labels = dataset.train.y.numpy()
+    # keyed by the labels themselves: two copies of a dataset with equal names and sizes may differ (files, transforms)
+    key = (dataset.name, hashlib.sha1(labels.tobytes()).hexdigest()) + tuple(
         cfg[k]
         for k in (
-            "label-transform",
             "partition",
             "num-clients",
             "seed",
@@ -92,7 +94,7 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     )
     if key not in _PARTITIONS:
         _PARTITIONS[key] = make_partition(
-            dataset.train.y.numpy(),
+            labels,
             str(cfg["partition"]),
             int(cfg["num-clients"]),
             int(cfg["seed"]),
