@@ -63,10 +63,15 @@ ALGORITHMS = (
     "mofedsam", "fedspeed", "fedspeed-ing", "fedmim", "localadam", "fadamet", "fadamgt", "fedlada", "mimesvrg",
     "losac", "fedsaga", "losac-prox", "scaffold-prox",
 )  # fmt: skip
-DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic",
-            "synthetic-lowrank")  # fmt: skip
+DATASETS = (
+    "fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "har", "esr",
+    "synthetic-lsq", "synthetic-logistic", "synthetic-lowrank",
+)  # fmt: skip
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear", "matrix")
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
+LABEL_TRANSFORMS = ("none", "binary")
+# Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
+BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
 # Algorithms whose server moves x by η_g·(aggregate of Δ_i), so that agg-scale='1/N' means the literal Σ_S Δ_i / N
 # of the LoSAC paper's eq. (13) for every method of that suite (ALGORITHMS.md §3.7).
 AGG_SCALE_ALGORITHMS = ("fedavg", "fedprox", "fedsam", "scaffold", "scaffold-prox", "mimesvrg", "losac", "losac-prox",
@@ -79,6 +84,8 @@ DATASET_MODELS: dict[str, tuple[str, ...]] = {
     "cifar10": ("resnet18-gn", "cnn", "logreg"),
     "cifar100": ("resnet18-gn", "cnn", "logreg"),
     "tinyimagenet": ("resnet18-gn", "cnn", "logreg"),
+    "har": ("2nn", "logreg"),  # LoSAC's 2NN on 561 features (ALGORITHMS.md §2.1)
+    "esr": ("2nn", "logreg"),  # LoSAC's 2NN on 178 features
     "synthetic-lsq": ("linear",),
     "synthetic-logistic": ("logreg",),
     "synthetic-lowrank": ("matrix",),
@@ -89,6 +96,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("dataset", "fashion-mnist", "training data", DATASETS),
     Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location"),
     Key("download", False, "allow torchvision to download a missing dataset (needs a network)"),
+    Key("label-transform", "none", "none = the dataset's classes; binary = the 2-class relabelling of "
+        "ALGORITHMS.md §2.3 (mnist ≤ 5, fashion-mnist ≤ 4, har ≤ 3 → 0, else 1; esr is binary either way)",
+        LABEL_TRANSFORMS),
     Key("model", "auto", "network; auto = the dataset's default (first in DATASET_MODELS)", MODELS),
     Key("num-clients", 100, "N, number of clients = SuperNodes in the federation", low=1),
     Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2)", PARTITIONS),
@@ -258,6 +268,11 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     if "model" in v and "dataset" in v and v["model"] != "auto" and v["model"] not in fits:
         errors.append(
             f"model={v['model']!r} does not fit dataset={v['dataset']!r}: allowed are auto, {', '.join(fits)}"
+        )
+    if v.get("label-transform") == "binary" and "dataset" in v and v["dataset"] not in BINARY_LABEL_DATASETS:
+        errors.append(
+            f"label-transform='binary' is not defined for dataset={v['dataset']!r}: allowed datasets are "
+            f"{', '.join(BINARY_LABEL_DATASETS)} (ALGORITHMS.md §2.3); use label-transform='none'"
         )
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):

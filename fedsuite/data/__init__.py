@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 
 import numpy as np
@@ -15,10 +16,14 @@ from fedsuite.data.datasets import (
     load_mnist,
     load_tinyimagenet,
 )
+from fedsuite.data.esr import load_esr
+from fedsuite.data.har import load_har
+from fedsuite.data.labels import apply_label_transform
 from fedsuite.data.partition import make_partition
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
+from fedsuite.data.tabular import Tabular
 
-Dataset = Images | SyntheticFederation
+Dataset = Images | Tabular | SyntheticFederation
 
 __all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "partition_sizes"]
 
@@ -40,11 +45,17 @@ def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
             float(cfg["weight-decay"]),
             int(cfg["seed"]),
         )
-    return _images(str(cfg["dataset"]), str(cfg["data-dir"]) if data_dir is None else data_dir, bool(cfg["download"]))
+    data_dir = str(cfg["data-dir"]) if data_dir is None else data_dir
+    return _labelled(str(cfg["dataset"]), data_dir, bool(cfg["download"]), str(cfg["label-transform"]))
 
 
 @lru_cache(maxsize=2)
-def _images(name: str, data_dir: str, download: bool) -> Images:
+def _labelled(name: str, data_dir: str, download: bool, transform: str) -> Images | Tabular:
+    return apply_label_transform(_images(name, data_dir, download), transform)  # ALGORITHMS.md §2.3
+
+
+@lru_cache(maxsize=2)
+def _images(name: str, data_dir: str, download: bool) -> Images | Tabular:
     if name == "fashion-mnist":
         return load_fashion_mnist(data_dir, download)
     if name == "mnist":
@@ -53,6 +64,10 @@ def _images(name: str, data_dir: str, download: bool) -> Images:
         return load_cifar(name, data_dir, download)
     if name == "tinyimagenet":
         return load_tinyimagenet(data_dir, download)
+    if name == "har":
+        return load_har(data_dir, download)
+    if name == "esr":
+        return load_esr(data_dir, download)
     raise ValueError(f"dataset={name!r}: no loader")
 
 
@@ -73,13 +88,22 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     """Index arrays of every client's training data (the synthetic federations bring their own)."""
     if isinstance(dataset, SyntheticFederation):
         return dataset.client_parts
-    key = (dataset.name, len(dataset.train)) + tuple(
+    labels = dataset.train.y.numpy()
+    # keyed by the labels themselves: two copies of a dataset with equal names and sizes may differ (files, transforms)
+    key = (dataset.name, hashlib.sha1(labels.tobytes()).hexdigest()) + tuple(
         cfg[k]
-        for k in ("partition", "num-clients", "seed", "partition-alpha", "partition-balanced", "partition-mixture")
+        for k in (
+            "partition",
+            "num-clients",
+            "seed",
+            "partition-alpha",
+            "partition-balanced",
+            "partition-mixture",
+        )
     )
     if key not in _PARTITIONS:
         _PARTITIONS[key] = make_partition(
-            dataset.train.y.numpy(),
+            labels,
             str(cfg["partition"]),
             int(cfg["num-clients"]),
             int(cfg["seed"]),
