@@ -1,0 +1,122 @@
+"""The LoSAC paper's Table II protocol (ALGORITHMS.md §5.5): LoSAC vs SCAFFOLD vs FedAvg vs FedSaga on a
+sort-by-label federation, for every (M, T) of a grid, in the paper's form: rounds to the target accuracy, loss and
+accuracy at the last round, and LoSAC's speed-up over SCAFFOLD with the same M and T.
+
+    python -m simulation.table2 --out docs/losac --blocks 2,5 --steps 2,6 --rounds 200 --engine inprocess
+
+Each (M, T) is one `simulation.compare` into <out>/M<M>-T<T>/ (same data, blocks, cohorts for every algorithm;
+runs that completed with the same settings are reused); then <out>/table2.md and table2.csv are written.
+Setting (§3.7, §5.5): N = 100, S = 10, 2NN, partition='shards' (stable sort by label, N equal contiguous shards),
+every local step on one of the M fixed blocks (`local-batches='blocks'` for the baselines too), sum-reduced block
+loss with the paper's η = 1e-4, no weight decay; override any of it with -c.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from fedsuite.config import ConfigError
+from simulation import compare
+from simulation.run import parse_overrides
+
+SETTING = ("dataset='mnist' model='2nn' partition='shards' num-clients=100 clients-per-round=10 "
+           "local-batches='blocks' loss-reduction='sum' lr=0.0001 weight-decay=0.0 eval-every=2")  # fmt: skip
+
+
+def toml_pairs(values: dict) -> str:
+    """{key: value} → `key=value …` with TOML values, as `-c` takes them."""
+
+    def value(v):
+        return ("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, str) else str(v)
+
+    return " ".join(f"{k}={value(v)}" for k, v in values.items())
+
+
+def rows_for(folder: Path, algorithms: list[str], blocks: int, steps: int, target: float) -> list[dict]:
+    rows = []
+    for algorithm in algorithms:
+        summary_file = folder / "runs" / algorithm / "summary.json"
+        if not summary_file.is_file():
+            continue
+        summary = json.loads(summary_file.read_text())
+        rows.append({
+            "algorithm": algorithm, "M": blocks, "T": steps, "status": summary["status"],
+            "rounds": summary["rounds_completed"],
+            "rounds_to_target": summary["rounds_to_target"].get(f"{target:g}"),
+            "final_loss": summary["final_loss"], "final_accuracy": summary["final_accuracy"],
+        })  # fmt: skip
+    scaffold = next((r for r in rows if r["algorithm"] == "scaffold"), None)
+    for row in rows:
+        fast, slow = row["rounds_to_target"], scaffold and scaffold["rounds_to_target"]
+        row["speedup_vs_scaffold"] = round(slow / fast, 2) if fast and slow else None
+    return rows
+
+
+def markdown(rows: list[dict], target: float, command: str) -> str:
+    lines = [
+        f"Rounds to {target:.0%} (speed-up over SCAFFOLD with the same M, T) / test loss / test accuracy at the "
+        "last round, as in the LoSAC paper's Table II.",
+        "",
+        f"Reproduce: `{command}`",
+        "",
+        "| method | M | T | rounds to target (× SCAFFOLD) | loss | accuracy | rounds | status |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        reached = "–" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        if r["speedup_vs_scaffold"] is not None and r["algorithm"] != "scaffold":
+            reached += f" ({r['speedup_vs_scaffold']:.2f}×)"
+        lines.append(f"| {r['algorithm']} | {r['M']} | {r['T']} | {reached} | {r['final_loss']:.4f} | "
+                     f"{r['final_accuracy']:.4f} | {r['rounds']} | {r['status']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simulation.table2", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--algorithms", default="losac,scaffold,fedavg,fedsaga")
+    parser.add_argument("--blocks", default="2,5", help="M values")
+    parser.add_argument("--steps", default="2,6", help="T values (local steps)")
+    parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--target", type=float, default=0.85)
+    parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
+    parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
+    args = parser.parse_args(argv)
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    try:
+        setting = {**parse_overrides([SETTING]), **parse_overrides(args.run_config)}
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rows, failed = [], False
+    for blocks in [int(m) for m in args.blocks.split(",")]:
+        for steps in [int(t) for t in args.steps.split(",")]:
+            folder = args.out / f"M{blocks}-T{steps}"
+            grid = (f"losac-blocks={blocks} local-steps={steps} num-server-rounds={args.rounds} "
+                    f"targets='{args.target:g}'")  # fmt: skip
+            print(f"══ M = {blocks}, T = {steps} ══", flush=True)
+            rc = compare.main(["--algorithms", ",".join(algorithms), "--engine", args.engine, "--skip-finished",
+                               "-c", toml_pairs(setting), "-c", grid, "--out", str(folder)])  # fmt: skip
+            if rc == 2:
+                return 2
+            failed |= rc != 0
+            rows += rows_for(folder, algorithms, blocks, steps, args.target)
+    command = (f"python -m simulation.table2 --out {args.out} --algorithms {','.join(algorithms)} --blocks "
+               f"{args.blocks} --steps {args.steps} --rounds {args.rounds} --engine {args.engine}"
+               + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "table2.md").write_text(markdown(rows, args.target, command))
+    with open(args.out / "table2.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["algorithm"])
+        writer.writeheader()
+        writer.writerows(rows)
+    print((args.out / "table2.md").read_text())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
