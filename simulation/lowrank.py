@@ -7,8 +7,8 @@ the nuclear-norm prox on X ∈ R^{64×64}, ground truth X_G = diag(I_r, 0), r �
 Every (algorithm, r, λ) is one run of the real strategy and clients in one process (`fedsuite.inprocess`), same
 data, blocks and cohorts for both algorithms. After every round it records ‖X − X_G‖_F and the numerical rank
 (singular values > 1e-3). Writes <out>/rows.csv (every round of every run), <out>/lowrank.md and lowrank.csv (per
-algorithm and r: the λ with the lowest final error, its final error and rank, and whether the rank is exact),
-and <out>/lowrank.png (error and rank vs round).
+algorithm, r and λ: final error and rank, whether the rank is exact, and which λ has the lowest error), and
+<out>/lowrank.png (error and rank vs round for the lowest-error λ).
 """
 
 from __future__ import annotations
@@ -73,21 +73,21 @@ def run_one(algorithm: str, rank: int, lam: float, rounds: int, extra: dict) -> 
     return rows
 
 
-def best_by_lambda(rows: list[dict]) -> list[dict]:
-    """Per (algorithm, r): the λ whose last-round error is lowest, with its final error and rank."""
+def final_rows(rows: list[dict]) -> list[dict]:
+    """The last round of every (algorithm, r, λ), marking per (algorithm, r) the λ with the lowest final error."""
     finals: dict[tuple, dict] = {}
     for row in rows:
         key = (row["algorithm"], row["rank"], row["lambda"])
         if key not in finals or row["round"] > finals[key]["round"]:
             finals[key] = row
-    best: dict[tuple, dict] = {}
+    best: dict[tuple, float] = {}
     for (algorithm, rank, _), row in finals.items():
-        if (algorithm, rank) not in best or row["frobenius_error"] < best[(algorithm, rank)]["frobenius_error"]:
-            best[(algorithm, rank)] = row
+        best[(algorithm, rank)] = min(best.get((algorithm, rank), np.inf), row["frobenius_error"])
     return [
-        {**row, "rank_exact": row["estimated_rank"] == row["rank"]}
-        for row in sorted(best.values(), key=lambda r: (-r["rank"], r["algorithm"]))
-    ]
+        {**row, "rank_exact": row["estimated_rank"] == row["rank"],
+         "best_lambda": row["frobenius_error"] == best[(row["algorithm"], row["rank"])]}
+        for row in sorted(finals.values(), key=lambda r: (-r["rank"], r["lambda"], r["algorithm"]))
+    ]  # fmt: skip
 
 
 def write(out: Path, rows: list[dict], lr: float, lambdas: list[float]) -> list[dict]:
@@ -96,22 +96,24 @@ def write(out: Path, rows: list[dict], lr: float, lambdas: list[float]) -> list[
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    table = best_by_lambda(rows)
+    table = final_rows(rows)
     with open(out / "lowrank.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=(*FIELDS, "rank_exact"))
+        writer = csv.DictWriter(f, fieldnames=(*FIELDS, "rank_exact", "best_lambda"))
         writer.writeheader()
         writer.writerows(table)
     lines = [
-        f"Low-rank matrix estimation (ALGORITHMS.md §3.7): η = {lr:g}, λ chosen per row from "
-        f"{{{', '.join(f'{x:g}' for x in lambdas)}}} by the lowest final ‖X − X_G‖_F.",
+        f"Low-rank matrix estimation (ALGORITHMS.md §3.7): η = {lr:g}, λ ∈ "
+        f"{{{', '.join(f'{x:g}' for x in lambdas)}}}; * = the λ with the lowest final ‖X − X_G‖_F for that row's "
+        "algorithm and r; rank = singular values > 1e-3.",
         "",
-        "| true rank r | algorithm | λ | rounds | final ‖X − X_G‖_F | estimated rank | exact rank |",
+        "| true rank r | λ | algorithm | rounds | final ‖X − X_G‖_F | estimated rank | exact rank |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in table:
         lines.append(
-            f"| {row['rank']} | {row['algorithm']} | {row['lambda']:g} | {row['round']} | "
-            f"{row['frobenius_error']:.4f} | {row['estimated_rank']} | {'yes' if row['rank_exact'] else 'no'} |"
+            f"| {row['rank']} | {row['lambda']:g}{'*' if row['best_lambda'] else ''} | {row['algorithm']} | "
+            f"{row['round']} | {row['frobenius_error']:.4f} | {row['estimated_rank']} | "
+            f"{'yes' if row['rank_exact'] else 'no'} |"
         )
     (out / "lowrank.md").write_text("\n".join(lines) + "\n")
     plot(out / "lowrank.png", rows, table)
@@ -127,7 +129,7 @@ def plot(path: Path, rows: list[dict], table: list[dict]) -> None:
     fig, (ax_err, ax_rank) = plt.subplots(1, 2, figsize=(12, 4.5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ranks = sorted({row["rank"] for row in table}, reverse=True)
-    for best in table:
+    for best in (row for row in table if row["best_lambda"]):
         run = [r for r in rows if (r["algorithm"], r["rank"], r["lambda"]) ==
                (best["algorithm"], best["rank"], best["lambda"])]  # fmt: skip
         style = "-" if best["algorithm"] == "losac-prox" else "--"

@@ -54,7 +54,7 @@ def test_lowrank_study_command_writes_table_plot_and_rows(tmp_path):
     assert len(rows) == 2 * 2 * 3  # algorithms × λ × rounds
     assert {r["algorithm"] for r in rows} == {"losac-prox", "scaffold-prox"}
     table = (tmp_path / "lowrank.md").read_text()
-    assert "| 2 | losac-prox |" in table and "| 2 | scaffold-prox |" in table
+    assert table.count("| losac-prox |") == 2 and table.count("| scaffold-prox |") == 2 and table.count("*") >= 2
     assert (tmp_path / "lowrank.png").stat().st_size > 1000
     assert lowrank.main(["--out", str(tmp_path), "--algorithms", "nope"]) == 2
 
