@@ -118,7 +118,7 @@ def dlg_attack(
 
     def record(value: torch.Tensor) -> None:
         errors.append(float((dummy.detach() - truth).norm()))
-        distances.append(float(value))
+        distances.append(float(value.detach()))
 
     if optimizer == "gd":
         for _ in range(iterations):
