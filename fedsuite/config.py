@@ -65,6 +65,9 @@ ALGORITHMS = (
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "cifar100", "tinyimagenet", "synthetic-lsq", "synthetic-logistic")
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear")
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
+LABEL_TRANSFORMS = ("none", "binary")
+# Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
+BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist")
 
 # Which models fit which dataset; the first is what model="auto" picks.
 DATASET_MODELS: dict[str, tuple[str, ...]] = {
@@ -82,6 +85,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("dataset", "fashion-mnist", "training data", DATASETS),
     Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location"),
     Key("download", False, "allow torchvision to download a missing dataset (needs a network)"),
+    Key("label-transform", "none", "none = the dataset's classes; binary = the 2-class relabelling of "
+        "ALGORITHMS.md §2.3 (mnist ≤ 5, fashion-mnist ≤ 4 → 0, else 1)",
+        LABEL_TRANSFORMS),
     Key("model", "auto", "network; auto = the dataset's default (first in DATASET_MODELS)", MODELS),
     Key("num-clients", 100, "N, number of clients = SuperNodes in the federation", low=1),
     Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2)", PARTITIONS),
@@ -235,6 +241,11 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     if "model" in v and "dataset" in v and v["model"] != "auto" and v["model"] not in fits:
         errors.append(
             f"model={v['model']!r} does not fit dataset={v['dataset']!r}: allowed are auto, {', '.join(fits)}"
+        )
+    if v.get("label-transform") == "binary" and "dataset" in v and v["dataset"] not in BINARY_LABEL_DATASETS:
+        errors.append(
+            f"label-transform='binary' is not defined for dataset={v['dataset']!r}: allowed datasets are "
+            f"{', '.join(BINARY_LABEL_DATASETS)} (ALGORITHMS.md §2.3); use label-transform='none'"
         )
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):

@@ -15,6 +15,7 @@ from fedsuite.data.datasets import (
     load_mnist,
     load_tinyimagenet,
 )
+from fedsuite.data.labels import apply_label_transform
 from fedsuite.data.partition import make_partition
 from fedsuite.data.synthetic import SyntheticFederation, make_federation
 
@@ -36,7 +37,13 @@ def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
             float(cfg["weight-decay"]),
             int(cfg["seed"]),
         )
-    return _images(str(cfg["dataset"]), str(cfg["data-dir"]) if data_dir is None else data_dir, bool(cfg["download"]))
+    data_dir = str(cfg["data-dir"]) if data_dir is None else data_dir
+    return _labelled(str(cfg["dataset"]), data_dir, bool(cfg["download"]), str(cfg["label-transform"]))
+
+
+@lru_cache(maxsize=2)
+def _labelled(name: str, data_dir: str, download: bool, transform: str) -> Images:
+    return apply_label_transform(_images(name, data_dir, download), transform)  # ALGORITHMS.md §2.3
 
 
 @lru_cache(maxsize=2)
@@ -66,7 +73,15 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
         return dataset.client_parts
     key = (dataset.name, len(dataset.train)) + tuple(
         cfg[k]
-        for k in ("partition", "num-clients", "seed", "partition-alpha", "partition-balanced", "partition-mixture")
+        for k in (
+            "label-transform",
+            "partition",
+            "num-clients",
+            "seed",
+            "partition-alpha",
+            "partition-balanced",
+            "partition-mixture",
+        )
     )
     if key not in _PARTITIONS:
         _PARTITIONS[key] = make_partition(

