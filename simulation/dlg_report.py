@@ -1,0 +1,104 @@
+"""Files of the DLG leakage study (ALGORITHMS.md §3.7 "DLG study"): the table (markdown + csv), the plot of
+‖X̂ − X‖_F per attack iteration (log y) and the raw per-iteration rows."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TABLE_ITERATIONS = (0, 10, 50, 100)
+
+
+@dataclass
+class StudyRow:
+    name: str
+    reveals: str
+    num_examples: int
+    steps: int
+    lr: float
+    errors: list[float]  # index i = after i attack iterations
+    distances: list[float]
+    true_distance: float  # D at the true batch and labels: 0 for an exact gradient
+    note: str = ""  # why it did not run
+
+
+def checkpoints(iterations: int) -> list[int]:
+    return sorted({i for i in TABLE_ITERATIONS if i <= iterations} | {iterations})
+
+
+def summary(row: StudyRow, iterations: int) -> dict:
+    out = {"algorithm": row.name, "reveals": row.reveals, "n_1": row.num_examples, "T": row.steps, "lr": row.lr}
+    for i in checkpoints(iterations):
+        out[f"err_{i}"] = row.errors[i] if row.errors else None
+    first, last = (row.errors[0], row.errors[-1]) if row.errors else (math.nan, math.nan)
+    out["relative_change"] = (last - first) / first if row.errors else None
+    out["decreased"] = ("yes" if last < first else "no") if math.isfinite(last) else ("diverged" if row.errors else "")
+    out["D_true_batch"] = row.true_distance if row.errors else None
+    out["D_final"] = row.distances[-1] if row.distances else None
+    out["note"] = row.note
+    return out
+
+
+def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str] | None = None) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(fields or rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _fmt(value, column: str = "") -> str:
+    if value is None:
+        return "–"
+    if column == "relative_change":
+        return f"{value:+.2e}"
+    if isinstance(value, float):
+        return f"{value:.6g}" if column.startswith("err_") else f"{value:.4g}"
+    return str(value)
+
+
+def markdown(rows: Sequence[dict], iterations: int) -> str:
+    cols = ["algorithm", "reveals", "n_1", "T", *[f"err_{i}" for i in checkpoints(iterations)],
+            "relative_change", "decreased", "D_true_batch", "D_final", "note"]  # fmt: skip
+    head = ["algorithm", "message", "n_1", "T", *[f"‖X̂−X‖ @{i}" for i in checkpoints(iterations)],
+            "(final − initial)/initial", "decreased", "D at true batch", "D final", "note"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_fmt(r[c], c) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: Path, rows: Sequence[StudyRow], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for row in rows:
+        if row.errors:
+            ax.plot(range(len(row.errors)), row.errors, label=row.name)
+    ax.set_yscale("log")
+    ax.set_xlabel("attack iteration")
+    ax.set_ylabel("‖X̂ − X‖_F")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_all(out: Path, rows: Sequence[StudyRow], iterations: int, title: str, settings_md: str) -> None:
+    """table.md, table.csv, errors.png and rows.csv (algorithm, iteration, error, distance) into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    table = [summary(r, iterations) for r in rows]
+    write_csv(out / "table.csv", table)
+    (out / "table.md").write_text(f"# DLG leakage study: {title}\n\n{settings_md}\n\n{markdown(table, iterations)}")
+    raw = [
+        {"algorithm": r.name, "iteration": i, "error": e, "distance": d}
+        for r in rows
+        for i, (e, d) in enumerate(zip(r.errors, r.distances, strict=True))
+    ]
+    write_csv(out / "rows.csv", raw, ("algorithm", "iteration", "error", "distance"))
+    plot(out / "errors.png", rows, title)
