@@ -7,6 +7,7 @@ F_i(x) = (1/2n)‖A_i x − b_i‖²; every local step adds weight decay wd·x; 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
@@ -34,20 +35,49 @@ class Federation:
         self.sampler = Sampler(self.n, str(self.cfg["sampling"]), int(self.cfg["clients-per-round"]),
                                float(self.cfg["participation"]), int(self.cfg["seed"]))  # fmt: skip
         self.k = int(self.cfg["local-steps"])
+        self.epochs, self.batch = int(self.cfg["local-epochs"]), int(self.cfg["batch-size"])
         self.wd = float(self.cfg["weight-decay"])
         self.rounds = int(self.cfg["num-server-rounds"])
+        self.server_lr = float(self.cfg["server-lr"])
+        self.by_samples = self.cfg["weighting"] == "samples"
+        self.round = 0  # the 1-based round being simulated (for the minibatch replay)
 
     def lr(self, t: int) -> float:
+        self.round = t + 1
         return float(self.cfg["lr"]) * float(self.cfg["lr-decay"]) ** t
 
+    def batches(self, i: int) -> list[np.ndarray | None]:
+        """The row indices of client i's minibatches this round (None = all rows). The data order is replayed from
+        fedsuite's recipe (a generator seeded by (seed, round, partition); randperm per step or per epoch); the
+        number of steps is K_i = K, or E·ceil(n_i/B) in epoch mode (§2.5)."""
+        n = len(self.clients[i][1])
+        b = n if self.batch <= 0 else min(self.batch, n)
+        seed = np.random.SeedSequence([int(self.cfg["seed"]), self.round, i]).generate_state(1)[0]
+        gen = torch.Generator().manual_seed(int(seed))
+        if self.k > 0:
+            return [torch.randperm(n, generator=gen)[:b].numpy() if b < n else None for _ in range(self.k)]
+        out = []
+        for _ in range(self.epochs):
+            perm = torch.randperm(n, generator=gen).numpy() if b < n else None
+            out += [None if perm is None else perm[s : s + b] for s in range(0, n, b)]
+        return out
+
+    def steps(self, i: int) -> int:
+        return len(self.batches(i))
+
     def local(self, i, x0, lr, direction, shift=None):
-        """K steps x ← x − shift − lr(direction(g-point gradient, x) + wd·x)."""
+        """K_i steps x ← x − shift − lr(direction(g-point gradient on the step's minibatch, x) + wd·x)."""
         a, b = self.clients[i]
         x = x0.copy()
-        for _ in range(self.k):
-            d = direction(a, b, x)
+        for rows in self.batches(i):
+            d = direction(a, b, x) if rows is None else direction(a[rows], b[rows], x)
             x = x - (0.0 if shift is None else shift) - lr * (d + self.wd * x)
         return x
+
+    def mean(self, cohort, vectors) -> np.ndarray:
+        """mean_S, uniform or weighted by n_i (§0.3.3)."""
+        w = np.array([len(self.clients[i][1]) if self.by_samples else 1.0 for i in cohort], np.float64)
+        return np.sum([wi * v for wi, v in zip(w / w.sum(), vectors, strict=True)], axis=0)
 
 
 def scaffold(f: Federation) -> np.ndarray:
@@ -56,12 +86,22 @@ def scaffold(f: Federation) -> np.ndarray:
         lr, cohort, deltas, dcs = f.lr(t), f.sampler.cohort(t + 1), [], []
         for i in cohort:
             xi = f.local(i, x, lr, lambda a, b, y, i=i: grad(a, b, y) - ci[i] + c)
-            new = ci[i] - c + (x - xi) / (f.k * lr)
+            new = ci[i] - c + (x - xi) / (f.steps(i) * lr)
             deltas.append(xi - x)
             dcs.append(new - ci[i])
             ci[i] = new
-        x = x + np.mean(deltas, axis=0)
+        x = x + f.server_lr * f.mean(cohort, deltas)
         c = c + np.sum(dcs, axis=0) / f.n
+    return x
+
+
+def fedsam(f: Federation, rho: float) -> np.ndarray:
+    """FedSAM (§4.7): both gradients on the step's minibatch, ε = 1e-12."""
+    x = f.x0.copy()
+    for t in range(f.rounds):
+        lr, cohort = f.lr(t), f.sampler.cohort(t + 1)
+        deltas = [f.local(i, x, lr, lambda a, b, y: sam_grad(a, b, y, rho, 1e-12)) - x for i in cohort]
+        x = x + f.server_lr * f.mean(cohort, deltas)
     return x
 
 
