@@ -152,7 +152,7 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     except DatasetNotFound as err:
         if not cfg["preset"]:
             raise
-        raise DatasetNotFound(f"preset={cfg['preset']!r} needs dataset={cfg['dataset']!r}: {err}") from None
+        raise DatasetNotFound(f"preset={cfg['preset']!r}: {err}") from None
     client_partition(cfg, dataset)
     folder = client_state_folder(cfg)
     if folder is not None:
