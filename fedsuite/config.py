@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedsuite.presets import PRESET_NAMES, PRESETS
+
 Scalar = bool | int | float | str
 
 
@@ -72,6 +74,8 @@ PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
 LABEL_TRANSFORMS = ("none", "binary")
 # Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
 BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
+# 3-channel image datasets: where FedMIM's colour perturbation (brightness, saturation; ALGORITHMS.md §2.2) is defined.
+COLOUR_DATASETS = ("cifar10", "cifar100", "tinyimagenet")
 # Algorithms whose server moves x by η_g·(aggregate of Δ_i), so that agg-scale='1/N' means the literal Σ_S Δ_i / N
 # of the LoSAC paper's eq. (13) for every method of that suite (ALGORITHMS.md §3.7).
 AGG_SCALE_ALGORITHMS = ("fedavg", "fedprox", "fedsam", "scaffold", "scaffold-prox", "mimesvrg", "losac", "losac-prox",
@@ -99,7 +103,15 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("label-transform", "none", "none = the dataset's classes; binary = the 2-class relabelling of "
         "ALGORITHMS.md §2.3 (mnist ≤ 5, fashion-mnist ≤ 4, har ≤ 3 → 0, else 1; esr is binary either way)",
         LABEL_TRANSFORMS),
+    Key("preset", "", "named bundle of run-config keys for a seed's main table (README Presets, ALGORITHMS.md §5); "
+        "empty = none. Keys given explicitly win; under a bare `flwr run` a key counts as explicit only when it "
+        "differs from its default"),
+    Key("preset-expanded", False, "set by simulation.run/compare: the run config already holds the preset's "
+        "values with the -c keys applied, so the apps do not apply the preset again"),
     Key("model", "auto", "network; auto = the dataset's default (first in DATASET_MODELS)", MODELS),
+    Key("colour-perturbation", False, "FedMIM's per-client colour shift: client i draws b_i, s_i ~ U[0.6, 1.4] "
+        "from (seed, partition) and applies adjust_brightness(b_i), then adjust_saturation(s_i) to its training "
+        "images (ALGORITHMS.md §2.2); test set untouched; 3-channel image datasets only"),
     Key("num-clients", 100, "N, number of clients = SuperNodes in the federation", low=1),
     Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2)", PARTITIONS),
     Key("partition-alpha", 0.3, "Dirichlet concentration α", low=0.0, low_open=True),
@@ -240,10 +252,42 @@ def float_list(text: str) -> tuple[float, ...]:
     return tuple(float(t) for t in text.split(",") if t.strip())
 
 
+def preset_error(name: Any) -> str | None:
+    """The error for an unknown `preset` value, or None (empty = no preset)."""
+    if name == "" or (isinstance(name, str) and name in PRESETS):
+        return None
+    return f"preset={name!r}: unknown preset; allowed are {', '.join(PRESET_NAMES)} (or '' for none)"
+
+
+def apply_preset(run_config: Mapping[str, Any], explicit: set[str] | None = None) -> tuple[dict, dict]:
+    """`run_config` with its preset's keys filled in, and the keys that came from the preset.
+
+    Precedence: defaults < preset values < the preset's per-algorithm values < explicit keys. `explicit` names
+    the keys the user gave (simulation.run knows them); None (the ServerApp/ClientApp, which only see Flower's
+    merged run config) takes every key whose value differs from its schema default as explicit, so there an
+    explicit value that equals the default cannot override a preset. No preset, or an unknown one (resolve
+    reports it): `run_config` unchanged."""
+    values = dict(run_config)
+    name = values.get("preset", "")
+    if not name or preset_error(name):
+        return values, {}
+    if explicit is None:
+        explicit = {k for k, v in values.items() if k in SCHEMA and k != "preset" and v != SCHEMA[k].default}
+    preset = PRESETS[name]
+    algorithm = values["algorithm"] if "algorithm" in explicit else preset.values.get("algorithm", "fedavg")
+    taken = {k: v for k, v in preset.values_for(str(algorithm)).items() if k not in explicit}
+    return {**values, **taken}, taken
+
+
 def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
-    """Defaults overlaid with `run_config`, every key checked; raises ConfigError listing all problems."""
+    """Defaults overlaid with `run_config` (its `preset` expanded first unless `preset-expanded`), every key
+    checked; raises ConfigError listing all problems."""
     run_config = dict(run_config or {})
     errors: list[str] = []
+    if (err := preset_error(run_config.get("preset", ""))) is not None:
+        errors.append(err)
+    elif not run_config.get("preset-expanded", False):
+        run_config, _ = apply_preset(run_config)
     values: dict[str, Scalar] = {}
     for name in sorted(set(run_config) - set(SCHEMA)):
         close = [k for k in SCHEMA if k.split("-")[0] == name.split("-")[0]]
@@ -273,6 +317,11 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors.append(
             f"label-transform='binary' is not defined for dataset={v['dataset']!r}: allowed datasets are "
             f"{', '.join(BINARY_LABEL_DATASETS)} (ALGORITHMS.md §2.3); use label-transform='none'"
+        )
+    if v.get("colour-perturbation") is True and "dataset" in v and v["dataset"] not in COLOUR_DATASETS:
+        errors.append(
+            f"colour-perturbation=true is defined for 3-channel images only: allowed datasets are "
+            f"{', '.join(COLOUR_DATASETS)} (ALGORITHMS.md §2.2), not dataset={v['dataset']!r}"
         )
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fedsuite.config import Config
-from fedsuite.data import client_partition, load_dataset
+from fedsuite.data import client_inputs, client_partition, load_dataset
 from fedsuite.device import pick_device
 from fedsuite.local import LocalData
 from fedsuite.models import FlatModel, build_model, initial_vector, loss_function
@@ -57,7 +57,7 @@ class ClientNode:
                 ds = self.dataset
                 idx = None if self.data_dir else client_partition(self.cfg, ds)[self.partition_id]
                 targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
-                inputs = ds.features(ds.train, idx, str(self.device))
+                inputs = client_inputs(self.cfg, ds, idx, self.partition_id, str(self.device))  # §2.2 colour
                 _LOCAL_DATA[key] = LocalData(inputs, targets.to(self.device), ds.crop_pad)
                 while len(_LOCAL_DATA) > _LOCAL_DATA_SLOTS:
                     _LOCAL_DATA.popitem(last=False)

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from fedsuite.config import ALGORITHMS, ConfigError, resolve
+from simulation.presets import describe as describe_config
+from simulation.presets import expand as expand_preset
 from simulation.run import Interrupted, RunFailed, parse_overrides, preflight, pyproject_defaults, run
 
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
@@ -54,6 +56,7 @@ def run_in_process(overrides: dict, quiet: bool = True, check_data: bool = False
     from fedsuite.inprocess import run_inprocess
     from fedsuite.server_app import results_folder
 
+    overrides, _ = expand_preset(overrides)  # the explicit keys win over a preset (simulation.presets)
     cfg = {**pyproject_defaults(), **overrides}
     folder = results_folder(resolve(cfg))
     logging.getLogger("flwr").setLevel(logging.WARNING if quiet else logging.INFO)
@@ -139,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shared = parse_overrides(args.run_config)
         for algorithm in algorithms:  # every setting is checked before the first run starts
-            resolve({**pyproject_defaults(), **shared, "algorithm": algorithm})
-        cfg = resolve({**pyproject_defaults(), **shared})
+            resolve({**pyproject_defaults(), **expand_preset({**shared, "algorithm": algorithm})[0]})
+        expanded, from_preset = expand_preset(shared)
+        cfg = resolve({**pyproject_defaults(), **expanded})
+        print(describe_config(cfg, from_preset, shared), flush=True)
         preflight(cfg)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -152,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"── {algorithm} ──", flush=True)
         try:
             folder = out / "runs" / algorithm
-            if not (args.skip_finished and finished(folder, {**shared, "algorithm": algorithm})):
+            settings = expand_preset({**shared, "algorithm": algorithm})[0]  # the preset's keys count too
+            if not (args.skip_finished and finished(folder, settings)):
                 folder = (run if args.engine == "flwr" else run_in_process)(overrides, quiet=True, check_data=False)
             else:
                 print("   finished earlier with the same settings: reused", flush=True)

@@ -44,6 +44,8 @@ from fedsuite.results import (
     default_run_name,
     mark_stopped,
 )
+from simulation.presets import describe as describe_config
+from simulation.presets import expand as expand_preset
 from simulation.processes import new_token, stop_tagged
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -142,10 +144,15 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible;
     print the client-state estimate of stateful algorithms. Raises ConfigError / DatasetNotFound / ValueError."""
     from fedsuite import registry, state
-    from fedsuite.data import client_partition, load_dataset
+    from fedsuite.data import DatasetNotFound, client_partition, load_dataset
 
     check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
-    dataset = load_dataset(cfg)
+    try:
+        dataset = load_dataset(cfg)
+    except DatasetNotFound as err:
+        if not cfg["preset"]:
+            raise
+        raise DatasetNotFound(f"preset={cfg['preset']!r}: {err}") from None
     client_partition(cfg, dataset)
     folder = client_state_folder(cfg)
     if folder is not None:
@@ -220,8 +227,11 @@ def run(
 
     Raises ConfigError (and the dataset errors) before anything starts, RunFailed when the run failed or
     diverged, Interrupted on SIGINT/SIGTERM/SIGHUP (after stopping every process of the launch)."""
-    overrides = dict(overrides)
+    explicit = dict(overrides)
+    overrides, from_preset = expand_preset(explicit)  # the -c keys win over the preset, also where = default
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
+    if not quiet:
+        print(describe_config(cfg, from_preset, explicit), flush=True)
     flwr = flwr_executable()
     if check_data:
         preflight(cfg, quiet)
@@ -388,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_overrides(args.run_config)
         if args.check:
-            preflight(resolve({**pyproject_defaults(), **overrides}))
+            expanded, from_preset = expand_preset(overrides)
+            cfg = resolve({**pyproject_defaults(), **expanded})
+            print(describe_config(cfg, from_preset, overrides), flush=True)
+            preflight(cfg)
             print("run config, folders, data and partition OK")
             return 0
         folder = run(overrides, args.cpus_per_client, args.gpus_per_client, check_data=not args.no_preflight)

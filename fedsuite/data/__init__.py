@@ -8,6 +8,7 @@ from functools import lru_cache
 import numpy as np
 
 from fedsuite.config import Config
+from fedsuite.data.colour import client_coefficients
 from fedsuite.data.datasets import (
     DatasetNotFound,
     Images,
@@ -25,7 +26,7 @@ from fedsuite.data.tabular import Tabular
 
 Dataset = Images | Tabular | SyntheticFederation
 
-__all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "partition_sizes"]
+__all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "partition_sizes", "client_inputs"]
 
 
 def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
@@ -116,3 +117,14 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
 
 def partition_sizes(cfg: Config, dataset: Dataset) -> list[int]:
     return [len(p) for p in client_partition(cfg, dataset)]
+
+
+def client_inputs(cfg: Config, dataset: Dataset, idx: np.ndarray | None, partition_id: int, device: str):
+    """Client `partition_id`'s training inputs on `device`, built once per LocalData; with colour-perturbation,
+    its own brightness/saturation (ALGORITHMS.md §2.2) applied before normalisation."""
+    if cfg["colour-perturbation"]:
+        if not isinstance(dataset, Images):
+            raise ValueError(f"colour-perturbation: dataset={dataset.name!r} holds no images (ALGORITHMS.md §2.2)")
+        colour = client_coefficients(int(cfg["seed"]), partition_id)
+        return dataset.features(dataset.train, idx, device, colour=colour)
+    return dataset.features(dataset.train, idx, device)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fedsuite.data import mnist_pickle
+from fedsuite.data.colour import perturb as colour_perturb
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DEFAULT_DATA_ROOT = Path.home() / ".cache" / "fedsuite" / "data"
@@ -64,9 +65,19 @@ class Images:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train.x.shape[1:])
 
-    def features(self, split: Split, idx: np.ndarray | None = None, device: str = "cpu") -> torch.Tensor:
+    def features(
+        self,
+        split: Split,
+        idx: np.ndarray | None = None,
+        device: str = "cpu",
+        colour: tuple[float, float] | None = None,
+    ) -> torch.Tensor:
+        """Normalised float images; `colour` = (b, s): brightness then saturation on the uint8 images first (§2.2)."""
         x = split.x if idx is None else split.x[torch.as_tensor(idx, dtype=torch.long)]
-        x = x.to(device).float().div_(255.0)
+        x = x.to(device)
+        if colour is not None:
+            x = colour_perturb(x, *colour)
+        x = x.float().div_(255.0)
         mean = torch.tensor(self.mean, device=device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=device).view(1, -1, 1, 1)
         return x.sub_(mean).div_(std)
