@@ -27,6 +27,7 @@ from pathlib import Path
 
 from fedsuite.config import ALGORITHMS, ConfigError, resolve
 from simulation import compare
+from simulation.presets import expand as expand_preset
 from simulation.run import Interrupted, RunFailed, parse_overrides, preflight, pyproject_defaults
 
 
@@ -206,15 +207,15 @@ def main(argv: list[str] | None = None) -> int:
         shared = parse_overrides(args.run_config)
         points = parse_grid(args.grid)
         for algorithm, point in itertools.product(algorithms, points):  # every setting checked before any run
-            resolve({**pyproject_defaults(), **shared, **dict(point), "algorithm": algorithm})
-        cfg = resolve({**pyproject_defaults(), **shared})
+            resolve({**pyproject_defaults(), **expand_preset({**shared, **dict(point), "algorithm": algorithm})[0]})
+        cfg = resolve({**pyproject_defaults(), **expand_preset(shared)[0]})
         preflight(cfg)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     jobs = [Job(a, p, s) for a, p, s in itertools.product(algorithms, points, seeds)]
-    todo = [j for j in jobs if not compare.finished(j.folder(out), {**shared, **dict(j.point), "seed": j.seed,
-                                                                     "algorithm": j.algorithm})]  # fmt: skip
+    todo = [j for j in jobs if not compare.finished(j.folder(out), expand_preset(
+        {**shared, **dict(j.point), "seed": j.seed, "algorithm": j.algorithm})[0])]  # fmt: skip
     print(f"sweep: {len(jobs)} runs, {len(jobs) - len(todo)} finished earlier and reused", flush=True)
     try:
         status = execute(todo, shared, out, args.engine, args.parallel)
