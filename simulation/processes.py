@@ -22,9 +22,12 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def tagged_processes(token: str | None = None) -> list[int]:
-    """PIDs whose environment holds RUN_TOKEN_ENV (= token, or any value when token is None), except this one."""
+def tagged_processes(token: str | None = None, env: dict[str, str] | None = None) -> list[int]:
+    """PIDs whose environment holds RUN_TOKEN_ENV (= token, or any value when token is None) and every `env`
+    variable with its value (e.g. a test session's marker, so that concurrent sessions do not see each other's
+    launches), except this process."""
     needle = f"{RUN_TOKEN_ENV}={token}".encode() + b"\0" if token else f"{RUN_TOKEN_ENV}=".encode()
+    extra = [f"{k}={v}".encode() + b"\0" for k, v in (env or {}).items()]
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -33,7 +36,7 @@ def tagged_processes(token: str | None = None) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:  # gone, or not ours to read
             continue
-        if (b"\0" + environ).find(b"\0" + needle) >= 0:
+        if all((b"\0" + environ + b"\0").find(b"\0" + n) >= 0 for n in (needle, *extra)):
             pids.append(int(entry.name))
     return pids
 

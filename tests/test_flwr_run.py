@@ -13,6 +13,7 @@ from flwr.app import RecordDict
 from fedsuite.inprocess import InProcessProxy, run_inprocess
 from simulation import run as sim
 from simulation.processes import tagged_processes
+from tests.conftest import SESSION
 
 SHORT = {
     "dataset": "fashion-mnist",
@@ -32,7 +33,7 @@ def flwr_home(tmp_path, monkeypatch):
     home = tmp_path / "flwr-home"
     monkeypatch.setenv("FLWR_HOME", str(home))
     yield home
-    assert not tagged_processes(), "simulation.run left processes of its run running"
+    assert not tagged_processes(env=SESSION), "simulation.run left processes of its run running"
 
 
 def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from simulation.processes import tagged_processes
+from tests.conftest import SESSION
 
 PROJECT = Path(__file__).resolve().parent.parent
 LONG = ("dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=400 local-steps=300 "
@@ -26,12 +27,12 @@ LONG = ("dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-ro
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    assert not tagged_processes(), "processes of an earlier launch are still running"
+    assert not tagged_processes(env=SESSION), "processes of an earlier launch are still running"
     yield
     deadline = time.monotonic() + 30
-    while tagged_processes() and time.monotonic() < deadline:
+    while tagged_processes(env=SESSION) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not tagged_processes(), "a launch left processes running"
+    assert not tagged_processes(env=SESSION), "a launch left processes running"
 
 
 def launch(tmp_path, config: str, *prefix: str, env: dict | None = None) -> subprocess.Popen:
@@ -71,10 +72,10 @@ def stops_within(proc: subprocess.Popen, seconds: float) -> float:
 def test_ctrl_c_stops_the_whole_run_within_seconds(tmp_path):
     proc = launch(tmp_path, LONG)
     rows = wait_for_rows(tmp_path, 4, proc)
-    assert len(tagged_processes()) >= 4  # SuperLink, SuperExec, flwr-simulation, Ray …
+    assert len(tagged_processes(env=SESSION)) >= 4  # SuperLink, SuperExec, flwr-simulation, Ray …
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     assert stops_within(proc, 30) < 30 and proc.returncode == 130
-    assert not tagged_processes()
+    assert not tagged_processes(env=SESSION)
     s = summary(tmp_path)
     assert s["status"] == "interrupted" and "SIGINT" in s["reason"] and s["rounds_completed"] >= rows - 1
     assert "Traceback" not in console(tmp_path) and "interrupted (stopped by SIGINT)" in console(tmp_path)
@@ -90,9 +91,9 @@ def test_a_killed_driver_leaves_nothing_running(tmp_path):
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 30
-    while tagged_processes() and time.monotonic() < deadline:
+    while tagged_processes(env=SESSION) and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert not tagged_processes()
+    assert not tagged_processes(env=SESSION)
     deadline = time.monotonic() + 15  # the reaper marks the summary once the processes are gone
     while summary(tmp_path)["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -122,7 +123,7 @@ def test_sigint_to_the_driver_only_and_sigterm_from_timeout(tmp_path):
     wait_for_rows(tmp_path, 3, proc)
     os.kill(proc.pid, signal.SIGINT)  # not the group: the driver alone must stop the rest
     assert stops_within(proc, 30) < 30 and proc.returncode == 130
-    assert not tagged_processes()
+    assert not tagged_processes(env=SESSION)
     second = tmp_path / "second"
     second.mkdir()
     proc = launch(second, LONG, "timeout", "40")  # `timeout` sends SIGTERM to the driver
@@ -135,7 +136,7 @@ def test_sigint_to_the_driver_only_and_sigterm_from_timeout(tmp_path):
 def test_a_dead_ray_worker_fails_the_run_with_a_message(tmp_path):
     proc = launch(tmp_path, LONG.replace("clients-per-round=2", "clients-per-round=4"))
     wait_for_rows(tmp_path, 2, proc)
-    actors = [p for p in tagged_processes() if b"ClientAppActor" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    actors = [p for p in tagged_processes(env=SESSION) if b"ClientAppActor" in Path(f"/proc/{p}/cmdline").read_bytes()]
     os.kill(actors[0], signal.SIGKILL)
     proc.wait(timeout=300)
     assert proc.returncode == 1
