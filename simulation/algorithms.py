@@ -53,15 +53,22 @@ def generated() -> str:
     return f"{BEGIN}\n\n### Algorithms\n\n{algorithm_table()}\n\n### Run-config keys\n\n{config_table()}\n\n{END}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def readme_block_command(doc: str, begin: str, end: str, make) -> None:
+    """The CLI of a generated README block: print `make()`, or with --write replace README's begin…end block."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="refresh README.md")
-    if parser.parse_args().write:
-        text = README.read_text()
-        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-        README.write_text(pattern.sub(lambda _: generated(), text))
-    else:
-        print(generated())
+    if not parser.parse_args().write:
+        print(make())
+        return
+    text = README.read_text()
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md has no {begin} … {end} block; add the two markers where the table belongs")
+    README.write_text(pattern.sub(lambda _: make(), text))
+
+
+def main() -> None:
+    readme_block_command(__doc__, BEGIN, END, generated)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ so they expand the preset here and launch with every preset key written out and 
 
 from __future__ import annotations
 
-import argparse
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from fedsuite.config import SCHEMA, Config, ConfigError, apply_preset, preset_error
 from fedsuite.presets import PRESETS
+from simulation.algorithms import readme_block_command
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- generated: python -m simulation.presets --write -->", "<!-- end generated presets -->"
@@ -72,16 +71,7 @@ def generated() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="refresh README.md")
-    if parser.parse_args().write:
-        text = README.read_text()
-        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md has no {BEGIN} … {END} block; add the two markers under ## Presets")
-        README.write_text(pattern.sub(lambda _: generated(), text))
-    else:
-        print(generated())
+    readme_block_command(__doc__, BEGIN, END, generated)
 
 
 if __name__ == "__main__":
