@@ -175,6 +175,26 @@ def test_supernode_dying_mid_round_is_left_out_and_rejoins(bed):
     print(f"round 2 took {round2_seconds:.1f} s after the kill (SuperLink heartbeat expiry)")
 
 
+def test_crashed_supernode_back_at_once_is_waited_for_only_round_timeout(bed):
+    """Node 0 is SIGKILLed while its round-2 ClientApp runs and started again at once, before the SuperLink notices
+    the crash: the message it held is lost, yet it is online again, so without a limit the round would wait for
+    that reply forever. With round-timeout=45 the message expires, round 2 completes with node 1, and node 0
+    trains in the next rounds; the end point equals the in-process run that lost the same replies."""
+    config = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
+    proc = start_run(bed, config, "quick")
+    wait_for(lambda: len(rows(bed, "quick")) >= 2, proc, bed, "run-quick")
+    wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, "run-quick")
+    assert not bed.stop("node0", signal_first=False)
+    start_node(bed, 0)
+    finish(bed, proc, "quick")
+    got = rows(bed, "quick")
+    assert got[2]["replies"] == 1 and got[2]["failures"] == 1 and got[-1]["replies"] == 2
+    assert got[2]["round_seconds"] < 90  # the expiry, not the heartbeat, ended the round
+    lost_rounds = {r["round"] for r in got[1:] if r["replies"] == 1}
+    reference = _run_losing(config, lost_rounds, bed.root / "ref-quick")
+    assert final_error(bed, "quick") == pytest.approx(error_of(reference), rel=1e-6)
+
+
 def _clientapp_running(tb: Testbed, role: str) -> bool:
     for pid in tb.processes(role):
         try:
