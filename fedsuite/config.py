@@ -114,7 +114,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("min-replies", 0.5, "share of each round's cohort that must reply validly, else the run stops as failed "
         "(0 = go on with any number, a round without replies keeps x)", low=0.0, high=1.0),
     Key("round-timeout", 0.0, "seconds a round waits for a client's reply before counting it as failed (Flower's "
-        "round_timeout; deployments: a SuperNode that crashed and came back lost the message it held); 0 = no limit",
+        "round_timeout; in a deployment the only end for a hung client on a healthy SuperNode); 0 = no limit",
         low=0.0),
     Key("divergence-factor", 100.0, "stop as diverged when the test loss exceeds this multiple of the initial "
         "loss (0 = only non-finite models and losses)", low=0.0),

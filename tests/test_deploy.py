@@ -9,6 +9,8 @@ SuperNode restart lost its client state (the in-process negative control shows t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 
@@ -48,9 +50,9 @@ def bed(tmp_path_factory):
         assert not left, f"could not clean up: {left}"
 
 
-def start_node(tb: Testbed, i: int) -> None:
+def start_node(tb: Testbed, i: int) -> subprocess.Popen:
     state = tb.root / f"state-{i}"
-    tb.start_supernode(f"node{i}", tb.hosts[i], f"partition-id={i} num-partitions=2 client-state-dir='{state}'",
+    return tb.start_supernode(f"node{i}", tb.hosts[i], f"partition-id={i} num-partitions=2 client-state-dir='{state}'",
                        f"node{i}")  # fmt: skip
 
 
@@ -152,13 +154,18 @@ def test_the_comparison_would_notice_a_lost_client_state(tmp_path):
 
 def test_supernode_dying_mid_round_is_left_out_and_rejoins(bed):
     """Node 0 is killed (SIGKILL, as in a crash) while its round-2 ClientApp runs: round 2 completes with node 1
-    (min-replies 0.5), node 0 is started again and trains in the last round; the end point equals an in-process
+    (min-replies 0.5) once the SuperLink declares node 0 unavailable (a restart before that is refused), node 0 is
+    started again and trains in the last round; the end point equals an in-process
     run that lost node 0's replies in the same rounds (so no client state ran ahead of the server's)."""
     proc = start_run(bed, MIDROUND, "midround")
     wait_for(lambda: len(rows(bed, "midround")) >= 2, proc, bed, "run-midround")
     wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, "run-midround")
     killed_at = time.monotonic()
     assert not bed.stop("node0", signal_first=False)
+    # Started again at once, it is refused: the SuperLink still holds its old session until the heartbeat lapses.
+    seen = len(bed.log("node0"))
+    start_node(bed, 0).wait(timeout=60)
+    assert bed.procs["node0"].returncode != 0 and "Failed to activate SuperNode" in bed.log("node0")[seen:]
     wait_for(lambda: len(rows(bed, "midround")) >= 3, proc, bed, "run-midround", timeout=180)
     round2_seconds = time.monotonic() - killed_at
     start_node(bed, 0)
@@ -175,34 +182,38 @@ def test_supernode_dying_mid_round_is_left_out_and_rejoins(bed):
     print(f"round 2 took {round2_seconds:.1f} s after the kill (SuperLink heartbeat expiry)")
 
 
-def test_crashed_supernode_back_at_once_is_waited_for_only_round_timeout(bed):
-    """Node 0 is SIGKILLed while its round-2 ClientApp runs and started again at once, before the SuperLink notices
-    the crash: the message it held is lost, yet it is online again, so without a limit the round would wait for
-    that reply forever. With round-timeout=45 the message expires, round 2 completes with node 1, and node 0
-    trains in the next rounds; the end point equals the in-process run that lost the same replies."""
-    config = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
-    proc = start_run(bed, config, "quick")
-    wait_for(lambda: len(rows(bed, "quick")) >= 2, proc, bed, "run-quick")
-    wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, "run-quick")
-    assert not bed.stop("node0", signal_first=False)
-    start_node(bed, 0)
-    finish(bed, proc, "quick")
-    got = rows(bed, "quick")
-    assert got[2]["replies"] == 1 and got[2]["failures"] == 1 and got[-1]["replies"] == 2
-    assert got[2]["round_seconds"] < 90  # the expiry, not the heartbeat, ended the round
-    lost_rounds = {r["round"] for r in got[1:] if r["replies"] == 1}
-    reference = _run_losing(config, lost_rounds, bed.root / "ref-quick")
-    assert final_error(bed, "quick") == pytest.approx(error_of(reference), rel=1e-6)
+def test_a_hung_client_is_cut_off_by_round_timeout(bed):
+    """Node 0's round-2 ClientApp hangs (SIGSTOP) while its SuperNode stays healthy (it keeps its heartbeat, so the
+    SuperLink never declares it unavailable): only `round-timeout` ends that round. With round-timeout=60 the
+    message expires, round 2 completes with node 1, and node 0 (a fresh ClientApp per message) trains in round 3;
+    the end point equals the in-process run that lost the same reply."""
+    config = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 60.0}
+    proc = start_run(bed, config, "hung")
+    wait_for(lambda: len(rows(bed, "hung")) >= 2, proc, bed, "run-hung")
+    app = wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, "run-hung")
+    os.kill(app, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(rows(bed, "hung")) >= 3, proc, bed, "run-hung", timeout=150)
+    finally:
+        os.kill(app, signal.SIGKILL)
+    finish(bed, proc, "hung")
+    got = rows(bed, "hung")
+    assert got[2]["replies"] == 1 and got[2]["failures"] == 1 and 55 < got[2]["round_seconds"] < 90
+    assert got[3]["replies"] == 2
+    assert "expired due to its TTL" in (bed.root / "results" / "hung" / "clients.log").read_text()
+    reference = _run_losing(config, {2}, bed.root / "ref-hung")
+    assert final_error(bed, "hung") == pytest.approx(error_of(reference), rel=1e-6)
 
 
-def _clientapp_running(tb: Testbed, role: str) -> bool:
+def _clientapp_running(tb: Testbed, role: str) -> int | None:
+    """The PID of `role`'s running flwr-clientapp process, if any."""
     for pid in tb.processes(role):
         try:
             if b"flwr-clientapp" in open(f"/proc/{pid}/cmdline", "rb").read():
-                return True
+                return pid
         except OSError:
             pass
-    return False
+    return None
 
 
 def _run_losing(config: dict, lost_rounds: set[int], state_dir):
