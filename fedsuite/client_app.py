@@ -3,7 +3,7 @@
 Node config keys: `partition-id`, `num-partitions` (Flower fills them in simulation; a SuperNode gets them
 with --node-config), optionally `data-dir` (a folder with the node's own copy of the dataset files; the node
 then trains on all of it instead of a partition of the run's dataset) and `client-state-dir` (where this
-node's persistent client state goes when it is kept on disk).
+node's persistent client state goes when it is kept on disk: in a `run-<run id>` subfolder).
 """
 
 from __future__ import annotations
@@ -58,7 +58,13 @@ class ContextStateStore(MutableMapping):
 
 
 def state_dir(cfg: Config, context: Context) -> Path:
-    configured = context.node_config.get("client-state-dir") or cfg["client-state-dir"]
+    """The node config's client-state-dir (a SuperNode's folder, which serves run after run: one subfolder per
+    run, so a run never starts from another run's vectors; a restarted SuperNode keeps the run id and finds its
+    own), else the run config's, else a per-run temp folder."""
+    node_dir = context.node_config.get("client-state-dir")
+    if node_dir:
+        return Path(str(node_dir)).expanduser() / f"run-{context.run_id}"
+    configured = cfg["client-state-dir"]
     if configured:
         return Path(str(configured)).expanduser()
     return Path(tempfile.gettempdir()) / "fedsuite-client-state" / f"run-{context.run_id}"

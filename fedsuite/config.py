@@ -149,6 +149,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)"),
     Key("min-replies", 0.5, "share of each round's cohort that must reply validly, else the run stops as failed "
         "(0 = go on with any number, a round without replies keeps x)", low=0.0, high=1.0),
+    Key("round-timeout", 0.0, "seconds a round waits for a client's reply before counting it as failed (Flower's "
+        "round_timeout; in a deployment the only end for a hung client on a healthy SuperNode); 0 = no limit",
+        low=0.0),
     Key("divergence-factor", 100.0, "stop as diverged when the test loss exceeds this multiple of the initial "
         "loss (0 = only non-finite models and losses)", low=0.0),
     Key("device", "auto", "where clients and server compute", ("auto", "cpu", "cuda")),

@@ -158,7 +158,9 @@ def server_fn(context: Context) -> ServerAppComponents:
     strategy = registry.build_strategy(cfg, plan)
     return ServerAppComponents(
         server=RecordingServer(strategy, plan.recorder),
-        config=ServerConfig(num_rounds=int(cfg["num-server-rounds"])),
+        config=ServerConfig(
+            num_rounds=int(cfg["num-server-rounds"]), round_timeout=float(cfg["round-timeout"]) or None
+        ),
     )
 
 
