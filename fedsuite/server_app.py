@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,17 @@ def results_folder(cfg: Config) -> Path:
     return root / (str(cfg["run-name"]) or default_run_name(str(cfg["algorithm"]), str(cfg["dataset"])))
 
 
-def build_plan(cfg: Config, record: bool = True) -> RunPlan:
+def client_state_root(cfg: Config, dim: int, run_id: int) -> Path | None:
+    """Where this run's client-state files are (clients compute the same from the run config), or None."""
+    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    if not vectors:
+        return None
+    where = state.choose_backend(str(cfg["client-state"]), int(cfg["num-clients"]), dim, vectors,
+                                 float(cfg["client-state-budget-mb"]))  # fmt: skip
+    return state.state_root(where, str(cfg["client-state-dir"]), run_id)
+
+
+def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     dataset = load_dataset(cfg)
     x0 = initial_model(cfg, dataset)
     parts = client_partition(cfg, dataset)
@@ -77,6 +88,9 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
         min_replies=float(cfg["min-replies"]),
         divergence_factor=float(cfg["divergence-factor"]),
         algorithm=str(cfg["algorithm"]),
+        client_mapping=str(cfg["client-mapping"]),
+        client_state_root=client_state_root(cfg, x0.size, run_id),
+        run_id=run_id,
     )
 
 
@@ -129,9 +143,10 @@ class RecordingServer(Server):
     (a strategy's RunAborted has written its own status; any other exception is `failed`, an interruption
     `interrupted`), so a results folder never says `running` about a run that has stopped."""
 
-    def __init__(self, strategy, recorder):
+    def __init__(self, strategy, recorder, remove_client_state: bool = True):
         super().__init__(client_manager=SimpleClientManager(), strategy=strategy)
         self.recorder = recorder
+        self.remove_client_state = remove_client_state
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
@@ -144,6 +159,16 @@ class RecordingServer(Server):
         except BaseException as err:
             self._finish("failed", f"{type(err).__name__}: {err}")
             raise
+        finally:
+            self._remove_run_state()
+
+    def _remove_run_state(self) -> None:
+        """A per-run client-state folder (in RAM for client-state memory) goes with the run; checkpoints hold
+        their own copies. A configured client-state-dir is the user's and stays."""
+        plan = self.strategy.plan
+        root = plan.client_state_root
+        if self.remove_client_state and root is not None and state.is_run_scoped(root, plan.run_id):
+            shutil.rmtree(root, ignore_errors=True)
 
     def _finish(self, status: str, reason: str) -> None:
         if self.recorder is not None:
@@ -154,7 +179,7 @@ class RecordingServer(Server):
 def server_fn(context: Context) -> ServerAppComponents:
     quiet_flower_logs()
     cfg = resolve(context.run_config)
-    plan = build_plan(cfg)
+    plan = build_plan(cfg, run_id=int(context.run_id))
     strategy = registry.build_strategy(cfg, plan)
     return ServerAppComponents(
         server=RecordingServer(strategy, plan.recorder),

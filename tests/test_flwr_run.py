@@ -6,13 +6,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
-from flwr.app import RecordDict
 
 from fedsuite.inprocess import InProcessProxy, run_inprocess
+from fedsuite.state import SHARED_MEMORY
 from simulation import run as sim
-from simulation.processes import tagged_processes
+from simulation.processes import new_token, stop_tagged, tagged_processes
 
 SHORT = {
     "dataset": "fashion-mnist",
@@ -50,6 +52,24 @@ def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):
     assert (folder / "accuracy.png").stat().st_size > 1000
 
 
+def test_plain_flwr_run_uses_flowers_default_federation(tmp_path, flwr_home):
+    """`flwr run .` as a new user types it: Flower simulates 2 SuperNodes, the default experiment (100 clients,
+    10 per round; here 1 round of 1 epoch) runs on them with every sampled client trained (issue 9)."""
+    token = new_token()
+    cmd = [sim.flwr_executable(), "run", str(sim.PROJECT), "--stream", "-c",
+           f"num-server-rounds=1 local-epochs=1 out-dir='{tmp_path}' run-name='plain'"]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, env=sim.flower_env(token, flwr_home), cwd=sim.PROJECT, capture_output=True,
+                              text=True, timeout=500)  # fmt: skip
+    finally:
+        stop_tagged(token)  # the detached local SuperLink
+    summary = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert summary["status"] == "completed", proc.stdout[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "plain" / "rounds.jsonl").read_text().splitlines()]
+    assert rows[1]["cohort"] == 10 and rows[1]["replies"] == 10 and rows[1]["failures"] == 0
+    assert json.loads((tmp_path / "plain" / "config.json").read_text())["run_config"]["num-clients"] == 100
+
+
 def test_preflight_stops_missing_data_before_flower_starts(tmp_path, flwr_home):
     args = f"dataset='cifar10' data-dir='{tmp_path}' num-clients=2 clients-per-round=1"
     proc = subprocess.run(
@@ -82,7 +102,7 @@ def test_failed_run_exits_nonzero(tmp_path, flwr_home):
 
 
 def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_home, monkeypatch):
-    """SCAFFOLD keeps c_i in each node's Context.state; had Ray lost it between rounds, c_i would restart at 0 and
+    """SCAFFOLD keeps c_i in per-partition files; had they been lost between rounds, c_i would restart at 0 and
     the trajectory would differ from the in-process run (clients train 3 of 4 per round, so they repeat)."""
     cfg = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 4, "clients-per-round": 3,
            "num-server-rounds": 4, "local-steps": 5, "batch-size": 10, "lr": 0.02, "run-name": "scaffold"}  # fmt: skip
@@ -92,8 +112,11 @@ def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_ho
     assert ray_error == pytest.approx(strategy.plan.evaluate(strategy.x)["relative_error"], rel=1e-6)
     fit = InProcessProxy.fit
 
-    def forgetful_fit(self, ins, timeout, group_id):  # what a lost Context.state would look like
-        self.context.state = RecordDict()
+    def forgetful_fit(self, ins, timeout, group_id):  # what lost client state would look like
+        root = Path(tempfile.gettempdir())  # the per-run folders of both modes are below one of these two
+        for folder in (SHARED_MEMORY, root):
+            for path in folder.glob(f"fedsuite-client-state*/run-{self.context.run_id}/*.npz"):
+                path.unlink()
         return fit(self, ins, timeout, group_id)
 
     monkeypatch.setattr(InProcessProxy, "fit", forgetful_fit)
