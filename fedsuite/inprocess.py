@@ -20,10 +20,9 @@ from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status
 from flwr.server.client_proxy import ClientProxy
 
-from fedsuite import registry
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
-from fedsuite.server_app import RecordingServer, build_plan
+from fedsuite.server_app import RecordingServer, build_plan, build_strategy
 from fedsuite.state import DiskStore
 
 
@@ -81,7 +80,7 @@ def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, n
     `on_strategy(strategy)` is called before the first round (tests use it to observe replies)."""
     cfg = resolve(run_config)
     run_id = new_run_id() if run_id is None else run_id
-    strategy = registry.build_strategy(cfg, build_plan(cfg, record=record, run_id=run_id))
+    strategy = build_strategy(cfg, build_plan(cfg, record=record, run_id=run_id))
     if on_strategy is not None:
         on_strategy(strategy)
     server = RecordingServer(strategy, strategy.plan.recorder, remove_client_state=not keep_client_state)

@@ -37,6 +37,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
+from fedsuite import checkpoint
 from fedsuite.payload import (
     ALGORITHM_KEY,
     ARRAYS_KEY,
@@ -98,6 +99,10 @@ class RunPlan:
     client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each (issue 9)
     client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
     run_id: int = 0
+    checkpoint_every: int = 0  # rounds between checkpoints (fedsuite.checkpoint); 0 = none
+    run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
+    start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
+    resume: Any = None  # the fedsuite.checkpoint.Checkpoint to resume from
 
 
 @dataclass
@@ -303,12 +308,25 @@ class FedStrategy(Strategy):
             self._record(row, "diverged", problem)
             raise RunAborted("diverged", problem)
         self._record(row)
+        self._checkpoint(server_round)
         if not metrics:
             return None
         loss = metrics.get("loss")
         return float(loss if loss is not None else float("nan")), {
             k: v for k, v in metrics.items() if isinstance(v, (int, float))
         }
+
+    def _checkpoint(self, server_round: int) -> None:
+        """Every checkpoint-every rounds and after the last, between rounds (fedsuite.checkpoint)."""
+        every, recorder = self.plan.checkpoint_every, self.plan.recorder
+        if every <= 0 or recorder is None or server_round == 0:
+            return
+        if server_round % every and server_round != self.plan.num_rounds:
+            return
+        checkpoint.write(recorder.folder, server_round, self, recorder.rows, self.plan.run_config,
+                         self.plan.client_state_root)  # fmt: skip
+        recorder.resume_command = checkpoint.resume_command(recorder.folder)
+        recorder.write_summary(recorder.status)
 
     # ---- honesty checks --------------------------------------------------------------------------
     def _divergence(self, server_round: int, loss: float | None) -> str | None:
