@@ -70,10 +70,13 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     if vectors:
         log.info("fedsuite │ %s", state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), x0.size, vectors,
                                                   float(cfg["client-state-budget-mb"])))  # fmt: skip
+    state_root = client_state_root(cfg, x0.size, run_id)
     recorder = None
     if record:
         folder = results_folder(cfg)
-        recorder = RunRecorder(folder, dict(cfg), run_meta(cfg, dataset, parts, x0, device), cfg.targets,
+        meta = run_meta(cfg, dataset, parts, x0, device)
+        meta.update(run_id=run_id, client_state_dir=str(state_root) if state_root else None)  # for the reaper
+        recorder = RunRecorder(folder, dict(cfg), meta, cfg.targets,
                                int(cfg["num-server-rounds"]), bool(cfg["overwrite"]),
                                resume.rows if resume else None)  # fmt: skip
         log.info("fedsuite │ results → %s", folder)
@@ -97,7 +100,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         divergence_factor=float(cfg["divergence-factor"]),
         algorithm=str(cfg["algorithm"]),
         client_mapping=str(cfg["client-mapping"]),
-        client_state_root=client_state_root(cfg, x0.size, run_id),
+        client_state_root=state_root,
         run_id=run_id,
         checkpoint_every=int(cfg["checkpoint-every"]),
         run_config=dict(cfg),

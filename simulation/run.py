@@ -223,7 +223,7 @@ def run(
 
     Raises ConfigError (and the dataset errors) before anything starts, RunFailed when the run failed or
     diverged, Interrupted on SIGINT/SIGTERM/SIGHUP (after stopping every process of the launch)."""
-    overrides = dict(overrides)
+    overrides = resumed_overrides(dict(overrides))
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
     flwr = flwr_executable()
     if check_data:
@@ -235,7 +235,7 @@ def run(
     folder = Path(overrides["out-dir"]) / overrides["run-name"]
     token = new_token()
     try:
-        claim_folder(folder, bool(cfg["overwrite"]), token)
+        claim_folder(folder, bool(cfg["overwrite"]), token, resume=bool(cfg["resume-from"]))
     except ResultsFolderTaken as err:
         raise ConfigError(f"run-name={overrides['run-name']!r}: {err}") from None
     if gpus_per_client is None:
@@ -282,6 +282,30 @@ def run(
             pass
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def resumed_overrides(overrides: dict) -> dict:
+    """With resume-from: the checkpointed run's config, the results folder it is in, then the given overrides
+    (e.g. a larger num-server-rounds), so `-c "resume-from='<folder>'"` alone continues the run."""
+    if not overrides.get("resume-from"):
+        return overrides
+    from fedsuite import checkpoint
+
+    folder = _absolute(str(overrides["resume-from"]))
+    try:
+        base = checkpoint.load(folder).run_config
+    except (checkpoint.CheckpointError, OSError, ValueError) as err:
+        raise ConfigError(f"resume-from={str(folder)!r}: {err}") from None
+    kept = {k: v for k, v in base.items() if k not in ("out-dir", "run-name", "overwrite", "resume-from")}
+    return {**kept, **overrides, "resume-from": str(folder), "out-dir": str(folder.parent), "run-name": folder.name}
+
+
+def print_resume_hint(folder: Path | None) -> None:
+    """An interrupted or failed run with a checkpoint: say how to continue it."""
+    from fedsuite import checkpoint
+
+    if folder is not None and checkpoint.has_checkpoint(folder):
+        print(f"resume it from its last checkpoint: {checkpoint.resume_command(folder)}", file=sys.stderr)
 
 
 def federation_size(cfg: Config, cpus_per_client: float, gpus_per_client: float) -> int:
@@ -438,11 +462,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         if err.folder is not None:
             print(f"results so far: {err.folder}", file=sys.stderr)
+        print_resume_hint(err.folder)
         return err.exit_code
     except Interrupted as err:
         print(f"\ninterrupted ({err}); every process of the run was stopped", file=sys.stderr)
         if err.folder is not None:
             print(f"results so far: {err.folder}", file=sys.stderr)
+        print_resume_hint(err.folder)
         return err.exit_code
     except KeyboardInterrupt:  # before the run started
         print("\ninterrupted before the run started", file=sys.stderr)

@@ -25,6 +25,7 @@ from strategies.base import FedStrategy, Reply, RunPlan, log
 
 class MimeSVRG(FedStrategy):
     not_state = ("_query_seconds",)  # phase-A timing of the round in progress, not algorithm state (checkpoints)
+
     def __init__(self, plan: RunPlan, server_lr: float = 1.0):
         super().__init__(plan)
         self.server_lr = server_lr
