@@ -36,3 +36,22 @@ def local_gd(a: np.ndarray, b: np.ndarray, x0: np.ndarray, lr: float, steps: int
         grad = a.T @ (a @ x - b) / len(b)
         x = x - lr * (grad + mu * (x - x0) + wd * x)
     return x
+
+
+def launched_here() -> set[int]:
+    """Tagged launch processes (simulation.processes) started from this checkout: their inherited PWD is ours.
+    Other sessions sharing the machine (another worktree's tests, a deployment demo) have their own."""
+    import os
+    from pathlib import Path
+
+    from simulation.processes import tagged_processes
+
+    mine = f"PWD={os.environ.get('PWD', os.getcwd())}".encode()
+    found = set()
+    for pid in tagged_processes():
+        try:
+            if mine in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.add(pid)
+        except OSError:
+            pass
+    return found

@@ -16,7 +16,8 @@ import pytest
 from fedsuite.inprocess import InProcessProxy, run_inprocess
 from fedsuite.state import SHARED_MEMORY
 from simulation import run as sim
-from simulation.processes import new_token, stop_tagged, tagged_processes
+from simulation.processes import new_token, stop_tagged
+from tests.helpers import launched_here
 
 SHORT = {
     "dataset": "fashion-mnist",
@@ -35,9 +36,9 @@ SHORT = {
 def flwr_home(tmp_path, monkeypatch):
     home = tmp_path / "flwr-home"
     monkeypatch.setenv("FLWR_HOME", str(home))
-    before = set(tagged_processes())  # other sessions on a shared machine may have launches of their own
+    before = launched_here()
     yield home
-    assert not set(tagged_processes()) - before, "simulation.run left processes of its run running"
+    assert not launched_here() - before, "simulation.run left processes of its run running"
 
 
 def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from simulation.processes import tagged_processes
+from tests.helpers import launched_here
 
 PROJECT = Path(__file__).resolve().parent.parent
 LONG = ("dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=400 local-steps=300 "
@@ -25,13 +26,13 @@ LONG = ("dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-ro
 
 
 def ours(before: set[int]) -> set[int]:
-    """Tagged processes that were not running before the test (other sessions on a shared machine may have some)."""
-    return set(tagged_processes()) - before
+    """Launch processes of this checkout that were not running before the test."""
+    return launched_here() - before
 
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    before = set(tagged_processes())
+    before = launched_here()
     yield
     deadline = time.monotonic() + 30
     while ours(before) and time.monotonic() < deadline:
