@@ -133,7 +133,8 @@ class RunRecorder:
             writer.writerow(CSV_COLUMNS)
             for row in self.rows:
                 writer.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
-        (folder / "rounds.jsonl").write_text("".join(json.dumps(row) + "\n" for row in self.rows))
+        if resumed_rows is not None:
+            (folder / "rounds.jsonl").write_text("".join(json.dumps(row) + "\n" for row in self.rows))
         self.write_summary("running")
 
     def record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
