@@ -33,6 +33,9 @@ def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
     else:
         num_partitions = int(cfg["num-clients"])
     data_dir = str(nc["data-dir"]) if nc.get("data-dir") else None
+    if data_dir and "partition-id" in nc and int(partition_id) != int(nc["partition-id"]):
+        raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
+                         f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
     vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
     if vectors:

@@ -57,3 +57,17 @@ def test_simulation_size_is_parallelism_not_the_number_of_clients(monkeypatch):
     assert federation_size(resolve({"num-clients": 10_000}), 2.0, 0.0) == 4
     assert federation_size(resolve({"num-clients": 3, "clients-per-round": 3}), 1.0, 0.0) == 3
     assert federation_size(resolve({"num-clients": 50, "client-mapping": "fixed"}), 1.0, 0.0) == 50
+
+
+def test_a_node_with_its_own_data_refuses_another_partition(tmp_path):
+    """A deployed SuperNode with its own data (node config data-dir) is one client: under the logical mapping it
+    would train other partitions on its data, so it says which mapping to use instead."""
+    from flwr.app import RecordDict
+    from flwr.common import Context
+
+    from fedsuite.client_app import node_for
+
+    context = Context(1, 1, {"partition-id": 0, "num-partitions": 2, "data-dir": str(tmp_path)}, RecordDict(),
+                      {**LSQ, "num-clients": 2, "clients-per-round": 2})  # fmt: skip
+    with pytest.raises(ValueError, match="client-mapping='fixed'"):
+        node_for(context, 1)
