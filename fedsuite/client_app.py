@@ -1,99 +1,80 @@
-"""Flower ClientApp: run config + node config → the algorithm's NumPyClient.
+"""Flower ClientApp: run config + the partition a message is for → the algorithm's NumPyClient.
 
-Node config keys: `partition-id`, `num-partitions` (Flower fills them in simulation; a SuperNode gets them
-with --node-config), optionally `data-dir` (a folder with the node's own copy of the dataset files; the node
-then trains on all of it instead of a partition of the run's dataset) and `client-state-dir` (where this
-node's persistent client state goes when it is kept on disk: in a `run-<run id>` subfolder).
+A SuperNode is a worker, not a client (issue 9): every fit message names the partition (logical client) it is
+for (`fedsuite.partition-id` in its config), and the node builds that partition's client for that message. Data
+and models are cached per process (fedsuite.node, bounded), client state is in per-partition files
+(fedsuite.state), so one node can train any number of partitions, one after another or at once.
+
+Node config keys: `partition-id`, `num-partitions` (Flower fills them in simulation; a deployed SuperNode tied to
+one partition, client-mapping='fixed', gets them with --node-config and reports them when the server asks),
+optionally `data-dir` (a folder with the node's own copy of the dataset files; the node then trains on all of
+it instead of a partition of the run's dataset) and `client-state-dir` (where on-disk client state goes, in a
+`run-<run id>` subfolder).
 """
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import MutableMapping
-from pathlib import Path
-
-import numpy as np
-from flwr.app import Array, ArrayRecord
-from flwr.client import ClientApp
+from flwr.client import ClientApp, NumPyClient
 from flwr.common import Context
 
 from fedsuite import registry
-from fedsuite.config import Config, resolve
+from fedsuite.config import resolve
 from fedsuite.node import ClientNode
-from fedsuite.state import DiskStore, choose_backend
+from fedsuite.payload import PARTITION_KEY
+from fedsuite.state import DiskStore, choose_backend, state_root
 
-STATE_RECORD = "fedsuite.client-state"
+
+def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
+    """The node of `partition_id` (default: the one in the node config) with its client-state store."""
+    nc, cfg = context.node_config, resolve(context.run_config)
+    if partition_id is None:
+        if "partition-id" not in nc or "num-partitions" not in nc:
+            raise KeyError("node config needs partition-id and num-partitions (SuperNode --node-config)")
+        partition_id, num_partitions = int(nc["partition-id"]), int(nc["num-partitions"])
+    else:
+        num_partitions = int(cfg["num-clients"])
+    data_dir = str(nc["data-dir"]) if nc.get("data-dir") else None
+    if data_dir and "partition-id" in nc and int(partition_id) != int(nc["partition-id"]):
+        raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
+                         f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
+    node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
+    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    if vectors:
+        where = choose_backend(str(cfg["client-state"]), int(cfg["num-clients"]), node.model.dim, vectors,
+                               float(cfg["client-state-budget-mb"]))  # fmt: skip
+        node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
+        # run, so a run never starts from another run's vectors; a restarted SuperNode keeps the run id (issue 10)
+        configured = f"{node_dir}/run-{context.run_id}" if node_dir else str(cfg["client-state-dir"])
+        node.store = DiskStore(state_root(where, configured, context.run_id), node.partition_id)
+    return node
 
 
-class ContextStateStore(MutableMapping):
-    """Named arrays in the node's Flower Context.state (one ArrayRecord), created on first write."""
+class Worker(NumPyClient):
+    """Hands each message to the client of the partition it names; without a name, the node config's."""
 
     def __init__(self, context: Context):
         self.context = context
 
-    def _record(self, create: bool = False) -> ArrayRecord | None:
-        if STATE_RECORD not in self.context.state and create:
-            self.context.state[STATE_RECORD] = ArrayRecord()
-        return self.context.state[STATE_RECORD] if STATE_RECORD in self.context.state else None
+    def _client(self, config) -> NumPyClient:
+        pid = config.get(PARTITION_KEY) if config else None
+        node = node_for(self.context, None if pid is None else int(pid))
+        return registry.build_client(node.cfg, node)
 
-    def __getitem__(self, key: str) -> np.ndarray:
-        record = self._record()
-        if record is None or key not in record:
-            raise KeyError(key)
-        return record[key].numpy()
+    def get_properties(self, config):
+        return self._client(config).get_properties(config)
 
-    def __setitem__(self, key: str, value: np.ndarray) -> None:
-        self._record(create=True)[key] = Array(np.ascontiguousarray(value))
+    def get_parameters(self, config):
+        return self._client(config).get_parameters(config)
 
-    def __delitem__(self, key: str) -> None:
-        del self._record()[key]
+    def fit(self, parameters, config):
+        return self._client(config).fit(parameters, config)
 
-    def __iter__(self):
-        record = self._record()
-        return iter(list(record.keys()) if record is not None else [])
-
-    def __len__(self) -> int:
-        record = self._record()
-        return 0 if record is None else len(record)
-
-
-def state_dir(cfg: Config, context: Context) -> Path:
-    """The node config's client-state-dir (a SuperNode's folder, which serves run after run: one subfolder per
-    run, so a run never starts from another run's vectors; a restarted SuperNode keeps the run id and finds its
-    own), else the run config's, else a per-run temp folder."""
-    node_dir = context.node_config.get("client-state-dir")
-    if node_dir:
-        return Path(str(node_dir)).expanduser() / f"run-{context.run_id}"
-    configured = cfg["client-state-dir"]
-    if configured:
-        return Path(str(configured)).expanduser()
-    return Path(tempfile.gettempdir()) / "fedsuite-client-state" / f"run-{context.run_id}"
-
-
-def node_from_context(context: Context) -> ClientNode:
-    nc = context.node_config
-    if "partition-id" not in nc or "num-partitions" not in nc:
-        raise KeyError("node config needs partition-id and num-partitions (SuperNode --node-config)")
-    cfg = resolve(context.run_config)
-    pid = int(nc["partition-id"])
-    data_dir = str(nc["data-dir"]) if nc.get("data-dir") else None
-    node = ClientNode(cfg, pid, int(nc["num-partitions"]), data_dir)
-    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
-    if vectors:
-        where = choose_backend(
-            str(cfg["client-state"]),
-            int(cfg["num-clients"]),
-            node.model.dim,
-            vectors,
-            float(cfg["client-state-budget-mb"]),
-        )
-        node.store = ContextStateStore(context) if where == "memory" else DiskStore(state_dir(cfg, context), pid)
-    return node
+    def evaluate(self, parameters, config):
+        return self._client(config).evaluate(parameters, config)
 
 
 def client_fn(context: Context):
-    node = node_from_context(context)
-    return registry.build_client(node.cfg, node).to_client()
+    return Worker(context).to_client()
 
 
 app = ClientApp(client_fn=client_fn)

@@ -112,7 +112,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("colour-perturbation", False, "FedMIM's per-client colour shift: client i draws b_i, s_i ~ U[0.6, 1.4] "
         "from (seed, partition) and applies adjust_brightness(b_i), then adjust_saturation(s_i) to its training "
         "images (ALGORITHMS.md §2.2); test set untouched; 3-channel image datasets only"),
-    Key("num-clients", 100, "N, number of clients = SuperNodes in the federation", low=1),
+    Key("num-clients", 100, "N, number of clients (partitions); any number of SuperNodes trains them", low=1),
+    Key("client-mapping", "logical", "logical = each message names its partition and any SuperNode trains it (the "
+        "number of SuperNodes is a parallelism setting); fixed = one SuperNode per partition, tied to it by its "
+        "--node-config partition-id (deployment)", ("logical", "fixed")),
     Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2)", PARTITIONS),
     Key("partition-alpha", 0.3, "Dirichlet concentration α", low=0.0, low_open=True),
     Key("partition-balanced", True, "Dirichlet with equal client sizes (FedDyn routine) or per-class split"),
@@ -165,7 +168,11 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("client-state", "auto", "where persistent client state lives (auto: memory while it fits the budget)",
         ("auto", "memory", "disk")),
     Key("client-state-budget-mb", 4096.0, "memory budget for all clients' state (auto mode)", low=0.0),
-    Key("client-state-dir", "", "folder for on-disk client state; empty = a per-run temp folder"),
+    Key("client-state-dir", "", "folder for on-disk client state (client-state=disk); empty = a per-run temp folder"),
+    Key("checkpoint-every", 0, "write a checkpoint (global model, server state, results, client state) into the "
+        "results folder every r rounds and after the last; 0 = never", low=0),
+    Key("resume-from", "", "results folder of a run with a checkpoint: continue it from there (num-server-rounds "
+        "may be larger); every other key that changes the numbers must be the same"),
 )  # fmt: skip
 
 # Hyper-parameters by family; the registry says which algorithm reads which.

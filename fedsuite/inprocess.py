@@ -1,6 +1,9 @@
 """Run a federation in this process, through the same ClientApp `client_fn`, Strategy and NumPyClient
 objects and Flower's own `Server` round loop that `flwr run` uses, minus Ray and messaging. For tests and
-debugging. Each node keeps its Flower `Context` (and so its Context.state) across rounds, as Flower does.
+debugging. As in a simulation, a few nodes (2 by default, Flower's default federation) carry the cohort's
+messages, each naming its partition; with client-mapping='fixed' there is one node per partition. Client state is
+in the run's per-partition files (`client_store` reads them); `keep_client_state` keeps a per-run folder after the
+run for inspection (the caller removes it, e.g. with `remove_client_state`).
 
 Clients run one after the other (Flower's thread pool with one worker), so a run is deterministic, and a client
 lost to the machinery (an exception outside the client's own fit, which clients/base.py turns into an error
@@ -9,16 +12,18 @@ reply) raises LostClient: a test never passes on a silently smaller cohort.
 
 from __future__ import annotations
 
+import random
+import shutil
 from collections.abc import Mapping
 
 from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status
 from flwr.server.client_proxy import ClientProxy
 
-from fedsuite import registry
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
-from fedsuite.server_app import RecordingServer, build_plan
+from fedsuite.server_app import RecordingServer, build_plan, build_strategy
+from fedsuite.state import DiskStore
 
 
 class LostClient(RuntimeError):
@@ -46,22 +51,39 @@ class InProcessProxy(ClientProxy):
         return GetPropertiesRes(Status(Code.OK, ""), {})
 
 
-def node_contexts(run_config: Mapping, num_clients: int, run_id: int = 0) -> list[Context]:
+def node_contexts(run_config: Mapping, num_nodes: int, run_id: int = 0) -> list[Context]:
+    """Nodes as Flower's simulation makes them (node config partition-id 0..num_nodes-1)."""
     return [
-        Context(run_id, pid, {"partition-id": pid, "num-partitions": num_clients}, RecordDict(), dict(run_config))
-        for pid in range(num_clients)
+        Context(run_id, nid, {"partition-id": nid, "num-partitions": num_nodes}, RecordDict(), dict(run_config))
+        for nid in range(num_nodes)
     ]
 
 
-def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, contexts: list[Context] | None = None):
+def new_run_id() -> int:
+    """A fresh run id (per-run client-state folders are named after it)."""
+    return random.SystemRandom().getrandbits(48)
+
+
+def client_store(strategy, partition_id: int) -> DiskStore:
+    """A fresh view of one partition's client-state file of the run `strategy` belongs to."""
+    return DiskStore(strategy.plan.client_state_root, partition_id)
+
+
+def remove_client_state(strategy) -> None:
+    if strategy.plan.client_state_root is not None:
+        shutil.rmtree(strategy.plan.client_state_root, ignore_errors=True)
+
+
+def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, num_nodes: int = 2,
+                  keep_client_state: bool = False, run_id: int | None = None):  # fmt: skip
     """Train with `run_config` (defaults filled in); returns the strategy, whose `x` is the final model.
-    `on_strategy(strategy)` is called before the first round (tests use it to observe replies); pass
-    `contexts` (from `node_contexts`) to inspect the nodes' Context.state afterwards."""
+    `on_strategy(strategy)` is called before the first round (tests use it to observe replies)."""
     cfg = resolve(run_config)
-    strategy = registry.build_strategy(cfg, build_plan(cfg, record=record))
+    run_id = new_run_id() if run_id is None else run_id
+    strategy = build_strategy(cfg, build_plan(cfg, record=record, run_id=run_id))
     if on_strategy is not None:
         on_strategy(strategy)
-    server = RecordingServer(strategy, strategy.plan.recorder)
+    server = RecordingServer(strategy, strategy.plan.recorder, remove_client_state=not keep_client_state)
     server.set_max_workers(1)
     aggregate_fit = strategy.aggregate_fit
 
@@ -71,7 +93,9 @@ def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, c
         return aggregate_fit(server_round, results, failures)
 
     strategy.aggregate_fit = strict
-    for context in contexts or node_contexts(run_config, int(cfg["num-clients"])):
-        server.client_manager().register(InProcessProxy(f"node-{context.node_id}", context))
+    if cfg["client-mapping"] == "fixed":
+        num_nodes = int(cfg["num-clients"])
+    for context in node_contexts(run_config, num_nodes, run_id):
+        server.client_manager().register(InProcessProxy(str(context.node_id), context))
     server.fit(num_rounds=int(cfg["num-server-rounds"]), timeout=None)
     return strategy

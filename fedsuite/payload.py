@@ -14,6 +14,8 @@ import numpy as np
 ARRAYS_KEY = "fedsuite.arrays"
 # Fit config: the last round in which the server accepted this client's reply (0: never), fedsuite.state.
 STATE_ACCEPTED = "fedsuite.state-accepted"
+# Fit config: the partition (logical client) this message is for; a SuperNode trains whichever it is told (issue 9).
+PARTITION_KEY = "fedsuite.partition-id"
 ALGORITHM_KEY = "fedsuite.algorithm"  # fit config: the server's algorithm, checked by the client
 
 

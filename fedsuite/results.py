@@ -56,7 +56,7 @@ def taken_message(folder: Path) -> str:
     )
 
 
-def claim_folder(folder: Path, overwrite: bool, token: str | None = None) -> None:
+def claim_folder(folder: Path, overwrite: bool, token: str | None = None, resume: bool = False) -> None:
     """Create `folder` and take it for this run, atomically (two runs racing for one name: one wins).
 
     `token` identifies one launch of simulation.run: the driver claims the folder before Flower starts, and the
@@ -64,6 +64,10 @@ def claim_folder(folder: Path, overwrite: bool, token: str | None = None) -> Non
     folder.mkdir(parents=True, exist_ok=True)
     marker = folder / RUN_MARKER
     if token and _marker(marker).get("token") == token:
+        return
+    if resume:  # continuing the run that is in the folder (resume-from): take it over, keep its files
+        marker.write_text(json.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(),
+                                      "started": time.time(), "resumed": True}))  # fmt: skip
         return
     if holds_run(folder) and not overwrite:
         raise ResultsFolderTaken(taken_message(folder))
@@ -111,17 +115,26 @@ class RunRecorder:
         targets: list[float],
         num_rounds: int,
         overwrite: bool = False,
+        resumed_rows: list[dict[str, Any]] | None = None,
     ):
+        """`resumed_rows`: continue the run in `folder` from a checkpoint holding these rows (fedsuite.checkpoint);
+        rows written after the checkpoint are dropped, as those rounds run again."""
         self.folder = folder
         self.targets = targets
         self.num_rounds = num_rounds
-        self.rows: list[dict[str, Any]] = []
-        self.started = time.time()
+        self.rows: list[dict[str, Any]] = list(resumed_rows or [])
+        self.started = time.time() - (self.rows[-1].get("elapsed_seconds", 0.0) if self.rows else 0.0)
         self.status = "running"
-        claim_folder(folder, overwrite, os.environ.get(RUN_TOKEN_ENV))
+        self.resume_command: str | None = None  # set once a checkpoint exists
+        claim_folder(folder, overwrite, os.environ.get(RUN_TOKEN_ENV), resume=resumed_rows is not None)
         (folder / "config.json").write_text(json.dumps({"run_config": config, **meta}, indent=2, default=str))
         with open(folder / "rounds.csv", "w", newline="") as f:
-            csv.writer(f).writerow(CSV_COLUMNS)
+            writer = csv.writer(f)
+            writer.writerow(CSV_COLUMNS)
+            for row in self.rows:
+                writer.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
+        if resumed_rows is not None:
+            (folder / "rounds.jsonl").write_text("".join(json.dumps(row) + "\n" for row in self.rows))
         self.write_summary("running")
 
     def record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
@@ -181,6 +194,8 @@ class RunRecorder:
                 (r.get("vectors_down_per_client") or 0) + (r.get("vectors_up_per_client") or 0) for r in trained
             ),
         }
+        if self.resume_command:
+            out["resume_command"] = self.resume_command
         with_error = [r for r in self.rows if r.get("relative_error") is not None]
         if with_error:
             out["final_relative_error"] = with_error[-1]["relative_error"]

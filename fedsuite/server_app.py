@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.common import Context
-from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import History, Server, ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite import registry, state
+from fedsuite import checkpoint, registry, state
 from fedsuite.config import Config, resolve
 from fedsuite.data import client_partition, load_dataset
 from fedsuite.device import pick_device
@@ -32,16 +34,32 @@ def initial_model(cfg: Config, dataset) -> np.ndarray:
 
 
 def results_folder(cfg: Config) -> Path:
-    """out-dir/run-name; a relative out-dir is taken from the ServerApp's working directory, which for the
-    local simulation SuperLink is the folder `flwr run` first started it from (simulation.run passes an
-    absolute path)."""
+    """out-dir/run-name, or the resumed run's folder (resume-from). A relative out-dir is taken from the
+    ServerApp's working directory, which for the local simulation SuperLink is the folder `flwr run` first
+    started it from (simulation.run passes an absolute path)."""
+    if cfg["resume-from"]:
+        return resume_folder(cfg)
     root = Path(str(cfg["out-dir"])).expanduser()
     if not root.is_absolute():
         root = Path(os.getcwd()) / root
     return root / (str(cfg["run-name"]) or default_run_name(str(cfg["algorithm"]), str(cfg["dataset"])))
 
 
-def build_plan(cfg: Config, record: bool = True) -> RunPlan:
+def client_state_root(cfg: Config, dim: int, run_id: int) -> Path | None:
+    """Where this run's client-state files are (clients compute the same from the run config), or None."""
+    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    if not vectors:
+        return None
+    where = state.choose_backend(str(cfg["client-state"]), int(cfg["num-clients"]), dim, vectors,
+                                 float(cfg["client-state-budget-mb"]))  # fmt: skip
+    return state.state_root(where, str(cfg["client-state-dir"]), run_id)
+
+
+def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
+    resume = checkpoint.load(resume_folder(cfg)) if cfg["resume-from"] else None
+    if resume is not None:
+        checkpoint.check_compatible(resume, dict(cfg))
+        log.info("fedsuite │ resuming from %s (after round %d)", resume.folder, resume.server_round)
     dataset = load_dataset(cfg)
     x0 = initial_model(cfg, dataset)
     parts = client_partition(cfg, dataset)
@@ -52,11 +70,15 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
     if vectors:
         log.info("fedsuite │ %s", state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), x0.size, vectors,
                                                   float(cfg["client-state-budget-mb"])))  # fmt: skip
+    state_root = client_state_root(cfg, x0.size, run_id)
     recorder = None
     if record:
         folder = results_folder(cfg)
-        recorder = RunRecorder(folder, dict(cfg), run_meta(cfg, dataset, parts, x0, device), cfg.targets,
-                               int(cfg["num-server-rounds"]), bool(cfg["overwrite"]))  # fmt: skip
+        meta = run_meta(cfg, dataset, parts, x0, device)
+        meta.update(run_id=run_id, client_state_dir=str(state_root) if state_root else None)  # for the reaper
+        recorder = RunRecorder(folder, dict(cfg), meta, cfg.targets,
+                               int(cfg["num-server-rounds"]), bool(cfg["overwrite"]),
+                               resume.rows if resume else None)  # fmt: skip
         log.info("fedsuite │ results → %s", folder)
     log.info(
         "fedsuite │ %s on %s │ model %s, d=%d │ %d clients, %s │ %s │ %d rounds │ device %s",
@@ -77,7 +99,27 @@ def build_plan(cfg: Config, record: bool = True) -> RunPlan:
         min_replies=float(cfg["min-replies"]),
         divergence_factor=float(cfg["divergence-factor"]),
         algorithm=str(cfg["algorithm"]),
+        client_mapping=str(cfg["client-mapping"]),
+        client_state_root=state_root,
+        run_id=run_id,
+        checkpoint_every=int(cfg["checkpoint-every"]),
+        run_config=dict(cfg),
+        start_round=resume.server_round if resume else 0,
+        resume=resume,
     )
+
+
+def build_strategy(cfg: Config, plan: RunPlan):
+    """The algorithm's strategy for `plan`, set to the checkpoint's state when the run resumes."""
+    strategy = registry.build_strategy(cfg, plan)
+    if plan.resume is not None:
+        checkpoint.restore(strategy, plan.resume, plan.client_state_root)
+    return strategy
+
+
+def resume_folder(cfg: Config) -> Path:
+    folder = Path(str(cfg["resume-from"])).expanduser()
+    return folder if folder.is_absolute() else Path(os.getcwd()) / folder
 
 
 def run_meta(cfg: Config, dataset, parts: list[np.ndarray], x0: np.ndarray, device) -> dict[str, Any]:
@@ -129,13 +171,14 @@ class RecordingServer(Server):
     (a strategy's RunAborted has written its own status; any other exception is `failed`, an interruption
     `interrupted`), so a results folder never says `running` about a run that has stopped."""
 
-    def __init__(self, strategy, recorder):
+    def __init__(self, strategy, recorder, remove_client_state: bool = True):
         super().__init__(client_manager=SimpleClientManager(), strategy=strategy)
         self.recorder = recorder
+        self.remove_client_state = remove_client_state
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
-            return super().fit(num_rounds, timeout)
+            return self._rounds(num_rounds, timeout)
         except RunAborted:
             raise
         except (KeyboardInterrupt, SystemExit) as err:
@@ -144,18 +187,45 @@ class RecordingServer(Server):
         except BaseException as err:
             self._finish("failed", f"{type(err).__name__}: {err}")
             raise
+        finally:
+            self._remove_run_state()
+
+    def _remove_run_state(self) -> None:
+        """A per-run client-state folder (in RAM for client-state memory) goes with the run; checkpoints hold
+        their own copies. A configured client-state-dir is the user's and stays."""
+        plan = self.strategy.plan
+        root = plan.client_state_root
+        if self.remove_client_state and root is not None and state.is_run_scoped(root, plan.run_id):
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _rounds(self, num_rounds: int, timeout: float | None):
+        """Flower's round loop (fit, then the strategy's centralised evaluation; clients do not evaluate, §2.7),
+        starting after the checkpoint's round when the run resumes."""
+        start = self.strategy.plan.start_round
+        self.parameters = self.strategy.initialize_parameters(self.client_manager())
+        started = time.perf_counter()
+        if start == 0:
+            self.strategy.evaluate(0, self.parameters)
+        for server_round in range(start + 1, num_rounds + 1):
+            res = self.fit_round(server_round, timeout)
+            if res is not None and res[0] is not None:
+                self.parameters = res[0]
+            self.strategy.evaluate(server_round, self.parameters)
+        return History(), time.perf_counter() - started
 
     def _finish(self, status: str, reason: str) -> None:
         if self.recorder is not None:
             log.error("fedsuite │ %s: %s", status, reason)
+            if self.recorder.resume_command:
+                log.error("fedsuite │ resume from the last checkpoint with: %s", self.recorder.resume_command)
             self.recorder.finish(status, reason)
 
 
 def server_fn(context: Context) -> ServerAppComponents:
     quiet_flower_logs()
     cfg = resolve(context.run_config)
-    plan = build_plan(cfg)
-    strategy = registry.build_strategy(cfg, plan)
+    plan = build_plan(cfg, run_id=int(context.run_id))
+    strategy = build_strategy(cfg, plan)
     return ServerAppComponents(
         server=RecordingServer(strategy, plan.recorder),
         config=ServerConfig(

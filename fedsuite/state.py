@@ -1,11 +1,14 @@
 """Per-partition client state (SCAFFOLD c_i, FedDyn ∇L_i, FedSpeed ĝ_i, FedADMM λ_i …), ALGORITHMS.md §0.3.5.
 
 A client's vectors are created lazily (zeros) on its first participation, loaded once per fit and written
-back once after it. Two backends, chosen identically by every client from the run config:
-- memory: the node's own Flower `Context.state` (kept per node by Flower; in simulation it travels with each
-  message to whichever Ray actor runs it), used while the whole federation's state fits the budget;
-- disk: one `.npz` file per partition under a state folder (written atomically), above the budget, or always
-  with client-state='disk' (deployments that must survive a SuperNode restart point it at a node-local path).
+back once after it, always as one `.npz` file per partition, replaced atomically (DiskStore). Never in a node's
+Flower Context.state: a SuperNode trains many partitions (issue 9), and Flower's simulation engine may run two
+messages of one node on two workers at once and write the node's Context back last-write-wins, which would lose
+one partition's update. Where the files live (`state_root`), chosen identically by server and clients:
+- memory: a per-run folder in RAM (/dev/shm when the machine has it, else the temp folder), used while the whole
+  federation's state fits the budget; the ServerApp removes it when the run ends (checkpoints keep copies);
+- disk: `client-state-dir`, or a per-run temp folder, above the budget or with client-state='disk'
+  (deployments that must survive a SuperNode restart, and Ray clusters, point it at a path the nodes share).
 
 No client ahead of the server: a fit writes its new vectors at once but keeps the ones they replace (`prev:`
 copies, tagged with the round). The server tells each client, in its next fit message, the last round in which
@@ -51,8 +54,27 @@ def describe(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: flo
     return (
         f"client state: N={num_clients} × d={dim:,} × {vectors} vector(s) × 4 B × {COPIES} (current + last "
         f"confirmed) = {total / 2**20:,.1f} MiB "
-        f"→ {'in memory (Context.state)' if where == 'memory' else 'on disk, one file per partition'}"
+        f"→ {'in memory (' + str(SHARED_MEMORY) + ')' if where == 'memory' else 'on disk'}, one file per partition"
     )
+
+
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def state_root(where: str, configured: str, run_id: int) -> Path:
+    """The folder of a run's client-state files: `where` is choose_backend's answer, `configured` the
+    client-state-dir (used by disk mode only), `run_id` Flower's run id (the same on server and clients)."""
+    if where == "disk" and configured:
+        return Path(configured).expanduser()
+    if where == "memory":
+        base = SHARED_MEMORY if SHARED_MEMORY.is_dir() else Path(tempfile.gettempdir())
+        return base / "fedsuite-client-state-memory" / f"run-{run_id}"
+    return Path(tempfile.gettempdir()) / "fedsuite-client-state" / f"run-{run_id}"
+
+
+def is_run_scoped(root: Path, run_id: int) -> bool:
+    """True for the per-run folders state_root makes up (removed at the end of the run), not a configured one."""
+    return root.name == f"run-{run_id}" and root.parent.name.startswith("fedsuite-client-state")
 
 
 class DiskStore(MutableMapping):

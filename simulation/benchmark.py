@@ -1,6 +1,7 @@
 """Overhead of the suite's Flower simulation over a bare PyTorch loop doing the same local work.
 
     python -m simulation.benchmark --quick        # 6 rounds, a few minutes on 2 CPU cores
+    python -m simulation.benchmark --quick --num-clients 100,1000,10000   # side by side per federation size
 
 Both paths train the same model from the same initial x on the same cohorts (fedsuite.sampling.Sampler),
 client data (fedsuite.node.ClientNode) and minibatch schedule (fedsuite.local.minibatches with the node's
@@ -10,7 +11,8 @@ per-round generator), then take the plain mean of the client models (FedAvg with
 - bare 2-proc (the headline baseline, same resources): a pool of 2 spawned processes with 1 torch thread each,
   created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
 - bare 1-proc (extra line): the same rounds in this process with 2 torch threads.
-Round 1 of the suite is its cold start (node discovery, first data loads in fresh actors) and the last round
+Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
+discovery: the federation has as many SuperNodes as workers, whatever N, issue 9) and the last round
 also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path. The last line,
 `overhead_ratio x`, is suite steady round / bare 2-proc steady round: 1.00 = no overhead, 1.10 = 10 % overhead.
 `train_loss_max_abs_diff` checks that the paths did the same work: round-1 losses agree up to float rounding
@@ -118,11 +120,65 @@ def steady(rows: list[dict], key: str = "round_seconds") -> float:
     return statistics.median(r[key] for r in rows if 1 < r["round"] < len(rows))
 
 
+def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: bool = True) -> dict:
+    """One federation size: the suite through `flwr run`, then the bare paths (the 1-process one only if asked);
+    returns the numbers and rows."""
+    overrides = {
+        "algorithm": "fedavg", "dataset": "fashion-mnist", "model": args.model, "num-clients": num_clients,
+        "sampling": "fixed", "clients-per-round": args.clients_per_round, "local-steps": args.local_steps,
+        "batch-size": 50, "lr": 0.05, "num-server-rounds": rounds, "eval-every": rounds + 1, "seed": 0,
+        "device": "cpu", "client-threads": 1, "out-dir": str(out_dir), "run-name": f"benchmark-suite-n{num_clients}",
+        "overwrite": True,
+    }  # fmt: skip
+    values = {**pyproject_defaults(), **overrides}
+    cfg = resolve(values)
+    sampler = Sampler(cfg["num-clients"], "fixed", cfg["clients-per-round"], seed=cfg["seed"])
+    x0 = initial_model(cfg, load_dataset(cfg))
+
+    print(f"suite: flwr run, {rounds} rounds, {args.clients_per_round} of {num_clients} clients ...", flush=True)
+    start = time.perf_counter()
+    folder = run(overrides, cpus_per_client=1.0, gpus_per_client=0.0, quiet=True)
+    suite_wall = time.perf_counter() - start
+    lines = (folder / "rounds.jsonl").read_text().splitlines()
+    suite = [row for row in map(json.loads, lines) if row["round"] > 0]
+    print("bare: 2 processes x 1 thread ...", flush=True)
+    bare = bare_rounds(values, x0, sampler, rounds, workers=2)
+    seq = bare
+    if one_process:
+        print("bare: 1 process x 2 threads ...", flush=True)
+        seq = bare_rounds(values, x0, sampler, rounds, workers=1)
+
+    print(f"\n{'round':>5} {'suite s':>9} {'suite Σcompute s':>17} {'bare 2-proc s':>14} {'bare 1-proc s':>14}  note")
+    for s, b, q in zip(suite, bare, seq, strict=True):
+        note = "cold start" if s["round"] == 1 else ("suite evaluates" if s["round"] == rounds else "steady")
+        one = f"{q['round_seconds']:>14.3f}" if one_process else f"{'-':>14}"
+        print(f"{s['round']:>5} {s['round_seconds']:>9.3f} {s['client_compute_seconds']:>17.3f} "
+              f"{b['round_seconds']:>14.3f} {one}  {note}")  # fmt: skip
+    pairs = [(s, o) for s, b, q in zip(suite, bare, seq, strict=True) for o in (b, q)]
+    numbers = {
+        "num_clients": num_clients,
+        "suite_wall_s": suite_wall,
+        "suite_cold_start_s": suite[0]["round_seconds"],
+        "suite_steady_round_s": steady(suite),
+        "suite_client_compute_s": steady(suite, "client_compute_seconds"),
+        "bare_steady_round_s": steady(bare),
+        "bare_client_compute_s": steady(bare, "client_compute_seconds"),
+        "bare_1proc_steady_round_s": steady(seq),
+        "train_loss_max_abs_diff": max(abs(s["train_loss"] - o["train_loss"]) for s, o in pairs),
+    }
+    numbers["overhead_ratio_1proc"] = numbers["suite_steady_round_s"] / numbers["bare_1proc_steady_round_s"]
+    numbers["overhead_ratio"] = numbers["suite_steady_round_s"] / numbers["bare_steady_round_s"]
+    return {"config": overrides, "suite_folder": str(folder), **numbers,
+            "rounds": {"suite": suite, "bare_2proc": bare, "bare_1proc": seq}}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m simulation.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="6 rounds (a few minutes on 2 cores)")
     parser.add_argument("--rounds", type=int, default=None, help="R, rounds per path (default 12, --quick 6)")
-    parser.add_argument("--num-clients", type=int, default=100, help="N, clients in the federation")
+    parser.add_argument("--num-clients", default="100",
+                        help="N, clients in the federation; a comma-separated list (100,1000,10000) measures each "
+                             "and prints them side by side")  # fmt: skip
     parser.add_argument("--clients-per-round", type=int, default=10, help="S, the cohort of every round")
     parser.add_argument("--local-steps", type=int, default=50, help="K, local SGD steps per client and round")
     parser.add_argument("--model", default="cnn", help="network (fashion-mnist: cnn, 2nn, logreg, resnet18-gn)")
@@ -131,52 +187,29 @@ def main(argv: list[str] | None = None) -> None:
     rounds = args.rounds or (6 if args.quick else 12)
     if rounds < 3:
         parser.error("--rounds must be >= 3 (steady rounds are 2..R-1)")
+    sizes = [int(n) for n in str(args.num_clients).split(",") if n.strip()]
     out_dir = Path(args.out_dir or PROJECT / "results" / "benchmark" / time.strftime("%Y%m%d-%H%M%S")).resolve()
-    overrides = {
-        "algorithm": "fedavg", "dataset": "fashion-mnist", "model": args.model, "num-clients": args.num_clients,
-        "sampling": "fixed", "clients-per-round": args.clients_per_round, "local-steps": args.local_steps,
-        "batch-size": 50, "lr": 0.05, "num-server-rounds": rounds, "eval-every": rounds + 1, "seed": 0,
-        "device": "cpu", "client-threads": 1, "out-dir": str(out_dir), "run-name": "benchmark-suite", "overwrite": True,
-    }  # fmt: skip
-    values = {**pyproject_defaults(), **overrides}
-    cfg = resolve(values)
-    sampler = Sampler(cfg["num-clients"], "fixed", cfg["clients-per-round"], seed=cfg["seed"])
-    x0 = initial_model(cfg, load_dataset(cfg))
-
-    print(f"suite: flwr run, {rounds} rounds, {args.clients_per_round} of {args.num_clients} clients ...", flush=True)
-    start = time.perf_counter()
-    folder = run(overrides, cpus_per_client=1.0, gpus_per_client=0.0, quiet=True)
-    suite_wall = time.perf_counter() - start
-    lines = (folder / "rounds.jsonl").read_text().splitlines()
-    suite = [row for row in map(json.loads, lines) if row["round"] > 0]
-    print("bare: 2 processes x 1 thread ...", flush=True)
-    bare = bare_rounds(values, x0, sampler, rounds, workers=2)
-    print("bare: 1 process x 2 threads ...", flush=True)
-    seq = bare_rounds(values, x0, sampler, rounds, workers=1)
-
-    print(f"\n{'round':>5} {'suite s':>9} {'suite Σcompute s':>17} {'bare 2-proc s':>14} {'bare 1-proc s':>14}  note")
-    for s, b, q in zip(suite, bare, seq, strict=True):
-        note = "cold start" if s["round"] == 1 else ("suite evaluates" if s["round"] == rounds else "steady")
-        print(f"{s['round']:>5} {s['round_seconds']:>9.3f} {s['client_compute_seconds']:>17.3f} "
-              f"{b['round_seconds']:>14.3f} {q['round_seconds']:>14.3f}  {note}")  # fmt: skip
-    pairs = [(s, o) for s, b, q in zip(suite, bare, seq, strict=True) for o in (b, q)]
-    loss_diff = max(abs(s["train_loss"] - o["train_loss"]) for s, o in pairs)
-    numbers = {
-        "suite_wall_s": suite_wall,
-        "suite_cold_start_s": suite[0]["round_seconds"],
-        "suite_steady_round_s": steady(suite),
-        "suite_client_compute_s": steady(suite, "client_compute_seconds"),
-        "bare_steady_round_s": steady(bare),
-        "bare_client_compute_s": steady(bare, "client_compute_seconds"),
-        "bare_1proc_steady_round_s": steady(seq),
-        "train_loss_max_abs_diff": loss_diff,
-    }
-    numbers["overhead_ratio_1proc"] = numbers["suite_steady_round_s"] / numbers["bare_1proc_steady_round_s"]
-    numbers["overhead_ratio"] = numbers["suite_steady_round_s"] / numbers["bare_steady_round_s"]
-    report = {"config": overrides, "suite_folder": str(folder), **numbers,
-              "rounds": {"suite": suite, "bare_2proc": bare, "bare_1proc": seq}}  # fmt: skip
+    # Several sizes: the headline (same-resources) baseline only, to keep the benchmark short.
+    reports = [measure(args, rounds, n, out_dir, one_process=len(sizes) == 1) for n in sizes]
+    report = reports[0] if len(reports) == 1 else {"sizes": reports}
     (out_dir / "benchmark.json").write_text(json.dumps(report, indent=2))
     print(f"\nresults: {out_dir / 'benchmark.json'}")
+    if len(reports) > 1:
+        print(f"\n{'N':>7} {'cold start s':>13} {'suite steady s':>15} {'bare steady s':>14} {'overhead':>9} "
+              f"{'flwr run wall s':>16}")  # fmt: skip
+        for r in reports:
+            cells = (
+                f"{r['num_clients']:>7}",
+                f"{r['suite_cold_start_s']:>13.2f}",
+                f"{r['suite_steady_round_s']:>15.3f}",
+                f"{r['bare_steady_round_s']:>14.3f}",
+                f"{r['overhead_ratio']:>9.3f}",
+                f"{r['suite_wall_s']:>16.1f}",
+            )
+            print(" ".join(cells))
+        print(f"overhead_ratio {max(r['overhead_ratio'] for r in reports):.3f}")  # the worst size
+        return
+    numbers = {k: v for k, v in reports[0].items() if isinstance(v, float)}
     for key, value in numbers.items():
         print(f"{key} {value:.3g}" if key == "train_loss_max_abs_diff" else f"{key} {value:.3f}")
 

@@ -8,7 +8,9 @@ What it adds to a bare `flwr run . --stream`:
   folder or an infeasible partition stop in seconds with exit code 2, not after Ray's cold start;
 - the results folder is claimed before anything starts: an existing run is never overwritten unless
   `overwrite=true`, and default names are unique per launch;
-- the federation gets one SuperNode per client (`num-supernodes = num-clients`) and CPU/GPU shares;
+- the federation is sized for parallelism, not for N: as many SuperNodes as client workers fit the machine
+  (CPU cores / --cpus-per-client, or GPU shares), each training whichever partitions the server names
+  (client-mapping='logical', issue 9); with client-mapping='fixed' one SuperNode per client;
 - every process of the launch (the local SuperLink, SuperExec, `flwr-simulation`, Ray) carries a token in its
   environment and gets a private FLWR_HOME and ports, so Ctrl-C or SIGTERM stops all of them within seconds,
   the end of the run stops the SuperLink, and a reaper process does the same if this command is killed;
@@ -222,12 +224,13 @@ def run(
     gpus_per_client: float | None = None,
     quiet: bool = False,
     check_data: bool = True,
+    supernodes: int | None = None,
 ) -> Path:
     """Validate, run through `flwr run`, check the outcome; returns the results folder.
 
     Raises ConfigError (and the dataset errors) before anything starts, RunFailed when the run failed or
     diverged, Interrupted on SIGINT/SIGTERM/SIGHUP (after stopping every process of the launch)."""
-    explicit = dict(overrides)
+    explicit = resumed_overrides(dict(overrides))
     overrides, from_preset = expand_preset(explicit)  # the -c keys win over the preset, also where = default
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
     if not quiet:
@@ -242,12 +245,14 @@ def run(
     folder = Path(overrides["out-dir"]) / overrides["run-name"]
     token = new_token()
     try:
-        claim_folder(folder, bool(cfg["overwrite"]), token)
+        claim_folder(folder, bool(cfg["overwrite"]), token, resume=bool(cfg["resume-from"]))
     except ResultsFolderTaken as err:
         raise ConfigError(f"run-name={overrides['run-name']!r}: {err}") from None
     if gpus_per_client is None:
         gpus_per_client = 0.25 if _cuda_visible() and cfg["device"] != "cpu" else 0.0
-    federation = f"num-supernodes={cfg['num-clients']} client-resources-num-cpus={cpus_per_client:g}"
+    if supernodes is None:
+        supernodes = federation_size(cfg, cpus_per_client, gpus_per_client)
+    federation = f"num-supernodes={supernodes} client-resources-num-cpus={cpus_per_client:g}"
     if gpus_per_client:
         federation += f" client-resources-num-gpus={gpus_per_client:g}"
     flwr_home = Path(tempfile.mkdtemp(prefix="fedsuite-flwr-home-"))
@@ -287,6 +292,52 @@ def run(
             pass
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def resumed_overrides(overrides: dict) -> dict:
+    """With resume-from: the checkpointed run's config, the results folder it is in, then the given overrides
+    (e.g. a larger num-server-rounds), so `-c "resume-from='<folder>'"` alone continues the run."""
+    if not overrides.get("resume-from"):
+        return overrides
+    from fedsuite import checkpoint
+
+    folder = _absolute(str(overrides["resume-from"]))
+    try:
+        base = checkpoint.load(folder).run_config
+    except (checkpoint.CheckpointError, OSError, ValueError) as err:
+        raise ConfigError(f"resume-from={str(folder)!r}: {err}") from None
+    kept = {k: v for k, v in base.items() if k not in ("out-dir", "run-name", "overwrite", "resume-from")}
+    return {**kept, **overrides, "resume-from": str(folder), "out-dir": str(folder.parent), "run-name": folder.name}
+
+
+def print_resume_hint(folder: Path | None) -> None:
+    """An interrupted or failed run with a checkpoint: say how to continue it."""
+    from fedsuite import checkpoint
+
+    if folder is not None and checkpoint.has_checkpoint(folder):
+        print(f"resume it from its last checkpoint: {checkpoint.resume_command(folder)}", file=sys.stderr)
+
+
+def federation_size(cfg: Config, cpus_per_client: float, gpus_per_client: float) -> int:
+    """SuperNodes for the simulation: one per client with client-mapping='fixed'; else as many as client workers
+    run at once (Ray's actors: CPU cores / CPU share, and GPUs / GPU share), at most N. The number of clients
+    does not enter: a SuperNode trains whichever partitions the server names."""
+    n = int(cfg["num-clients"])
+    if cfg["client-mapping"] == "fixed":
+        return n
+    workers = max(1, int((os.cpu_count() or 1) / max(cpus_per_client, 1e-9)))
+    if gpus_per_client:
+        workers = min(workers, max(1, int(_gpu_count() / gpus_per_client)))
+    return max(1, min(n, workers))
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
 def _raise_interrupted(signum, frame):
@@ -392,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--run-config", action="append", default=[], help="key=value overrides (TOML values)")
     parser.add_argument("--cpus-per-client", type=float, default=1.0, help="Ray CPUs per virtual client")
     parser.add_argument("--gpus-per-client", type=float, default=None, help="GPU share per client (0.25 if CUDA)")
+    parser.add_argument(
+        "--supernodes",
+        type=int,
+        default=None,
+        help="simulated SuperNodes (default: as many as client workers run at once)",
+    )
     parser.add_argument("--check", action="store_true", help="only validate the run config, folders, data, partition")
     parser.add_argument("--no-preflight", action="store_true", help="skip loading data/partition before the run")
     args = parser.parse_args(argv)
@@ -404,7 +461,13 @@ def main(argv: list[str] | None = None) -> int:
             preflight(cfg)
             print("run config, folders, data and partition OK")
             return 0
-        folder = run(overrides, args.cpus_per_client, args.gpus_per_client, check_data=not args.no_preflight)
+        folder = run(
+            overrides,
+            args.cpus_per_client,
+            args.gpus_per_client,
+            check_data=not args.no_preflight,
+            supernodes=args.supernodes,
+        )
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -412,11 +475,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         if err.folder is not None:
             print(f"results so far: {err.folder}", file=sys.stderr)
+        print_resume_hint(err.folder)
         return err.exit_code
     except Interrupted as err:
         print(f"\ninterrupted ({err}); every process of the run was stopped", file=sys.stderr)
         if err.folder is not None:
             print(f"results so far: {err.folder}", file=sys.stderr)
+        print_resume_hint(err.folder)
         return err.exit_code
     except KeyboardInterrupt:  # before the run started
         print("\ninterrupted before the run started", file=sys.stderr)

@@ -1,13 +1,13 @@
 """The server half every algorithm shares, on Flower's legacy `Strategy` API.
 
-Plumbing lives here: partition-id → node discovery, seeded cohorts, payload encode/decode, validation of
-client replies (rejected and logged, never averaged in), communication accounting, centralised evaluation
-and the results rows, and the run's honesty checks: a round with fewer valid replies than `min_replies` of its
-cohort stops the run as `failed` (or `diverged` when the clients lost were lost to non-finite training), and a
-non-finite global model or an exploding test loss stops it as `diverged` (RunAborted, after summary.json says
-why). An algorithm subclass only says what it keeps (`__init__`), what it sends
-(`downlink`, `fit_config`), what it expects back (`uplink_names`) and how replies become the new model
-(`aggregate`).
+Plumbing lives here: seeded cohorts routed to SuperNodes (logical clients spread over whatever nodes are
+connected, or, with client-mapping='fixed', each partition to the node that reports it: issue 9), payload
+encode/decode, validation of client replies (rejected and logged, never averaged in), communication accounting,
+centralised evaluation and the results rows, and the run's honesty checks: a round with fewer valid replies than
+`min_replies` of its cohort stops the run as `failed` (or `diverged` when the clients lost were lost to non-finite
+training), and a non-finite global model or an exploding test loss stops it as `diverged` (RunAborted, after
+summary.json says why). An algorithm subclass only says what it keeps (`__init__`), what it sends (`downlink`,
+`fit_config`), what it expects back (`uplink_names`) and how replies become the new model (`aggregate`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,17 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, PayloadError, nbytes, pack, unpack
+from fedsuite import checkpoint
+from fedsuite.payload import (
+    ALGORITHM_KEY,
+    ARRAYS_KEY,
+    PARTITION_KEY,
+    STATE_ACCEPTED,
+    PayloadError,
+    nbytes,
+    pack,
+    unpack,
+)
 from fedsuite.results import RunRecorder
 from fedsuite.sampling import Sampler
 
@@ -85,6 +96,13 @@ class RunPlan:
     divergence_factor: float = 100.0  # test loss above this × the initial loss = diverged (0: non-finite only)
     algorithm: str = ""  # sent to clients, which refuse to train for another algorithm
     agg_scale: str = "mean"  # or "1/N": Σ_S Δ_i / N, the LoSAC paper's eq. (13) (§3.7)
+    client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each (issue 9)
+    client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
+    run_id: int = 0
+    checkpoint_every: int = 0  # rounds between checkpoints (fedsuite.checkpoint); 0 = none
+    run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
+    start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
+    resume: Any = None  # the fedsuite.checkpoint.Checkpoint to resume from
 
 
 @dataclass
@@ -108,7 +126,8 @@ class FedStrategy(Strategy):
         self.plan = plan
         self.x = np.asarray(plan.initial_x, dtype=np.float32).copy()
         self.dim = self.x.size
-        self._node_of: dict[int, ClientProxy] = {}
+        self._node_of: dict[int, ClientProxy] = {}  # client-mapping='fixed': partition → its own SuperNode
+        self._routed: dict[int, ClientProxy] = {}  # this round: partition → the node that carries its message
         self._round_started: dict[int, float] = {}
         self._round_stats: dict[int, dict[str, Any]] = {}
         self._initial_loss: float | None = None
@@ -170,8 +189,8 @@ class FedStrategy(Strategy):
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         self._round_started[server_round] = time.perf_counter()
-        nodes = self._discover_nodes(client_manager)
         cohort = self.plan.sampler.cohort(server_round)
+        nodes = self._route(cohort, client_manager)
         shared = {"model": self.x, **self.downlink(server_round)}
         config: dict[str, Scalar] = {
             "round": server_round,
@@ -193,7 +212,7 @@ class FedStrategy(Strategy):
                 own_arrays, own_names = pack(own)
                 arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
                 params = ndarrays_to_parameters(arrays)
-            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self._accepted.get(pid, 0)}
+            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self._accepted.get(pid, 0), PARTITION_KEY: pid}
             instructions.append((nodes[pid], FitIns(params, fit_config)))
             sizes.append((nbytes(arrays), len(arrays)))
         self._round_stats[server_round] = {
@@ -289,12 +308,25 @@ class FedStrategy(Strategy):
             self._record(row, "diverged", problem)
             raise RunAborted("diverged", problem)
         self._record(row)
+        self._checkpoint(server_round)
         if not metrics:
             return None
         loss = metrics.get("loss")
         return float(loss if loss is not None else float("nan")), {
             k: v for k, v in metrics.items() if isinstance(v, (int, float))
         }
+
+    def _checkpoint(self, server_round: int) -> None:
+        """Every checkpoint-every rounds and after the last, between rounds (fedsuite.checkpoint)."""
+        every, recorder = self.plan.checkpoint_every, self.plan.recorder
+        if every <= 0 or recorder is None or server_round == 0:
+            return
+        if server_round % every and server_round != self.plan.num_rounds:
+            return
+        checkpoint.write(recorder.folder, server_round, self, recorder.rows, self.plan.run_config,
+                         self.plan.client_state_root)  # fmt: skip
+        recorder.resume_command = checkpoint.resume_command(recorder.folder)
+        recorder.write_summary(recorder.status)
 
     # ---- honesty checks --------------------------------------------------------------------------
     def _divergence(self, server_round: int, loss: float | None) -> str | None:
@@ -340,11 +372,14 @@ class FedStrategy(Strategy):
 
     def _who(self, proxy: ClientProxy | None, res: FitRes | None = None) -> str:
         pid = (res.metrics or {}).get("partition-id") if res is not None else None
-        if pid is None and proxy is not None:
-            pid = next((p for p, node in self._node_of.items() if node.cid == proxy.cid), None)
         if pid is not None:
             return f"client {pid}"
-        return f"node {proxy.cid}" if proxy is not None else "a client"
+        if proxy is None:
+            return "a client"
+        carried = sorted(p for p, node in self._routed.items() if node.cid == proxy.cid)
+        if len(carried) == 1:
+            return f"client {carried[0]}"
+        return f"node {proxy.cid}" + (f" (carrying clients {carried})" if carried else "")
 
     # ---- internals -------------------------------------------------------------------------------
     def _validate(self, res: FitRes) -> Reply:
@@ -382,6 +417,21 @@ class FedStrategy(Strategy):
             uplink_bytes=nbytes(list(arrays.values())),
         )
 
+    def _route(self, cohort: Sequence[int], client_manager: ClientManager) -> dict[int, ClientProxy]:
+        """partition → the node that carries its message this round. Logical mapping: round-robin over the
+        connected nodes in node-id order, no discovery (a node trains whichever partition a message names; state
+        lives in per-partition files, never in a node's Context, so two partitions on one node cannot race).
+        Fixed mapping: the node that reported the partition (missing ones count as failures)."""
+        if self.plan.client_mapping == "fixed":
+            nodes = self._discover_nodes(client_manager)
+            self._routed = {pid: nodes[pid] for pid in cohort if pid in nodes}
+            return self._routed
+        if not client_manager.wait_for(1, timeout=int(self.plan.node_wait_seconds)):
+            raise FederationError("no SuperNode connected")
+        workers = sorted(client_manager.all().values(), key=lambda p: _node_order(p.cid))
+        self._routed = {pid: workers[i % len(workers)] for i, pid in enumerate(cohort)}
+        return self._routed
+
     def _discover_nodes(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
         """Ask each connected node once for its partition-id (Flower's node ids are not partition ids)."""
         n = self.plan.sampler.num_clients
@@ -399,10 +449,10 @@ class FedStrategy(Strategy):
                 pid, parts = int(ans.properties["partition-id"]), int(ans.properties["num-partitions"])
                 if parts != n or not 0 <= pid < n:
                     raise FederationError(
-                        f"num-clients={n} but node {proxy.cid} reports partition-id={pid} of num-partitions={parts}; "
-                        f'run the simulation with --federation-config "num-supernodes={n}" (or python -m '
-                        "simulation.run, which sets it), or give every SuperNode --node-config "
-                        f'"partition-id=<0..{n - 1}> num-partitions={n}"'
+                        f"client-mapping='fixed' and num-clients={n} but node {proxy.cid} reports partition-id={pid} "
+                        f"of num-partitions={parts}; give every SuperNode --node-config "
+                        f"\"partition-id=<0..{n - 1}> num-partitions={n}\", or use client-mapping='logical' "
+                        "(any number of SuperNodes, each trains whichever partition a message names)"
                     )
                 if pid in self._node_of and self._node_of[pid].cid != proxy.cid:
                     log.warning("partition %d: node %s replaces node %s", pid, proxy.cid, self._node_of[pid].cid)
@@ -413,6 +463,11 @@ class FedStrategy(Strategy):
         if len(self._node_of) < n:
             log.warning("only %d of %d partitions have a node; the others count as failures", len(self._node_of), n)
         return self._node_of
+
+
+def _node_order(cid: str) -> tuple:
+    """Flower's node ids are integers in strings; numeric order where they are numbers."""
+    return (0, int(cid), "") if cid.isdigit() else (1, 0, cid)
 
 
 def _local_consistency(replies: Sequence[Reply]) -> float | None:

@@ -19,11 +19,13 @@ import numpy as np
 from flwr.common import Code, FitIns, ndarrays_to_parameters, parameters_to_ndarrays
 
 from clients.mimesvrg import GRADIENT_NAME, GRADIENT_PHASE, PHASE_KEY
-from fedsuite.payload import ARRAYS_KEY, pack, unpack
+from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, pack, unpack
 from strategies.base import FedStrategy, Reply, RunPlan, log
 
 
 class MimeSVRG(FedStrategy):
+    not_state = ("_query_seconds",)  # phase-A timing of the round in progress, not algorithm state (checkpoints)
+
     def __init__(self, plan: RunPlan, server_lr: float = 1.0):
         super().__init__(plan)
         self.server_lr = server_lr
@@ -37,13 +39,12 @@ class MimeSVRG(FedStrategy):
     def gradient_query(self, server_round: int, proxies: dict) -> dict[int, tuple[np.ndarray, int, float]]:
         """Phase A: {partition: (∇F_i(x^t), n_i, compute seconds)} of the clients whose answer is valid."""
         arrays, names = pack({"model": self.x})
-        ins = FitIns(
-            ndarrays_to_parameters(arrays), {"round": server_round, PHASE_KEY: GRADIENT_PHASE, ARRAYS_KEY: names}
-        )
+        params = ndarrays_to_parameters(arrays)
+        config = {"round": server_round, PHASE_KEY: GRADIENT_PHASE, ARRAYS_KEY: names}
 
         def ask(pid):
             try:
-                res = proxies[pid].fit(ins, None, server_round)
+                res = proxies[pid].fit(FitIns(params, {**config, PARTITION_KEY: pid}), None, server_round)
                 if "error" in res.metrics:  # the client's own failure, as clients/base.py reports it
                     raise ValueError(str(res.metrics["error"]))
                 if res.status.code != Code.OK or int(res.metrics.get("partition-id", -1)) != pid:
@@ -63,8 +64,8 @@ class MimeSVRG(FedStrategy):
 
     def configure_fit(self, server_round, parameters, client_manager):
         started = time.perf_counter()
-        nodes = self._discover_nodes(client_manager)
-        cohort = [pid for pid in self.plan.sampler.cohort(server_round) if pid in nodes]
+        nodes = self._route(self.plan.sampler.cohort(server_round), client_manager)
+        cohort = sorted(nodes)
         answers = self.gradient_query(server_round, {pid: nodes[pid] for pid in cohort})
         self.last_query = (server_round, self.x.copy(), {pid: a[0] for pid, a in answers.items()})
         if answers:
@@ -74,7 +75,7 @@ class MimeSVRG(FedStrategy):
         self._round_started[server_round] = started  # the round's wall time includes phase A
         dropped = set(cohort) - set(answers)
         self._expected -= dropped
-        kept = [(proxy, ins) for proxy, ins in instructions if proxy.cid not in {nodes[p].cid for p in dropped}]
+        kept = [(proxy, ins) for proxy, ins in instructions if int(ins.config[PARTITION_KEY]) not in dropped]
         stats = self._round_stats[server_round]
         stats["missing"] += len(dropped)
         stats["vectors_down_per_client"] += 1  # phase A sent x

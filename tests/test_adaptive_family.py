@@ -16,8 +16,7 @@ from clients.fadamet import FAdamETClient
 from clients.fadamgt import FAdamGTClient
 from clients.mimesvrg import MimeSVRGClient
 from fedsuite.adaptive import AdamStep
-from fedsuite.client_app import ContextStateStore
-from fedsuite.inprocess import node_contexts, run_inprocess
+from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.local import LocalData, UpdateRule, train_local
 from fedsuite.models import FlatModel
 from fedsuite.registry import ALGORITHMS
@@ -98,16 +97,15 @@ BERNOULLI = {"dataset": "synthetic-lsq", "num-clients": 8, "sampling": "bernoull
              "num-server-rounds": 7, "eval-every": 1000, "tracking-clients": 1}  # fmt: skip
 
 
-def stored(context, name: str, dim: int) -> np.ndarray:
-    store = ContextStateStore(context)
-    return np.asarray(store[name], np.float64) if name in store else np.zeros(dim)
+def stored(strategy, pid: int, name: str) -> np.ndarray:
+    store = client_store(strategy, pid)
+    return np.asarray(store[name], np.float64) if name in store else np.zeros(strategy.dim)
 
 
 @pytest.mark.parametrize("algorithm,client", [("fadamet", FAdamETClient), ("fadamgt", FAdamGTClient)])
 def test_y_is_the_mean_of_all_client_y_i_after_every_round(algorithm, client, monkeypatch):
     """Bernoulli cohorts, |Y^t| = 1 < |S^t|, and a client of Y^2 that crashes after training in round 2."""
     cfg = {**BERNOULLI, "algorithm": algorithm}
-    contexts = node_contexts(cfg, cfg["num-clients"])
     sampler = Sampler(8, "bernoulli", participation=0.5, seed=0)
     assert all(len(sampler.cohort(r)) > 1 for r in range(1, 8))  # so Y^t ⊊ S^t every round
     crashing = sampler.tracking(2, sampler.cohort(2), 1)[0]
@@ -129,20 +127,21 @@ def test_y_is_the_mean_of_all_client_y_i_after_every_round(algorithm, client, mo
             x = aggregate(server_round, rs)
             replies.append({r.partition_id for r in rs})
             tracked_ids.append({r.partition_id for r in rs if "delta_y" in r.arrays})
-            mean_yi = np.mean([stored(c, "y_i", strategy.dim) for c in contexts], axis=0)
+            mean_yi = np.mean([stored(strategy, pid, "y_i") for pid in range(8)], axis=0)
             gaps.append(np.abs(strategy.y - mean_yi).max())
             return x
 
         strategy.aggregate = checked
 
-    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    strategy = run_inprocess(cfg, on_strategy=watch, keep_client_state=True)
+    has_v = {pid for pid in range(8) if np.abs(stored(strategy, pid, "v_i")).max() > 0}
+    has_y = {pid for pid in range(8) if np.abs(stored(strategy, pid, "y_i")).max() > 0}
+    remove_client_state(strategy)
     assert len(gaps) == 7 and max(gaps) < 1e-6
     assert crashing not in replies[1]  # the crash happened and was survived
     assert all(len(t) <= 1 for t in tracked_ids) and sum(map(len, tracked_ids)) >= 5
     assert np.abs(strategy.y).max() > 1e-3  # y is not trivially zero
     # clients outside Y^t refresh v_i only: someone has a v_i but no y_i
-    has_v = {pid for pid, c in enumerate(contexts) if np.abs(stored(c, "v_i", strategy.dim)).max() > 0}
-    has_y = {pid for pid, c in enumerate(contexts) if np.abs(stored(c, "y_i", strategy.dim)).max() > 0}
     assert has_y < has_v
 
 

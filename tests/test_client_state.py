@@ -1,5 +1,5 @@
 """Client state: the store's backends, state invariants under partial participation and failures, persistence
-across rounds (in Context.state and spilled to disk), and communication per round against ALGORITHMS.md §1."""
+across rounds (per-partition files in RAM or on disk), and communication per round against ALGORITHMS.md §1."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from clients.scaffold import ScaffoldClient
-from fedsuite.client_app import ContextStateStore
+from fedsuite import state as state_module
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
-from fedsuite.inprocess import node_contexts, run_inprocess
+from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
-from fedsuite.state import ClientState, DiskStore, choose_backend, describe, effective, state_bytes
+from fedsuite.state import ClientState, DiskStore, choose_backend, describe, effective, state_bytes, state_root
 
 SMALL = {
     "dataset": "synthetic-lsq",
@@ -31,9 +31,9 @@ SMALL = {
 }
 
 
-def stored(context, name: str, dim: int) -> np.ndarray:
-    store = ContextStateStore(context)
-    return np.asarray(store[name], np.float64) if name in store else np.zeros(dim)
+def stored(strategy, pid: int, name: str) -> np.ndarray:
+    store = client_store(strategy, pid)
+    return np.asarray(store[name], np.float64) if name in store else np.zeros(strategy.dim)
 
 
 def disk_stored(folder, pid: int, name: str, dim: int) -> np.ndarray:
@@ -55,14 +55,23 @@ def test_disk_store_round_trip_and_atomic_replace(tmp_path):
     np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.ones(4))
 
 
-def test_client_state_is_lazy_zeros_and_saves_to_context_state():
-    context = node_contexts({}, 1)[0]
-    state = ClientState(ContextStateStore(context), dim=5)
+def test_client_state_is_lazy_zeros_and_saves_to_its_partition_file(tmp_path):
+    state = ClientState(DiskStore(tmp_path, 2), dim=5)
     assert not state.has("c_i") and np.array_equal(state.get("c_i").numpy(), np.zeros(5))
-    assert "fedsuite.client-state" not in context.state  # nothing is created until a save
+    assert not any(tmp_path.iterdir())  # nothing is created until a save
     state.set("c_i", state.get("c_i") + 2.0)
     state.save()
-    np.testing.assert_array_equal(ClientState(ContextStateStore(context), 5).get("c_i").numpy(), np.full(5, 2.0))
+    np.testing.assert_array_equal(ClientState(DiskStore(tmp_path, 2), 5).get("c_i").numpy(), np.full(5, 2.0))
+
+
+def test_state_folders_memory_in_ram_per_run_disk_where_configured(tmp_path):
+    """memory: a per-run folder in /dev/shm (RAM) where the machine has one; disk: client-state-dir if set."""
+    memory = state_root("memory", str(tmp_path), 7)
+    assert memory.name == "run-7" and state_module.is_run_scoped(memory, 7)
+    if state_module.SHARED_MEMORY.is_dir():
+        assert memory.is_relative_to(state_module.SHARED_MEMORY)
+    assert state_root("disk", str(tmp_path), 7) == tmp_path and not state_module.is_run_scoped(tmp_path, 7)
+    assert state_root("disk", "", 7).name == "run-7" and state_root("disk", "", 7) != memory
 
 
 def test_memory_estimate_and_backend_choice():
@@ -88,7 +97,6 @@ def fail_in_round(monkeypatch, partition: int, server_round: int):
 
 def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch):
     cfg = {**SMALL, "algorithm": "scaffold"}
-    contexts = node_contexts(cfg, cfg["num-clients"])
     crashing = Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0]
     fail_in_round(monkeypatch, partition=crashing, server_round=2)
     gaps, failures = [], []
@@ -98,7 +106,7 @@ def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch)
 
         def checked(server_round, replies):
             x = aggregate(server_round, replies)
-            mean_ci = np.mean([stored(c, "c_i", strategy.dim) for c in contexts], axis=0)
+            mean_ci = np.mean([stored(strategy, pid, "c_i") for pid in range(8)], axis=0)
             gaps.append(np.abs(strategy.c - mean_ci).max())
             return x
 
@@ -110,15 +118,14 @@ def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch)
 
         strategy.aggregate, strategy.aggregate_fit = checked, counting
 
-    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    strategy = run_inprocess(cfg, on_strategy=watch)
     assert len(gaps) == 7 and max(gaps) < 1e-6
     assert sum(failures) >= 1  # the crash happened and was survived
     assert np.abs(strategy.c).max() > 1e-3  # c is not trivially zero
 
 
-def test_an_unconfirmed_write_is_undone_and_a_confirmed_one_kept():
-    context = node_contexts({}, 1)[0]
-    store = ContextStateStore(context)
+def test_an_unconfirmed_write_is_undone_and_a_confirmed_one_kept(tmp_path):
+    store = DiskStore(tmp_path, 0)
     first = ClientState(store, dim=3)
     first.accepted_round = 0
     first.set("c_i", torch.ones(3))
@@ -158,7 +165,6 @@ def reject_in_round(monkeypatch, partition: int, server_round: int) -> None:
 def mean_state_gaps(cfg: dict, server_mean, name: str) -> list[float]:
     """After every round: max |server_mean(strategy) − mean_N of each client's `name`|, where a client's vector is
     the one it will train with next (fedsuite.state.effective, given the rounds the server accepted)."""
-    contexts = node_contexts(cfg, cfg["num-clients"])
     gaps = []
 
     def watch(strategy):
@@ -166,14 +172,15 @@ def mean_state_gaps(cfg: dict, server_mean, name: str) -> list[float]:
 
         def checked(server_round, results, fails):
             out = aggregate_fit(server_round, results, fails)
-            views = [effective(ContextStateStore(c), strategy._accepted.get(c.node_id, 0)) for c in contexts]
+            views = [effective(client_store(strategy, pid), strategy._accepted.get(pid, 0))
+                     for pid in range(cfg["num-clients"])]  # fmt: skip
             client_mean = np.mean([v.get(name, np.zeros(strategy.dim)) for v in views], axis=0)
             gaps.append(np.abs(server_mean(strategy) - client_mean).max())
             return out
 
         strategy.aggregate_fit = checked
 
-    run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    run_inprocess(cfg, on_strategy=watch)
     return gaps
 
 
@@ -194,7 +201,6 @@ def test_feddyn_paper_and_code_forms_agree_after_every_round():
     """mean_N(h_i) with h_i = −∇L_i/α_d (client duals) equals the server's Σ h_i / N (= −h/α_d of the paper)."""
     alpha = 0.2
     cfg = {**SMALL, "algorithm": "feddyn", "feddyn-alpha": alpha}
-    contexts = node_contexts(cfg, cfg["num-clients"])
     gaps = []
 
     def watch(strategy):
@@ -202,22 +208,22 @@ def test_feddyn_paper_and_code_forms_agree_after_every_round():
 
         def checked(server_round, replies):
             x = aggregate(server_round, replies)
-            h_clients = np.mean([-stored(c, "dual", strategy.dim) / alpha for c in contexts], axis=0)
+            h_clients = np.mean([-stored(strategy, pid, "dual") / alpha for pid in range(8)], axis=0)
             gaps.append(np.abs(h_clients - strategy.h_sum / strategy.num_clients).max())
             return x
 
         strategy.aggregate = checked
 
-    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    strategy = run_inprocess(cfg, on_strategy=watch)
     assert len(gaps) == 7 and max(gaps) < 1e-6 and np.abs(strategy.h_sum).max() > 1e-3
 
 
 def test_fedadmm_model_is_the_mean_of_all_augmented_models():
     cfg = {**SMALL, "algorithm": "fedadmm"}
-    contexts = node_contexts(cfg, cfg["num-clients"])
-    strategy = run_inprocess(cfg, contexts=contexts)
+    strategy = run_inprocess(cfg, keep_client_state=True)
     x0 = strategy.plan.initial_x.astype(np.float64)
-    xhat = [stored(c, "xhat", strategy.dim) if "xhat" in ContextStateStore(c) else x0 for c in contexts]
+    xhat = [stored(strategy, pid, "xhat") if "xhat" in client_store(strategy, pid) else x0 for pid in range(8)]
+    remove_client_state(strategy)
     np.testing.assert_allclose(strategy.x, np.mean(xhat, axis=0), atol=1e-6)
 
 
@@ -226,7 +232,6 @@ def test_fedadmm_model_is_the_mean_of_all_augmented_models():
 def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path):
     """c_i starts at 0 and moves by Δc_i only when client i trains: so c_i = Σ of its own uploads."""
     cfg = {**SMALL, "algorithm": "scaffold", "client-state": mode, "client-state-dir": str(tmp_path)}
-    contexts = node_contexts(cfg, cfg["num-clients"])
     uploads: dict[int, list[np.ndarray]] = {}
 
     def watch(strategy):
@@ -239,19 +244,19 @@ def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path
 
         strategy.aggregate = record
 
-    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    strategy = run_inprocess(cfg, on_strategy=watch, keep_client_state=True)
+    root = strategy.plan.client_state_root
+    assert (root == tmp_path) == (mode == "disk")  # memory: a per-run folder in RAM, not client-state-dir
     assert 0 < len(uploads) < cfg["num-clients"] or len(uploads) == cfg["num-clients"]
-    for pid, context in enumerate(contexts):
-        if mode == "memory":
-            c_i = stored(context, "c_i", strategy.dim)
-        else:
-            c_i = disk_stored(tmp_path, pid, "c_i", strategy.dim)
-            assert "fedsuite.client-state" not in context.state
+    for pid in range(cfg["num-clients"]):
+        c_i = disk_stored(root, pid, "c_i", strategy.dim)
         expected = np.sum(uploads.get(pid, [np.zeros(strategy.dim)]), axis=0)
         np.testing.assert_allclose(c_i, expected, atol=1e-6)
         assert (pid in uploads) == (np.abs(c_i).max() > 0)  # created lazily, on first participation only
-    if mode == "disk":
-        assert {int(p.stem.split("-")[1]) for p in tmp_path.glob("partition-*.npz")} == set(uploads)
+    assert {int(p.stem.split("-")[1]) for p in root.glob("partition-*.npz")} == set(uploads)
+    if mode == "memory":
+        remove_client_state(strategy)
+        assert not any(tmp_path.iterdir())
 
 
 # ---- communication per round (§1, §6 item 5) ---------------------------------------------------------------
@@ -308,13 +313,14 @@ def test_communication_counters_match_the_summary_table(name):
 def test_scaffold_option_one_stores_the_full_local_gradient_at_the_round_start():
     cfg = {**SMALL, "algorithm": "scaffold", "scaffold-option": 1, "num-server-rounds": 1, "weight-decay": 0.01,
            "sampling": "fixed", "clients-per-round": 8}  # fmt: skip
-    contexts = node_contexts(cfg, cfg["num-clients"])
-    strategy = run_inprocess(cfg, contexts=contexts)
+    strategy = run_inprocess(cfg, keep_client_state=True)
+    c_i = [stored(strategy, pid, "c_i") for pid in range(cfg["num-clients"])]
+    remove_client_state(strategy)
     fed_cfg = resolve(cfg)
     fed = load_dataset(fed_cfg)
     x0 = strategy.plan.initial_x.astype(np.float64)
-    for pid, context in enumerate(contexts):
+    for pid in range(cfg["num-clients"]):
         a, b = fed.features_x[fed.client_parts[pid]], fed.targets[fed.client_parts[pid]]
         expected = a.T @ (a @ x0 - b) / len(b) + 0.01 * x0
-        np.testing.assert_allclose(stored(context, "c_i", strategy.dim), expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(strategy.c, np.mean([stored(c, "c_i", strategy.dim) for c in contexts], 0), atol=1e-6)
+        np.testing.assert_allclose(c_i[pid], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(strategy.c, np.mean(c_i, 0), atol=1e-6)

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite.client_app import ContextStateStore
 from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import node_contexts, run_inprocess
+from fedsuite.inprocess import client_store, run_inprocess
 from fedsuite.local import LocalData, StepContext
 from fedsuite.sampling import Sampler
 from fedsuite.state import effective, state_bytes
@@ -118,7 +117,6 @@ def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | Non
         monkeypatch.setattr(LoSACClient, "uplink", uplink)
     if reject is not None:
         reject_in_round(monkeypatch, reject, 3)
-    contexts = node_contexts(cfg, cfg["num-clients"])
     names = [f"y_{j}" for j in range(int(cfg["losac-blocks"]))]
     gaps, failed = [], []
 
@@ -128,8 +126,8 @@ def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | Non
         def checked(server_round, results, fails):
             out = aggregate_fit(server_round, results, fails)
             total = np.zeros(strategy.dim)
-            for c in contexts:
-                view = effective(ContextStateStore(c), strategy._accepted.get(c.node_id, 0))
+            for pid in range(cfg["num-clients"]):
+                view = effective(client_store(strategy, pid), strategy._accepted.get(pid, 0))
                 total += np.mean([view.get(n, np.zeros(strategy.dim)) for n in names], axis=0)
             gaps.append(float(np.abs(strategy.phi - total).max()))
             stats = strategy._round_stats[server_round]
@@ -138,7 +136,7 @@ def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | Non
 
         strategy.aggregate_fit = checked
 
-    strategy = run_inprocess(cfg, on_strategy=watch, contexts=contexts)
+    strategy = run_inprocess(cfg, on_strategy=watch)
     assert np.abs(strategy.phi).max() > 1e-2  # ϕ is not trivially zero
     return gaps, sum(failed)
 

@@ -100,6 +100,41 @@ def test_a_killed_driver_leaves_nothing_running(tmp_path):
     assert summary(tmp_path)["status"] == "interrupted"
 
 
+def test_a_run_killed_mid_round_resumes_from_its_last_checkpoint(tmp_path):
+    """SIGKILL to the driver in round ≈8 of a SCAFFOLD run that checkpoints every 3 rounds: the summary says
+    interrupted and names the resume command; resuming (to 2 rounds past the checkpoint) redoes the lost rounds
+    and ends where the uninterrupted run ends (issue 9)."""
+    from fedsuite import checkpoint
+    from fedsuite.inprocess import run_inprocess
+
+    config = LONG + " algorithm='scaffold' checkpoint-every=3"
+    proc = launch(tmp_path, config)
+    wait_for_rows(tmp_path, 9, proc)  # round 0 + 8 rounds: checkpoint 6 written, round 9 under way
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 45
+    while summary(tmp_path)["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    s = summary(tmp_path)
+    assert s["status"] == "interrupted" and s["resume_command"] == checkpoint.resume_command(tmp_path / "r")
+    done = checkpoint.load(tmp_path / "r").server_round
+    assert done >= 6 and done % 3 == 0
+    target = done + 2
+    resumed = subprocess.run([sys.executable, "-m", "simulation.run", "-c",
+                              f"resume-from='{tmp_path / 'r'}' num-server-rounds={target}"],
+                             capture_output=True, text=True, cwd=PROJECT, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "r" / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(target + 1))  # rounds after the checkpoint ran once more
+    assert summary(tmp_path)["status"] == "completed"
+    values = dict(pair.split("=") for pair in config.split())
+    cfg = {k: (v.strip("'") if v.startswith("'") else float(v) if "." in v or "e" in v else int(v))
+           for k, v in values.items()}  # fmt: skip
+    uninterrupted = run_inprocess({**cfg, "num-server-rounds": target})
+    expected = uninterrupted.plan.evaluate(uninterrupted.x)["relative_error"]
+    assert rows[-1]["relative_error"] == pytest.approx(expected, rel=1e-6)
+
+
 def test_a_diverging_run_exits_3_with_one_line_per_client(tmp_path):
     """lr=1e6: every client overflows in round 1. Also: a new launch starts cleanly after the two stopped ones
     above, and the venv's python works with the venv not activated (its bin folder is not on PATH)."""
@@ -177,14 +212,15 @@ def test_two_launches_with_one_run_name(tmp_path):
 
 @pytest.mark.slow
 def test_plain_flwr_run_that_the_server_app_rejects_is_marked_failed(tmp_path):
-    """Flower's default federation has 2 SuperNodes; 4 clients cannot be mapped, the ServerApp raises, and the
-    summary says failed (it used to stay `running` forever)."""
+    """Flower's default federation has 2 SuperNodes; with client-mapping='fixed' 4 clients cannot be mapped, the
+    ServerApp raises, and the summary says failed (it used to stay `running` forever)."""
     from simulation.processes import new_token
     from simulation.run import flower_env, flwr_executable
 
     token = new_token()
     env = flower_env(token, tmp_path / "flwr-home")
-    config = f"dataset='synthetic-lsq' num-clients=4 clients-per-round=2 out-dir='{tmp_path}' run-name='r'"
+    config = (f"dataset='synthetic-lsq' num-clients=4 clients-per-round=2 client-mapping='fixed' out-dir='{tmp_path}' "
+              "run-name='r'")  # fmt: skip
     try:
         subprocess.run([flwr_executable(), "run", str(PROJECT), "--stream", "-c", config], env=env, cwd=PROJECT,
                        capture_output=True, timeout=300)  # fmt: skip

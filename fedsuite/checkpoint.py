@@ -1,0 +1,202 @@
+"""Checkpoint and exact resume (issue 9).
+
+Every `checkpoint-every` rounds (and after the last) the ServerApp writes `checkpoints/round-<r>/` into the results
+folder: the strategy's whole algorithm state (`server.json` + `server.npz`), the results rows so far, the run
+config, and a snapshot of the client-state files (`client-state/`); `checkpoints/latest.json` then names it.
+Each checkpoint is built in a temporary folder and renamed into place, and latest.json is replaced atomically, so a
+run killed at any moment leaves the previous checkpoint whole. The client-state snapshot is taken between rounds
+(no client writes then) as hard links where the files share a file system (clients replace files, never edit
+them, so a link keeps the old version), else as copies.
+
+The algorithm state is taken generically: every attribute of the FedStrategy (its subclasses included) except the
+run plan and the per-round bookkeeping in TRANSIENT, so an algorithm added later is covered without code here. An
+attribute of a type this module cannot write exactly is an error, never silently dropped. The sampler needs no
+position: cohorts are a function of (seed, round).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FOLDER = "checkpoints"
+LATEST = "latest.json"
+CLIENT_STATE = "client-state"
+# Attributes of FedStrategy that are not algorithm state: the plan (rebuilt from the run config), connections to
+# nodes, and bookkeeping of the round in progress (empty between rounds).
+TRANSIENT = frozenset({"plan", "_node_of", "_routed", "_round_started", "_round_stats", "_expected"})
+# Run-config keys that may differ between a run and its resumption: they change where things go, how long the
+# run is or how it is checked, never the numbers of the rounds already done or to come.
+FREE_KEYS = frozenset({
+    "num-server-rounds", "resume-from", "checkpoint-every", "overwrite", "out-dir", "run-name", "device",
+    "client-threads", "client-state", "client-state-budget-mb", "client-state-dir", "client-mapping", "eval-every",
+    "eval-batch-size", "min-replies", "divergence-factor", "data-dir", "download", "targets",
+})  # fmt: skip
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written or does not fit the run that wants to resume from it."""
+
+
+@dataclass
+class Checkpoint:
+    folder: Path  # checkpoints/round-<r>
+    server_round: int
+    state: dict[str, Any]
+    rows: list[dict[str, Any]]
+    run_config: dict[str, Any]
+
+    @property
+    def client_state(self) -> Path:
+        return self.folder / CLIENT_STATE
+
+
+def strategy_state(strategy) -> dict[str, Any]:
+    """The attributes that make up the algorithm's state (functions set on the instance are behaviour: skipped)."""
+    skip = TRANSIENT | set(getattr(strategy, "not_state", ()))  # a strategy may name its own timings etc.
+    return {k: v for k, v in vars(strategy).items() if k not in skip and not callable(v)}
+
+
+def _encode(value: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        key = f"a{len(arrays)}"
+        arrays[key] = np.asarray(value)
+        return {"__array__": key, "scalar": isinstance(value, np.generic)}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {"__dict__": [[_encode(k, arrays, where), _encode(v, arrays, f"{where}[{k!r}]")]
+                             for k, v in value.items()]}  # fmt: skip
+    if isinstance(value, deque):
+        return {"__deque__": [_encode(v, arrays, where) for v in value], "maxlen": value.maxlen}
+    if isinstance(value, set | frozenset):
+        items = [_encode(v, arrays, where) for v in sorted(value)]
+        return {"__set__": items, "frozen": isinstance(value, frozenset)}
+    if isinstance(value, list | tuple):
+        return {"__list__" if isinstance(value, list) else "__tuple__": [_encode(v, arrays, where) for v in value]}
+    raise CheckpointError(
+        f"strategy attribute {where} is a {type(value).__name__}, which a checkpoint cannot hold exactly; keep "
+        "algorithm state in numpy arrays, numbers, strings, lists, tuples, sets, dicts or deques, or add the attribute "
+        "to fedsuite.checkpoint.TRANSIENT if it is not state"
+    )
+
+
+def _decode(tree: Any, arrays) -> Any:
+    if not isinstance(tree, dict):
+        return tree
+    if "__array__" in tree:
+        a = np.array(arrays[tree["__array__"]])
+        return a[()] if tree["scalar"] else a
+    if "__dict__" in tree:
+        return {_decode(k, arrays): _decode(v, arrays) for k, v in tree["__dict__"]}
+    if "__deque__" in tree:
+        return deque((_decode(v, arrays) for v in tree["__deque__"]), maxlen=tree["maxlen"])
+    if "__set__" in tree:
+        items = (_decode(v, arrays) for v in tree["__set__"])
+        return frozenset(items) if tree["frozen"] else set(items)
+    if "__tuple__" in tree:
+        return tuple(_decode(v, arrays) for v in tree["__tuple__"])
+    return [_decode(v, arrays) for v in tree["__list__"]]
+
+
+def encode_state(strategy) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    arrays: dict[str, np.ndarray] = {}
+    tree = {name: _encode(value, arrays, name) for name, value in strategy_state(strategy).items()}
+    return tree, arrays
+
+
+def write(results: Path, server_round: int, strategy, rows: list[dict], run_config: dict,
+          client_state_root: Path | None) -> Path:  # fmt: skip
+    """Write checkpoint `server_round` (module docstring); returns its folder. Older checkpoints are removed."""
+    base = results / FOLDER
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = base / f".round-{server_round:06d}-{uuid.uuid4().hex[:8]}.tmp"
+    tmp.mkdir()
+    tree, arrays = encode_state(strategy)
+    np.savez(tmp / "server.npz", **arrays)
+    (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree}))
+    (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "run_config.json").write_text(json.dumps(run_config, indent=1))
+    snapshot = tmp / CLIENT_STATE
+    snapshot.mkdir()
+    if client_state_root is not None and client_state_root.is_dir():
+        for path in client_state_root.glob("partition-*.npz"):
+            _link_or_copy(path, snapshot / path.name)
+    target = base / f"round-{server_round:06d}"
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    latest = base / f".{LATEST}.{uuid.uuid4().hex[:8]}"
+    latest.write_text(json.dumps({"round": server_round, "folder": target.name}))
+    os.replace(latest, base / LATEST)
+    for old in base.glob("round-*"):
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def has_checkpoint(results: Path) -> bool:
+    return (results / FOLDER / LATEST).is_file()
+
+
+def load(results: Path) -> Checkpoint:
+    try:
+        latest = json.loads((results / FOLDER / LATEST).read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"resume-from={str(results)!r}: no checkpoint there ({err}); a run writes one "
+                              "with checkpoint-every=<rounds>") from None  # fmt: skip
+    folder = results / FOLDER / latest["folder"]
+    head = json.loads((folder / "server.json").read_text())
+    with np.load(folder / "server.npz") as arrays:
+        state = {name: _decode(tree, arrays) for name, tree in head["state"].items()}
+    rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+    run_config = json.loads((folder / "run_config.json").read_text())
+    return Checkpoint(folder, int(head["round"]), state, rows, run_config)
+
+
+def check_compatible(ckpt: Checkpoint, run_config: dict) -> None:
+    """The resuming run must compute what the checkpointed one did: every key outside FREE_KEYS equal."""
+    differ = sorted(k for k in set(ckpt.run_config) | set(run_config)
+                    if k not in FREE_KEYS and ckpt.run_config.get(k) != run_config.get(k))  # fmt: skip
+    if differ:
+        text = ", ".join(f"{k}={run_config.get(k)!r} (checkpoint: {ckpt.run_config.get(k)!r})" for k in differ)
+        raise CheckpointError(f"cannot resume from {ckpt.folder}: the run config differs in {text}")
+    if int(run_config["num-server-rounds"]) <= ckpt.server_round:
+        raise CheckpointError(f"the checkpoint is at round {ckpt.server_round}: num-server-rounds must be larger "
+                              f"than that to resume (got {run_config['num-server-rounds']})")  # fmt: skip
+
+
+def restore(strategy, ckpt: Checkpoint, client_state_root: Path | None) -> None:
+    """Set the strategy's state and this run's client-state files to the checkpoint's."""
+    expected = set(strategy_state(strategy))
+    if set(ckpt.state) != expected:
+        raise CheckpointError(f"the checkpoint's algorithm state has {sorted(ckpt.state)}, this code's strategy "
+                              f"{sorted(expected)}: written by another version?")  # fmt: skip
+    for name, value in ckpt.state.items():
+        setattr(strategy, name, value)
+    if client_state_root is None:
+        return
+    client_state_root.mkdir(parents=True, exist_ok=True)
+    for path in client_state_root.glob("partition-*.npz"):
+        path.unlink()
+    for path in ckpt.client_state.glob("partition-*.npz"):
+        _link_or_copy(path, client_state_root / path.name)
+
+
+def resume_command(results: Path) -> str:
+    return f"python -m simulation.run -c \"resume-from='{results}'\""
