@@ -158,6 +158,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("divergence-factor", 100.0, "stop as diverged when the test loss exceeds this multiple of the initial "
         "loss (0 = only non-finite models and losses)", low=0.0),
     Key("device", "auto", "where clients and server compute", ("auto", "cpu", "cuda")),
+    Key("autocast", "none", "local training forward pass: none = float32; bf16 = bfloat16 autocast (GPU speed "
+        "option; changes the numbers)", ("none", "bf16")),
+    Key("channels-last", False, "4-D inputs in NHWC memory order for local training (GPU speed option)"),
     Key("client-threads", 1, "torch threads per client process", low=1),
     Key("synthetic-dim", 20, "d of the synthetic federation", low=1),
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1),

@@ -97,7 +97,14 @@ def loss_function(task: str):
 class FlatModel:
     """A module whose parameters are views into one flat vector `x`, gradients into one flat `grad`."""
 
-    def __init__(self, module: nn.Module, device: torch.device | str = "cpu"):
+    def __init__(
+        self, module: nn.Module, device: torch.device | str = "cpu", autocast: str = "none", channels_last: bool = False
+    ):
+        """`autocast='bf16'`: forward pass under bfloat16 autocast (gradients and x stay float32); `channels_last`:
+        4-D inputs in NHWC memory order. Both are speed options for GPUs, off by default (bf16 changes the numbers)."""
+        if autocast not in ("none", "bf16"):
+            raise ValueError(f"autocast={autocast!r}: allowed values are none, bf16")
+        self.autocast, self.channels_last = autocast, channels_last
         if any(True for _ in module.buffers()):
             raise ValueError("models with buffers (e.g. BatchNorm statistics) cannot be averaged as flat vectors")
         self.module = module.to(device)
@@ -122,6 +129,10 @@ class FlatModel:
     def loss_and_grad(self, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Loss at the current `x` (a detached 0-d tensor, no device sync); its gradient overwrites `grad`."""
         self.grad.zero_()
-        loss = loss_fn(self.module(inputs), targets)
+        if self.channels_last and inputs.dim() == 4:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.autocast == "bf16"):
+            out = self.module(inputs)
+        loss = loss_fn(out.float(), targets)
         loss.backward()
         return loss.detach()

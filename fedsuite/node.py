@@ -68,11 +68,12 @@ class ClientNode:
     def model(self) -> FlatModel:
         """This thread's model for the run's architecture (never cached on the node: nodes cross threads)."""
         ds = self.dataset
-        key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device), threading.get_ident())
+        speed = (str(self.cfg["autocast"]), bool(self.cfg["channels-last"]))
+        key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device), *speed, threading.get_ident())
         with _CACHE_LOCK:
             if key not in _MODELS:
                 net = build_model(self.cfg.model, ds.input_shape, ds.num_classes, ds.task)
-                _MODELS[key] = FlatModel(net, self.device)
+                _MODELS[key] = FlatModel(net, self.device, *speed)
             return _MODELS[key]
 
     def client_state(self) -> ClientState:

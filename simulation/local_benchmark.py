@@ -47,16 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=500, help="local samples per client")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up round")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--autocast", choices=("none", "bf16"), default="none", help="forward-pass autocast")
+    parser.add_argument("--channels-last", action="store_true", help="NHWC inputs")
     parser.add_argument("--json", default="", help="also write the figures to this file")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = FlatModel(build_model(args.model, (3, 32, 32), 10, "classification"), device)
+    model = FlatModel(build_model(args.model, (3, 32, 32), 10, "classification"), device, args.autocast,
+                      args.channels_last)  # fmt: skip
     data = LocalData(torch.randn(args.samples, 3, 32, 32, device=device),
                      torch.randint(0, 10, (args.samples,), device=device), crop_pad=4)  # fmt: skip
     rules = {"sgd": UpdateRule, "sam": lambda: UpdateRule(point=SharpnessAware(0.1))}
     report = {"model": args.model, "device": str(device), "d": model.dim, "clients": args.clients,
-              "steps": args.steps, "batch_size": args.batch_size}  # fmt: skip
+              "steps": args.steps, "batch_size": args.batch_size, "autocast": args.autocast,
+              "channels_last": args.channels_last}  # fmt: skip
     if device.type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(device)
     for name, rule in rules.items():

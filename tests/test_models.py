@@ -55,3 +55,37 @@ def test_node_trains_on_its_partition_or_on_its_own_data_dir():
     assert abs(float(part.data.inputs.mean())) < 0.5  # normalised
     own = ClientNode(cfg, 0, 1, data_dir=str(FMNIST))  # deployment: the node's own copy of the files
     assert len(own.data) == 60_000
+
+
+def test_channels_last_and_bf16_autocast_are_speed_options_with_float32_state():
+    """channels_last leaves the numbers as they are (to float tolerance); bf16 autocast changes them a little, so it
+    is off by default; x and the gradient stay float32 in both (the GPU README options)."""
+    import torch
+
+    from fedsuite.models import FlatModel, build_model, loss_function
+
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    loss_fn = loss_function("classification")
+    grads = {}
+    for name, kwargs in {"plain": {}, "nhwc": {"channels_last": True}, "bf16": {"autocast": "bf16"}}.items():
+        torch.manual_seed(1)
+        model = FlatModel(build_model("cnn", (1, 28, 28), 10, "classification"), "cpu", **kwargs)
+        loss = model.loss_and_grad(loss_fn, inputs, targets)
+        assert model.grad.dtype == torch.float32 and loss.dtype == torch.float32
+        grads[name] = model.grad.clone()
+    rel = lambda a, b: float((a - b).norm() / b.norm())  # noqa: E731
+    assert rel(grads["nhwc"], grads["plain"]) < 1e-5
+    assert 1e-5 < rel(grads["bf16"], grads["plain"]) < 0.1
+    with pytest.raises(ValueError, match="autocast='fp8'"):
+        FlatModel(build_model("2nn", (1, 28, 28), 10, "classification"), "cpu", autocast="fp8")
+
+
+def test_the_run_config_reaches_the_clients_model():
+    from fedsuite.config import resolve
+    from fedsuite.node import ClientNode
+
+    cfg = resolve({"dataset": "synthetic-lsq", "num-clients": 2, "clients-per-round": 2, "autocast": "bf16",
+                   "channels-last": True})  # fmt: skip
+    model = ClientNode(cfg, 0, 2).model
+    assert model.autocast == "bf16" and model.channels_last
