@@ -350,3 +350,16 @@ def test_a_server_client_config_mismatch_is_a_clear_rejection():
     assert metrics["error"].startswith("ValueError: configuration mismatch: the server's model has 8 parameters")
     _, _, metrics = client.fit(params, {**config, ALGORITHM_KEY: "scaffold"})
     assert "the server runs algorithm='scaffold', this client algorithm='fedavg'" in metrics["error"]
+
+
+def test_peak_memory_counts_every_process_of_a_launch(capsys):
+    """simulation.peak_memory sums the RSS of the command and of what it starts (here a child holding ~240 MB
+    while the parent holds ~400 MB), and passes the command's exit code through."""
+    from simulation import peak_memory
+
+    child = "import numpy as np, time; b = np.ones(30_000_000); time.sleep(2)"
+    parent = f"import numpy as np, subprocess, sys; a = np.ones(50_000_000); subprocess.run([sys.executable, '-c', {child!r}]); sys.exit(3)"  # noqa: E501
+    assert peak_memory.main(["--", sys.executable, "-c", parent]) == 3
+    line = capsys.readouterr().out
+    total = float(line.split("launch: ")[1].split(" GiB")[0])
+    assert 0.55 < total < 1.2 and "up to 2 processes" in line
