@@ -85,6 +85,7 @@ def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, n
         on_strategy(strategy)
     server = RecordingServer(strategy, strategy.plan.recorder, remove_client_state=not keep_client_state)
     server.set_max_workers(1)
+    strategy.plan.query_workers = 1  # every exchange one client at a time: deterministic, no lost replies
     aggregate_fit = strategy.aggregate_fit
 
     def strict(server_round, results, failures):

@@ -96,6 +96,9 @@ class RunPlan:
     divergence_factor: float = 100.0  # test loss above this × the initial loss = diverged (0: non-finite only)
     algorithm: str = ""  # sent to clients, which refuse to train for another algorithm
     agg_scale: str = "mean"  # or "1/N": Σ_S Δ_i / N, the LoSAC paper's eq. (13) (§3.7)
+    # messages the strategy sends at once outside Flower's fit exchange (node discovery, MimeSVRG's gradient query);
+    # the in-process runner sets 1: Flower's payload decoding is not thread-safe there (issue 11)
+    query_workers: int = 16
     client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each (issue 9)
     client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
     run_id: int = 0
@@ -443,7 +446,7 @@ class FedStrategy(Strategy):
         while True:
             known = {p.cid for p in self._node_of.values()}
             fresh = [p for p in client_manager.all().values() if p.cid not in known]
-            with ThreadPoolExecutor(max_workers=16) as pool:
+            with ThreadPoolExecutor(max_workers=self.plan.query_workers) as pool:
                 answers = list(pool.map(lambda p: p.get_properties(GetPropertiesIns({}), None, 0), fresh))
             for proxy, ans in zip(fresh, answers, strict=True):
                 pid, parts = int(ans.properties["partition-id"]), int(ans.properties["num-partitions"])

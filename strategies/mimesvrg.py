@@ -58,7 +58,7 @@ class MimeSVRG(FedStrategy):
                 log.warning("round %d: gradient query to partition %d failed: %s", server_round, pid, err)
                 return pid, None
 
-        with ThreadPoolExecutor(max_workers=16) as pool:
+        with ThreadPoolExecutor(max_workers=self.plan.query_workers) as pool:
             answers = dict(pool.map(ask, sorted(proxies)))
         return {pid: a for pid, a in answers.items() if a is not None}
 
