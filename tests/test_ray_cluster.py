@@ -39,7 +39,6 @@ def alive_nodes(address: str, env: dict) -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else []
 
 
-@pytest.mark.slow
 def test_a_simulation_uses_a_two_node_ray_cluster(tmp_path, monkeypatch):
     token = new_token()
     env = {**os.environ, RUN_TOKEN_ENV: token, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
