@@ -9,6 +9,8 @@ SuperNode restart lost its client state (the in-process negative control shows t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 
@@ -27,6 +29,8 @@ LSQ = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 2, "s
 # seed 6 with 1 of 2 clients per round draws partitions 0, 1, 0: node 0 sits out round 2 (fedsuite.sampling)
 RESTART = {**LSQ, "clients-per-round": 1, "num-server-rounds": 3, "seed": 6}
 MIDROUND = {**LSQ, "clients-per-round": 2, "num-server-rounds": 4, "min-replies": 0.5}
+# above the first round (app install and imports, ≈ 25 s), below the SuperLink's heartbeat expiry (≈ 55-60 s)
+TIMEOUT = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +182,34 @@ def test_supernode_dying_mid_round_is_left_out_and_rejoins(bed):
     reference = _run_losing(MIDROUND, lost_rounds, bed.root / "ref-midround")
     assert final_error(bed, "midround") == pytest.approx(error_of(reference), rel=1e-6)
     print(f"round 2 took {round2_seconds:.1f} s after the kill (SuperLink heartbeat expiry)")
+
+
+def test_round_timeout_ends_a_round_waiting_on_a_frozen_supernode(bed):
+    """`round-timeout` bounds a round: every process of node 0 is frozen (SIGSTOP) while its round-2 ClientApp
+    runs, so neither its reply nor its heartbeat comes. Round 2 ends with node 1's reply when the messages expire,
+    before the SuperLink would declare node 0 gone; thawed, node 0 trains in round 3 from the state the server
+    accepted (its unconfirmed round-2 training is discarded), so the end point equals an in-process run that lost
+    node 0's round-2 reply."""
+    proc = start_run(bed, TIMEOUT, "timeout")
+    wait_for(lambda: len(rows(bed, "timeout")) >= 2, proc, bed, "run-timeout")
+    wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, "run-timeout")
+    frozen = bed.processes("node0")
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(rows(bed, "timeout")) >= 3, proc, bed, "run-timeout", timeout=120)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    finish(bed, proc, "timeout")
+    got = rows(bed, "timeout")
+    assert got[1]["replies"] == 2, "round 1 took longer than round-timeout"
+    assert got[2]["replies"] == 1 and got[2]["failures"] == 1
+    assert got[2]["round_seconds"] < TIMEOUT["round-timeout"] + 8  # the timeout ended it, not the heartbeat
+    assert got[3]["replies"] == 2  # node 0 thawed before the SuperLink gave it up
+    reference = _run_losing(TIMEOUT, {2}, bed.root / "ref-timeout")
+    assert final_error(bed, "timeout") == pytest.approx(error_of(reference), rel=1e-6)
+    print(f"round 2 took {got[2]['round_seconds']:.1f} s (round-timeout {TIMEOUT['round-timeout']} s)")
 
 
 def _clientapp_running(tb: Testbed, role: str) -> int | None:
