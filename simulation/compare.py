@@ -118,7 +118,8 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     if error:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    if ax.get_legend_handles_labels()[0]:  # runs without evaluation draw no curve
+        ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
