@@ -6,6 +6,12 @@ accuracy at the last round, and LoSAC's speed-up over SCAFFOLD with the same M a
 
 Each (M, T) is one `simulation.compare` into <out>/M<M>-T<T>/ (same data, blocks, cohorts for every algorithm;
 runs that completed with the same settings are reused); then <out>/table2.md and table2.csv are written.
+Several seeds: one such folder per seed (`-c "seed=<s>"`), then
+
+    python -m simulation.table2 --combine docs/losac docs/losac-seeds/seed2 … --out docs/losac-seeds
+
+writes <out>/seeds.md and seeds.csv: mean ± std over the folders of each cell (rounds to target over the seeds
+that reached it, with how many did; the speed-up over SCAFFOLD is taken per seed, then averaged).
 Setting (§3.7, §5.5): N = 100, S = 10, 2NN, partition='shards' (stable sort by label, N equal contiguous shards),
 every local step on one of the M fixed blocks (`local-batches='blocks'` for the baselines too), sum-reduced block
 loss with the paper's η = 1e-4, no weight decay; override any of it with -c.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -75,9 +82,72 @@ def markdown(rows: list[dict], target: float, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _spread(values: list[float], digits: int) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def combine(folders: list[Path], target: float) -> tuple[list[dict], str]:
+    """Rows of every folder's table2.csv (one seed each) → one row per (algorithm, M, T) with mean ± std (sample
+    std) and the markdown table of them."""
+    cells: dict[tuple, list[dict]] = {}
+    for folder in folders:
+        table = folder / "table2.csv"
+        if not table.is_file():
+            raise FileNotFoundError(f"{table}: not found (run simulation.table2 --out {folder} first)")
+        with open(table, newline="") as f:
+            for row in csv.DictReader(f):
+                cells.setdefault((row["algorithm"], int(row["M"]), int(row["T"])), []).append(row)
+    combined = []
+    for (algorithm, blocks, steps), rows in cells.items():
+        reached = [float(r["rounds_to_target"]) for r in rows if r["rounds_to_target"]]
+        speedups = [float(r["speedup_vs_scaffold"]) for r in rows if r["speedup_vs_scaffold"]]
+        combined.append({
+            "algorithm": algorithm, "M": blocks, "T": steps, "seeds": len(rows), "reached": len(reached),
+            "rounds_to_target": _spread(reached, 1), "rounds_to_target_each": " ".join(
+                r["rounds_to_target"] or "–" for r in rows),
+            "speedup_vs_scaffold": _spread(speedups, 2) if algorithm != "scaffold" else "",
+            "final_loss": _spread([float(r["final_loss"]) for r in rows], 4),
+            "final_accuracy": _spread([float(r["final_accuracy"]) for r in rows], 4),
+        })  # fmt: skip
+    lines = [
+        f"Rounds to {target:.0%} / × SCAFFOLD (per seed, then averaged) / test loss / test accuracy at the last "
+        f"round: mean ± std over {len(folders)} seed folder(s) ({', '.join(str(f) for f in folders)}).",
+        "",
+        "| method | M | T | rounds to target | each seed | × SCAFFOLD | loss | accuracy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in combined:
+        reached = r["rounds_to_target"] + ("" if r["reached"] == r["seeds"] else f" ({r['reached']}/{r['seeds']})")
+        lines.append(f"| {r['algorithm']} | {r['M']} | {r['T']} | {reached} | {r['rounds_to_target_each']} | "
+                     f"{r['speedup_vs_scaffold']} | {r['final_loss']} | {r['final_accuracy']} |")  # fmt: skip
+    return combined, "\n".join(lines) + "\n"
+
+
+def write_combined(folders: list[Path], out: Path, target: float) -> int:
+    try:
+        rows, text = combine(folders, target)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "seeds.md").write_text(text)
+    with open(out / "seeds.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["algorithm"])
+        writer.writeheader()
+        writer.writerows(rows)
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation.table2", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--combine", nargs="+", type=Path, metavar="FOLDER",
+                        help="only combine these table2 folders (one seed each) into <out>/seeds.md|csv")  # fmt: skip
     parser.add_argument("--algorithms", default="losac,scaffold,fedavg,fedsaga")
     parser.add_argument("--blocks", default="2,5", help="M values")
     parser.add_argument("--steps", default="2,6", help="T values (local steps)")
@@ -86,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
     parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
     args = parser.parse_args(argv)
+    if args.combine:
+        return write_combined(args.combine, args.out, args.target)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     try:
         setting = {**parse_overrides([SETTING]), **parse_overrides(args.run_config)}

@@ -72,3 +72,36 @@ def test_table2_command_writes_the_papers_form(tmp_path):
     config = json.loads((tmp_path / "M2-T2" / "runs" / "losac" / "config.json").read_text())["run_config"]
     assert config["local-batches"] == "blocks" and config["loss-reduction"] == "sum" and config["losac-blocks"] == 2
     assert config["dataset"] == "synthetic-logistic"  # -c overrides the setting instead of clashing with it
+
+
+def test_table2_combine_gives_mean_and_std_over_seed_folders(tmp_path):
+    from simulation import table2
+
+    fields = ["algorithm", "M", "T", "status", "rounds", "rounds_to_target", "final_loss", "final_accuracy",
+              "speedup_vs_scaffold"]  # fmt: skip
+    seeds = {  # per seed: (LoSAC rounds, SCAFFOLD rounds, LoSAC accuracy)
+        "s1": ("60", "90", 0.90),
+        "s2": ("80", "80", 0.92),
+        "s3": ("", "70", 0.94),
+    }  # s3: LoSAC never reached it
+    for name, (losac, scaffold, accuracy) in seeds.items():
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "table2.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            speedup = round(int(scaffold) / int(losac), 2) if losac else ""
+            writer.writerow({"algorithm": "losac", "M": 5, "T": 6, "status": "completed", "rounds": 100,
+                             "rounds_to_target": losac, "final_loss": 0.3, "final_accuracy": accuracy,
+                             "speedup_vs_scaffold": speedup})  # fmt: skip
+            writer.writerow({"algorithm": "scaffold", "M": 5, "T": 6, "status": "completed", "rounds": 100,
+                             "rounds_to_target": scaffold, "final_loss": 0.3, "final_accuracy": 0.9,
+                             "speedup_vs_scaffold": 1.0})  # fmt: skip
+    out = tmp_path / "combined"
+    assert table2.main(["--combine", *(str(tmp_path / s) for s in seeds), "--out", str(out)]) == 0
+    rows = {r["algorithm"]: r for r in csv.DictReader(open(out / "seeds.csv"))}
+    assert rows["losac"]["rounds_to_target"] == "70.0 ± 14.1" and rows["losac"]["rounds_to_target_each"] == "60 80 –"
+    assert rows["losac"]["speedup_vs_scaffold"] == "1.25 ± 0.35"  # mean of 1.5 and 1.0 (per seed, not of means)
+    assert rows["losac"]["final_accuracy"] == "0.9200 ± 0.0200"
+    assert rows["scaffold"]["rounds_to_target"] == "80.0 ± 10.0" and rows["scaffold"]["speedup_vs_scaffold"] == ""
+    assert "| losac | 5 | 6 | 70.0 ± 14.1 (2/3) | 60 80 – |" in (out / "seeds.md").read_text()
+    assert table2.main(["--combine", str(tmp_path / "missing"), "--out", str(out)]) == 2
