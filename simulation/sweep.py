@@ -137,7 +137,7 @@ def aggregate(jobs: list[Job], out: Path, targets: list[float]) -> list[dict]:
     return rows
 
 
-def _pm(value, spec: str) -> str:
+def format_mean_std(value: tuple[float, float] | None, spec: str) -> str:
     return "–" if value is None else f"{value[0]:{spec}} ± {value[1]:{spec}}"
 
 
@@ -147,11 +147,16 @@ def markdown(rows: list[dict], targets: list[float], command: str) -> str:
     lines = [f"Reproduce: `{command}`", "", "Mean ± std over seeds (sample std); rounds to a target over the seeds "
              "that reached it (k/n).", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
     for r in rows:
-        cells = [r["algorithm"], r["grid"], r["seeds"], _pm(r["final_acc"], ".4f"), _pm(r["best_acc"], ".4f")]
+        cells = [
+            r["algorithm"],
+            r["grid"],
+            r["seeds"],
+            *(format_mean_std(r[k], ".4f") for k in ("final_acc", "best_acc")),
+        ]
         for t in targets:
             stats, k, n = r[f"rounds_to_{t:g}"]
-            cells.append("–" if stats is None else f"{_pm(stats, '.1f')} ({k}/{n})")
-        cells += [_pm(r["s_per_round"], ".2f"), _pm(r["mb_per_client_round"], ".2f")]
+            cells.append("–" if stats is None else f"{format_mean_std(stats, '.1f')} ({k}/{n})")
+        cells += [format_mean_std(r["s_per_round"], ".2f"), format_mean_std(r["mb_per_client_round"], ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import statistics
 import sys
 from pathlib import Path
 
 from fedsuite.config import ConfigError
 from simulation import compare
 from simulation.run import parse_overrides
+from simulation.sweep import format_mean_std, mean_std
 
 SETTING = ("dataset='mnist' model='2nn' partition='shards' num-clients=100 clients-per-round=10 "
            "local-batches='blocks' loss-reduction='sum' lr=0.0001 weight-decay=0.0 eval-every=2")  # fmt: skip
@@ -82,17 +82,15 @@ def markdown(rows: list[dict], target: float, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _spread(values: list[float], digits: int) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+def _spread(values: list[float], spec: str) -> str:
+    """mean ± std (sample std), or the one value when there is one."""
+    return f"{values[0]:{spec}}" if len(values) == 1 else format_mean_std(mean_std(values), spec)
 
 
 def combine(folders: list[Path], target: float) -> tuple[list[dict], str]:
     """Rows of every folder's table2.csv (one seed each) → one row per (algorithm, M, T) with mean ± std (sample
-    std) and the markdown table of them."""
+    std) over the seeds whose run completed (a failed or diverged run is counted, never averaged in), and the
+    markdown table of them."""
     cells: dict[tuple, list[dict]] = {}
     for folder in folders:
         table = folder / "table2.csv"
@@ -102,27 +100,31 @@ def combine(folders: list[Path], target: float) -> tuple[list[dict], str]:
             for row in csv.DictReader(f):
                 cells.setdefault((row["algorithm"], int(row["M"]), int(row["T"])), []).append(row)
     combined = []
-    for (algorithm, blocks, steps), rows in cells.items():
+    for (algorithm, blocks, steps), all_rows in cells.items():
+        rows = [r for r in all_rows if r["status"] == "completed"]
         reached = [float(r["rounds_to_target"]) for r in rows if r["rounds_to_target"]]
         speedups = [float(r["speedup_vs_scaffold"]) for r in rows if r["speedup_vs_scaffold"]]
         combined.append({
-            "algorithm": algorithm, "M": blocks, "T": steps, "seeds": len(rows), "reached": len(reached),
-            "rounds_to_target": _spread(reached, 1), "rounds_to_target_each": " ".join(
+            "algorithm": algorithm, "M": blocks, "T": steps, "seeds": len(all_rows), "completed": len(rows),
+            "reached": len(reached), "rounds_to_target": _spread(reached, ".1f"), "rounds_to_target_each": " ".join(
                 r["rounds_to_target"] or "–" for r in rows),
-            "speedup_vs_scaffold": _spread(speedups, 2) if algorithm != "scaffold" else "",
-            "final_loss": _spread([float(r["final_loss"]) for r in rows], 4),
-            "final_accuracy": _spread([float(r["final_accuracy"]) for r in rows], 4),
+            "speedup_vs_scaffold": _spread(speedups, ".2f") if algorithm != "scaffold" else "",
+            "final_loss": _spread([float(r["final_loss"]) for r in rows], ".4f"),
+            "final_accuracy": _spread([float(r["final_accuracy"]) for r in rows], ".4f"),
         })  # fmt: skip
     lines = [
         f"Rounds to {target:.0%} / × SCAFFOLD (per seed, then averaged) / test loss / test accuracy at the last "
         f"round: mean ± std over {len(folders)} seed folder(s) ({', '.join(str(f) for f in folders)}).",
         "",
-        "| method | M | T | rounds to target | each seed | × SCAFFOLD | loss | accuracy |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | M | T | completed | rounds to target | each seed | × SCAFFOLD | loss | accuracy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in combined:
-        reached = r["rounds_to_target"] + ("" if r["reached"] == r["seeds"] else f" ({r['reached']}/{r['seeds']})")
-        lines.append(f"| {r['algorithm']} | {r['M']} | {r['T']} | {reached} | {r['rounds_to_target_each']} | "
+        reached = r["rounds_to_target"] + (
+            "" if r["reached"] == r["completed"] else f" ({r['reached']}/{r['completed']})"
+        )
+        lines.append(f"| {r['algorithm']} | {r['M']} | {r['T']} | {r['completed']}/{r['seeds']} | {reached} | "
+                     f"{r['rounds_to_target_each']} | "
                      f"{r['speedup_vs_scaffold']} | {r['final_loss']} | {r['final_accuracy']} |")  # fmt: skip
     return combined, "\n".join(lines) + "\n"
 

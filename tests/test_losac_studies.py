@@ -96,12 +96,20 @@ def test_table2_combine_gives_mean_and_std_over_seed_folders(tmp_path):
             writer.writerow({"algorithm": "scaffold", "M": 5, "T": 6, "status": "completed", "rounds": 100,
                              "rounds_to_target": scaffold, "final_loss": 0.3, "final_accuracy": 0.9,
                              "speedup_vs_scaffold": 1.0})  # fmt: skip
+    (tmp_path / "s4").mkdir()  # a diverged LoSAC run: counted, never averaged in
+    with open(tmp_path / "s4" / "table2.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow({"algorithm": "losac", "M": 5, "T": 6, "status": "diverged", "rounds": 7,
+                         "rounds_to_target": "", "final_loss": 99.0, "final_accuracy": 0.1,
+                         "speedup_vs_scaffold": ""})  # fmt: skip
     out = tmp_path / "combined"
-    assert table2.main(["--combine", *(str(tmp_path / s) for s in seeds), "--out", str(out)]) == 0
+    assert table2.main(["--combine", *(str(tmp_path / s) for s in [*seeds, "s4"]), "--out", str(out)]) == 0
     rows = {r["algorithm"]: r for r in csv.DictReader(open(out / "seeds.csv"))}
     assert rows["losac"]["rounds_to_target"] == "70.0 ± 14.1" and rows["losac"]["rounds_to_target_each"] == "60 80 –"
     assert rows["losac"]["speedup_vs_scaffold"] == "1.25 ± 0.35"  # mean of 1.5 and 1.0 (per seed, not of means)
     assert rows["losac"]["final_accuracy"] == "0.9200 ± 0.0200"
     assert rows["scaffold"]["rounds_to_target"] == "80.0 ± 10.0" and rows["scaffold"]["speedup_vs_scaffold"] == ""
-    assert "| losac | 5 | 6 | 70.0 ± 14.1 (2/3) | 60 80 – |" in (out / "seeds.md").read_text()
+    assert rows["losac"]["completed"] == "3" and rows["losac"]["seeds"] == "4"
+    assert "| losac | 5 | 6 | 3/4 | 70.0 ± 14.1 (2/3) | 60 80 – |" in (out / "seeds.md").read_text()
     assert table2.main(["--combine", str(tmp_path / "missing"), "--out", str(out)]) == 2
