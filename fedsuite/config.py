@@ -2,17 +2,22 @@
 
 `resolve(run_config)` merges Flower's run config over the defaults and returns a `Config`, or raises one
 `ConfigError` that lists every bad key with what is allowed. Algorithm hyper-parameters are declared here too
-(grouped by the algorithm family that reads them) so that pyproject.toml, README and validation share one list.
+(grouped by the algorithm family that reads them). The schema is the only place a default is written:
+pyproject.toml's `[tool.flwr.app.config]` table (where Flower reads them) is generated from it
+(`python -m fedsuite.config --write-pyproject`), README's key table too (simulation.algorithms).
+A `Config` also carries typed settings objects (`cfg.local`, `cfg.evaluation`, …) for the groups the code reads.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
-from fedsuite.presets import PRESET_NAMES, PRESETS
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Self, get_type_hints
 
 Scalar = bool | int | float | str
 
@@ -228,11 +233,253 @@ ALGORITHM_KEYS: tuple[Key, ...] = (
 SCHEMA: dict[str, Key] = {k.name: k for k in COMMON_KEYS + ALGORITHM_KEYS}
 
 
+# --- typed settings: the groups of keys the code reads together, built once per Config ---------------------------
+
+
+def _key(name: str, parse: Callable[[Any], Any] | None = None) -> Any:
+    """A settings field holding run-config key `name`, converted by `parse` (default: the field's own type)."""
+    return field(metadata={"key": name, "parse": parse})
+
+
+class Settings:
+    """Base of the typed settings objects: frozen dataclasses whose fields name their run-config key."""
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """Field name → the run-config key it holds."""
+        return {f.name: f.metadata["key"] for f in fields(cls)}
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Scalar]) -> Self:
+        """The settings read from validated run-config values (a Config or resolve's dict)."""
+        types = get_type_hints(cls)
+        return cls(**{f.name: (f.metadata["parse"] or types[f.name])(values[f.metadata["key"]]) for f in fields(cls)})
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    return tuple(float(t) for t in text.split(",") if t.strip())
+
+
+@dataclass(frozen=True)
+class DataSource(Settings):
+    """Which dataset a node loads and how (fedsuite/data).
+
+    name (dataset): the dataset, one of DATASETS.
+    data_dir (data-dir): folder with its files; '' = the dataset's default location.
+    download (download): may torchvision download a missing dataset.
+    label_transform (label-transform): 'none' or 'binary' (ALGORITHMS.md §2.3).
+    colour_perturbation (colour-perturbation): FedMIM's per-client brightness/saturation shift (§2.2).
+    """
+
+    name: str = _key("dataset")
+    data_dir: str = _key("data-dir")
+    download: bool = _key("download")
+    label_transform: str = _key("label-transform")
+    colour_perturbation: bool = _key("colour-perturbation")
+
+
+@dataclass(frozen=True)
+class SyntheticData(Settings):
+    """The synthetic federations' generator arguments (fedsuite/data/synthetic.py).
+
+    num_clients (num-clients): N, one generated client per partition.
+    samples (synthetic-samples): samples per client.
+    dim (synthetic-dim): d of synthetic-lsq / synthetic-logistic.
+    heterogeneity (synthetic-heterogeneity): spread of client optima and feature scales.
+    noise (synthetic-noise): label noise std.
+    weight_decay (weight-decay): the coupled L2 the closed-form optimum includes.
+    seed (seed): run seed.
+    lowrank_size (lowrank-size): synthetic-lowrank: side of the square matrix X.
+    lowrank_rank (lowrank-rank): synthetic-lowrank: rank r of the ground truth.
+    """
+
+    num_clients: int = _key("num-clients")
+    samples: int = _key("synthetic-samples")
+    dim: int = _key("synthetic-dim")
+    heterogeneity: float = _key("synthetic-heterogeneity")
+    noise: float = _key("synthetic-noise")
+    weight_decay: float = _key("weight-decay")
+    seed: int = _key("seed")
+    lowrank_size: int = _key("lowrank-size")
+    lowrank_rank: int = _key("lowrank-rank")
+
+
+@dataclass(frozen=True)
+class Partitioning(Settings):
+    """How the training data is split across clients (ALGORITHMS.md §2.2; fedsuite/data/partition.py).
+
+    scheme (partition): 'iid', 'dirichlet', 'shards' or 'mixture'.
+    num_clients (num-clients): N, the number of partitions.
+    seed (seed): run seed.
+    alpha (partition-alpha): Dirichlet concentration α.
+    balanced (partition-balanced): Dirichlet with equal client sizes.
+    mixture (partition-mixture): c of the c % mixture partition.
+    """
+
+    scheme: str = _key("partition")
+    num_clients: int = _key("num-clients")
+    seed: int = _key("seed")
+    alpha: float = _key("partition-alpha")
+    balanced: bool = _key("partition-balanced")
+    mixture: float = _key("partition-mixture")
+
+
+@dataclass(frozen=True)
+class ClientSampling(Settings):
+    """Which clients take part in a round (ALGORITHMS.md §2.4; fedsuite/sampling.py's Sampler).
+
+    mode (sampling): 'fixed' (S clients without replacement) or 'bernoulli' (each with probability p).
+    num_clients (num-clients): N, the clients to draw from.
+    clients_per_round (clients-per-round): S for mode 'fixed'.
+    participation (participation): p for mode 'bernoulli'.
+    seed (seed): run seed.
+    """
+
+    mode: str = _key("sampling")
+    num_clients: int = _key("num-clients")
+    clients_per_round: int = _key("clients-per-round")
+    participation: float = _key("participation")
+    seed: int = _key("seed")
+
+
+@dataclass(frozen=True)
+class LocalLoop(Settings):
+    """How a client trains in one round (fedsuite/local.py's train_local, clients/base.py, fedsuite/node.py).
+
+    epochs (local-epochs): E, local epochs, used when steps = 0.
+    steps (local-steps): K, fixed local steps per round; 0 = epoch mode.
+    batch_size (batch-size): B; 0 = the full local batch.
+    lr (lr): η_l^0, the local learning rate of round 1.
+    lr_decay (lr-decay): γ, η_l^t = η_l^0 γ^t.
+    weight_decay (weight-decay): coupled L2 added to every local step.
+    clip_norm (clip-norm): clip each step's gradient to this L2 norm; 0 = off.
+    clip_scope (clip-scope): 'clean' or 'reference', what clip_norm clips (ALGORITHMS.md §0.3.2).
+    local_batches (local-batches): 'minibatch' (B samples) or 'blocks' (one of the client's fixed blocks).
+    blocks (losac-blocks): M, the fixed data blocks per client for local_batches = 'blocks'.
+    loss_reduction (loss-reduction): 'mean' or 'sum' over a minibatch or block.
+    client_threads (client-threads): torch threads per client process.
+    autocast (autocast): 'none' (float32) or 'bf16' forward pass.
+    channels_last (channels-last): 4-D inputs in NHWC memory order.
+    """
+
+    epochs: int = _key("local-epochs")
+    steps: int = _key("local-steps")
+    batch_size: int = _key("batch-size")
+    lr: float = _key("lr")
+    lr_decay: float = _key("lr-decay")
+    weight_decay: float = _key("weight-decay")
+    clip_norm: float = _key("clip-norm")
+    clip_scope: str = _key("clip-scope")
+    local_batches: str = _key("local-batches")
+    blocks: int = _key("losac-blocks")
+    loss_reduction: str = _key("loss-reduction")
+    client_threads: int = _key("client-threads")
+    autocast: str = _key("autocast")
+    channels_last: bool = _key("channels-last")
+
+
+@dataclass(frozen=True)
+class Aggregation(Settings):
+    """How the server combines the cohort's replies (strategies/*).
+
+    server_lr (server-lr): η_g of the averaging algorithms (1 = plain averaging).
+    weighting (weighting): 'uniform' or 'samples', the weights over the cohort.
+    agg_scale (agg-scale): 'mean' (η_g·mean_S Δ_i) or '1/N' (η_g·Σ_S Δ_i / N, ALGORITHMS.md §3.7).
+    """
+
+    server_lr: float = _key("server-lr")
+    weighting: str = _key("weighting")
+    agg_scale: str = _key("agg-scale")
+
+
+@dataclass(frozen=True)
+class Evaluation(Settings):
+    """Centralised evaluation on the server (fedsuite/evaluation.py).
+
+    eval_every (eval-every): evaluate every r rounds (the last round always).
+    eval_batch_size (eval-batch-size): batch size of the evaluation passes.
+    targets (targets): the accuracy targets for rounds-to-target, parsed ('0.7,0.8' → (0.7, 0.8)).
+    """
+
+    eval_every: int = _key("eval-every")
+    eval_batch_size: int = _key("eval-batch-size")
+    targets: tuple[float, ...] = _key("targets", parse=float_list)
+
+
+@dataclass(frozen=True)
+class RunControl(Settings):
+    """How long a run goes, where it computes and when it stops early (fedsuite/server_app.py).
+
+    num_rounds (num-server-rounds): T.
+    min_replies (min-replies): share of a round's cohort that must reply validly, else the run fails.
+    round_timeout (round-timeout): seconds a round waits for a reply; 0.0 = no limit (Flower's None).
+    divergence_factor (divergence-factor): stop as diverged above this multiple of the initial test loss.
+    checkpoint_every (checkpoint-every): checkpoint every r rounds and after the last; 0 = never.
+    resume_from (resume-from): results folder to continue; '' = a fresh run.
+    client_mapping (client-mapping): 'logical' or 'fixed' (one SuperNode per partition).
+    device (device): 'auto', 'cpu' or 'cuda'.
+    """
+
+    num_rounds: int = _key("num-server-rounds")
+    min_replies: float = _key("min-replies")
+    round_timeout: float = _key("round-timeout")
+    divergence_factor: float = _key("divergence-factor")
+    checkpoint_every: int = _key("checkpoint-every")
+    resume_from: str = _key("resume-from")
+    client_mapping: str = _key("client-mapping")
+    device: str = _key("device")
+
+
+@dataclass(frozen=True)
+class Output(Settings):
+    """Where the results go (fedsuite/results.py).
+
+    out_dir (out-dir): results root; relative paths are taken from the project directory.
+    run_name (run-name): results sub-folder; '' = <algorithm>-<dataset>-<timestamp>-<random>.
+    overwrite (overwrite): replace an earlier run's results in that folder.
+    """
+
+    out_dir: str = _key("out-dir")
+    run_name: str = _key("run-name")
+    overwrite: bool = _key("overwrite")
+
+
+@dataclass(frozen=True)
+class ClientStateSettings(Settings):
+    """Where persistent client state lives (fedsuite/state.py).
+
+    mode (client-state): 'auto' (memory while it fits budget_mb), 'memory' or 'disk'.
+    budget_mb (client-state-budget-mb): memory budget for all clients' state, MiB.
+    dir (client-state-dir): folder for on-disk state; '' = a per-run temp folder.
+    """
+
+    mode: str = _key("client-state")
+    budget_mb: float = _key("client-state-budget-mb")
+    dir: str = _key("client-state-dir")
+
+
 class Config(Mapping):
-    """A validated, read-only run config (string keys as in pyproject.toml)."""
+    """A validated, read-only run config (string keys as in pyproject.toml), with typed views of it.
+
+    `cfg["lr"]` reads one key; the typed settings objects group what the code reads together: `cfg.data`,
+    `cfg.synthetic`, `cfg.partitioning`, `cfg.sampling`, `cfg.local`, `cfg.aggregation`, `cfg.evaluation`,
+    `cfg.run_control`, `cfg.output`, `cfg.client_state`; `cfg.algorithm`, `cfg.dataset`, `cfg.preset`,
+    `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is built once, here.
+    """
 
     def __init__(self, values: Mapping[str, Scalar]):
         self._values = dict(values)
+        v = self._values
+        self._data = DataSource.from_values(v)
+        self._synthetic = SyntheticData.from_values(v)
+        self._partitioning = Partitioning.from_values(v)
+        self._sampling = ClientSampling.from_values(v)
+        self._local = LocalLoop.from_values(v)
+        self._aggregation = Aggregation.from_values(v)
+        self._evaluation = Evaluation.from_values(v)
+        self._run_control = RunControl.from_values(v)
+        self._output = Output.from_values(v)
+        self._client_state = ClientStateSettings.from_values(v)
 
     def __getitem__(self, key: str) -> Scalar:
         return self._values[key]
@@ -247,54 +494,88 @@ class Config(Mapping):
         return f"Config({self._values!r})"
 
     @property
+    def data(self) -> DataSource:
+        return self._data
+
+    @property
+    def synthetic(self) -> SyntheticData:
+        return self._synthetic
+
+    @property
+    def partitioning(self) -> Partitioning:
+        return self._partitioning
+
+    @property
+    def sampling(self) -> ClientSampling:
+        return self._sampling
+
+    @property
+    def local(self) -> LocalLoop:
+        return self._local
+
+    @property
+    def aggregation(self) -> Aggregation:
+        return self._aggregation
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return self._evaluation
+
+    @property
+    def run_control(self) -> RunControl:
+        return self._run_control
+
+    @property
+    def output(self) -> Output:
+        return self._output
+
+    @property
+    def client_state(self) -> ClientStateSettings:
+        return self._client_state
+
+    @property
+    def algorithm(self) -> str:
+        return str(self._values["algorithm"])
+
+    @property
+    def dataset(self) -> str:
+        return self._data.name
+
+    @property
+    def preset(self) -> str:
+        """The preset's name; '' = none."""
+        return str(self._values["preset"])
+
+    @property
+    def num_clients(self) -> int:
+        """N, number of clients (partitions)."""
+        return int(self._values["num-clients"])
+
+    @property
+    def seed(self) -> int:
+        return int(self._values["seed"])
+
+    @property
     def model(self) -> str:
         """The concrete model name (resolves model='auto')."""
-        name = str(self["model"])
-        return DATASET_MODELS[str(self["dataset"])][0] if name == "auto" else name
+        name = str(self._values["model"])
+        return DATASET_MODELS[self.dataset][0] if name == "auto" else name
 
     @property
     def targets(self) -> list[float]:
-        return [float(t) for t in str(self["targets"]).split(",") if t.strip()]
+        return list(self._evaluation.targets)
 
     @property
     def is_synthetic(self) -> bool:
-        return str(self["dataset"]).startswith("synthetic-")
-
-
-def float_list(text: str) -> tuple[float, ...]:
-    return tuple(float(t) for t in text.split(",") if t.strip())
-
-
-def preset_error(name: Any) -> str | None:
-    """The error for an unknown `preset` value, or None (empty = no preset)."""
-    if name == "" or (isinstance(name, str) and name in PRESETS):
-        return None
-    return f"preset={name!r}: unknown preset; allowed are {', '.join(PRESET_NAMES)} (or '' for none)"
-
-
-def apply_preset(run_config: Mapping[str, Any], explicit: set[str] | None = None) -> tuple[dict, dict]:
-    """`run_config` with its preset's keys filled in, and the keys that came from the preset.
-
-    Precedence: defaults < preset values < the preset's per-algorithm values < explicit keys. `explicit` names
-    the keys the user gave (simulation.run knows them); None (the ServerApp/ClientApp, which only see Flower's
-    merged run config) takes every key whose value differs from its schema default as explicit, so there an
-    explicit value that equals the default cannot override a preset. No preset, or an unknown one (resolve
-    reports it): `run_config` unchanged."""
-    values = dict(run_config)
-    name = values.get("preset", "")
-    if not name or preset_error(name):
-        return values, {}
-    if explicit is None:
-        explicit = {k for k, v in values.items() if k in SCHEMA and k != "preset" and v != SCHEMA[k].default}
-    preset = PRESETS[name]
-    algorithm = values["algorithm"] if "algorithm" in explicit else preset.values.get("algorithm", "fedavg")
-    taken = {k: v for k, v in preset.values_for(str(algorithm)).items() if k not in explicit}
-    return {**values, **taken}, taken
+        return self.dataset.startswith("synthetic-")
 
 
 def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     """Defaults overlaid with `run_config` (its `preset` expanded first unless `preset-expanded`), every key
     checked; raises ConfigError listing all problems."""
+    # imported here: fedsuite.presets reads this module's schema
+    from fedsuite.presets import apply_preset, preset_error
+
     run_config = dict(run_config or {})
     errors: list[str] = []
     if (err := preset_error(run_config.get("preset", ""))) is not None:
@@ -365,3 +646,70 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     except ValueError:
         errors.append(f"targets={v['targets']!r}: expected comma-separated numbers such as '0.7,0.8'")
     return errors
+
+
+# --- pyproject.toml's [tool.flwr.app.config] table, generated from the schema -----------------------------------
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+PYPROJECT_BEGIN = "# BEGIN run-config defaults"
+PYPROJECT_END = "# END run-config defaults"
+WRITE_COMMAND = "python -m fedsuite.config --write-pyproject"
+
+
+def toml_value(value: Scalar) -> str:
+    """`value` as a TOML literal that reads back as the same Python value and type."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    return repr(value)  # int, or a finite float (repr keeps the '.0' or the exponent)
+
+
+def pyproject_config_block() -> str:
+    """The run-config table, with the markers and the comment that say where it comes from."""
+    lines = [
+        f"{PYPROJECT_BEGIN}: every key with its default, generated from the schema in fedsuite/config.py (the only",
+        f"# place a default is written) by `{WRITE_COMMAND}`; do not edit by hand.",
+        "# Flower reads the defaults from here; tests/test_config.py fails when this table and the schema differ.",
+        "[tool.flwr.app.config]",
+        *(f"{key.name} = {toml_value(key.default)}" for key in SCHEMA.values()),
+        PYPROJECT_END,
+    ]
+    return "\n".join(lines)
+
+
+def with_generated_config_table(pyproject_text: str) -> str:
+    """`pyproject_text` with the block between the markers replaced by `pyproject_config_block()`; the rest of the
+    text is kept byte for byte. Raises ConfigError when the markers are missing."""
+    pattern = re.compile(f"^{re.escape(PYPROJECT_BEGIN)}.*?^{re.escape(PYPROJECT_END)}$", re.S | re.M)
+    if len(pattern.findall(pyproject_text)) != 1:
+        raise ConfigError(f"pyproject.toml needs one '{PYPROJECT_BEGIN}' … '{PYPROJECT_END}' block around its "
+                          "[tool.flwr.app.config] table")  # fmt: skip
+    return pattern.sub(lambda _: pyproject_config_block(), pyproject_text)
+
+
+def pyproject_is_current(path: Path = PYPROJECT) -> bool:
+    """Whether the table in `path` is exactly what the schema generates."""
+    text = path.read_text()
+    return with_generated_config_table(text) == text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="pyproject.toml's [tool.flwr.app.config] table from the schema")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write-pyproject", action="store_true", help="rewrite the table in pyproject.toml")
+    action.add_argument("--check-pyproject", action="store_true", help="exit 1 when the table is out of date")
+    args = parser.parse_args(argv)
+    if args.write_pyproject:
+        PYPROJECT.write_text(with_generated_config_table(PYPROJECT.read_text()))
+    elif args.check_pyproject:
+        if not pyproject_is_current():
+            print("pyproject.toml's run-config table differs from the schema; run: " + WRITE_COMMAND)
+            return 1
+    else:
+        print(pyproject_config_block())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

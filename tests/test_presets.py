@@ -3,8 +3,8 @@ unknown names and missing data are reported, and the values are the spec's numbe
 
 import pytest
 
-from fedsuite.config import ALGORITHMS, SCHEMA, ConfigError, apply_preset, resolve
-from fedsuite.presets import PRESETS
+from fedsuite.config import ALGORITHMS, SCHEMA, ConfigError, resolve
+from fedsuite.presets import PRESETS, apply_preset
 from simulation import compare, presets
 from simulation import run as runmod
 
