@@ -31,23 +31,15 @@ __all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "pa
 
 def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
     """The run's dataset; `data_dir` (a node's own folder) overrides the run config's."""
-    if cfg["dataset"] == "synthetic-lowrank":
-        return _lowrank(int(cfg["num-clients"]), int(cfg["synthetic-samples"]), int(cfg["lowrank-size"]),
-                        int(cfg["lowrank-rank"]), float(cfg["synthetic-noise"]), float(cfg["weight-decay"]),
-                        int(cfg["seed"]))  # fmt: skip
+    source, syn = cfg.data, cfg.synthetic
+    if source.name == "synthetic-lowrank":
+        return _lowrank(syn.num_clients, syn.samples, syn.lowrank_size, syn.lowrank_rank, syn.noise, syn.weight_decay,
+                        syn.seed)  # fmt: skip
     if cfg.is_synthetic:
-        return _synthetic(
-            str(cfg["dataset"]).removeprefix("synthetic-"),
-            int(cfg["num-clients"]),
-            int(cfg["synthetic-samples"]),
-            int(cfg["synthetic-dim"]),
-            float(cfg["synthetic-heterogeneity"]),
-            float(cfg["synthetic-noise"]),
-            float(cfg["weight-decay"]),
-            int(cfg["seed"]),
-        )
-    data_dir = str(cfg["data-dir"]) if data_dir is None else data_dir
-    return _labelled(str(cfg["dataset"]), data_dir, bool(cfg["download"]), str(cfg["label-transform"]))
+        return _synthetic(source.name.removeprefix("synthetic-"), syn.num_clients, syn.samples, syn.dim,
+                          syn.heterogeneity, syn.noise, syn.weight_decay, syn.seed)  # fmt: skip
+    data_dir = source.data_dir if data_dir is None else data_dir
+    return _labelled(source.name, data_dir, source.download, source.label_transform)
 
 
 @lru_cache(maxsize=2)
@@ -90,27 +82,12 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     if isinstance(dataset, SyntheticFederation):
         return dataset.client_parts
     labels = dataset.train.y.numpy()
+    split = cfg.partitioning
     # keyed by the labels themselves: two copies of a dataset with equal names and sizes may differ (files, transforms)
-    key = (dataset.name, hashlib.sha1(labels.tobytes()).hexdigest()) + tuple(
-        cfg[k]
-        for k in (
-            "partition",
-            "num-clients",
-            "seed",
-            "partition-alpha",
-            "partition-balanced",
-            "partition-mixture",
-        )
-    )
+    key = (dataset.name, hashlib.sha1(labels.tobytes()).hexdigest(), split)
     if key not in _PARTITIONS:
         _PARTITIONS[key] = make_partition(
-            labels,
-            str(cfg["partition"]),
-            int(cfg["num-clients"]),
-            int(cfg["seed"]),
-            float(cfg["partition-alpha"]),
-            bool(cfg["partition-balanced"]),
-            float(cfg["partition-mixture"]),
+            labels, split.scheme, split.num_clients, split.seed, split.alpha, split.balanced, split.mixture
         )
     return _PARTITIONS[key]
 
@@ -122,9 +99,9 @@ def partition_sizes(cfg: Config, dataset: Dataset) -> list[int]:
 def client_inputs(cfg: Config, dataset: Dataset, idx: np.ndarray | None, partition_id: int, device: str):
     """Client `partition_id`'s training inputs on `device`, built once per LocalData; with colour-perturbation,
     its own brightness/saturation (ALGORITHMS.md §2.2) applied before normalisation."""
-    if cfg["colour-perturbation"]:
+    if cfg.data.colour_perturbation:
         if not isinstance(dataset, Images):
             raise ValueError(f"colour-perturbation: dataset={dataset.name!r} holds no images (ALGORITHMS.md §2.2)")
-        colour = client_coefficients(int(cfg["seed"]), partition_id)
+        colour = client_coefficients(cfg.seed, partition_id)
         return dataset.features(dataset.train, idx, device, colour=colour)
     return dataset.features(dataset.train, idx, device)
