@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_pyproject:
         PYPROJECT.write_text(with_generated_config_table(PYPROJECT.read_text()))
     elif args.check_pyproject:
-        if not pyproject_is_current():
+        if not pyproject_is_current(PYPROJECT):
             print("pyproject.toml's run-config table differs from the schema; run: " + WRITE_COMMAND)
             return 1
     else:

@@ -33,6 +33,13 @@ def test_resolve_without_arguments_gives_the_defaults():
     assert len(cfg) == len(SCHEMA)
 
 
+def test_pyproject_config_table_is_the_one_the_schema_generates():
+    text = PYPROJECT.read_text()
+    assert C.with_generated_config_table(text) == text, f"run: {C.WRITE_COMMAND}"
+    assert C.pyproject_is_current(PYPROJECT)
+    assert C.main(["--check-pyproject"]) == 0
+
+
 def test_pyproject_config_table_and_schema_agree():
     table = tomllib.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
     assert set(table) - set(SCHEMA) == set(), "keys in pyproject.toml missing from the schema"
@@ -43,6 +50,52 @@ def test_pyproject_config_table_and_schema_agree():
         assert type(value) is type(default), f"{name}: pyproject type {type(value)} != schema {type(default)}"
     # and the pyproject table is itself a valid run config
     assert dict(resolve(table)) == dict(resolve())
+
+
+def test_generated_table_reads_back_as_the_schema_defaults():
+    table = tomllib.loads(C.pyproject_config_block())["tool"]["flwr"]["app"]["config"]
+    assert list(table) == list(SCHEMA)
+    for name, value in table.items():
+        assert value == SCHEMA[name].default and type(value) is type(SCHEMA[name].default), name
+
+
+@pytest.mark.parametrize(
+    "value, literal",
+    [(True, "true"), (False, "false"), (0, "0"), (4096.0, "4096.0"), (1e-8, "1e-08"), ("0.6,0.3", '"0.6,0.3"'),
+     ("a\"b\\c", '"a\\"b\\\\c"'), ("ϕ", '"ϕ"')],
+)  # fmt: skip
+def test_toml_values_read_back_as_the_same_value_and_type(value, literal):
+    assert C.toml_value(value) == literal
+    read = tomllib.loads(f"x = {literal}")["x"]
+    assert read == value and type(read) is type(value)
+
+
+def test_a_table_that_differs_from_the_schema_is_found_and_rewritten_leaving_the_rest_as_it_was():
+    head, tail = '[project]\nname = "x"\n\n# a comment\n', "\n\n[tool.other]\nkey = 1  # kept\n"
+    stale = head + C.pyproject_config_block().replace("lr = 0.05", "lr = 0.5") + tail
+    fixed = C.with_generated_config_table(stale)
+    assert fixed != stale and fixed == head + C.pyproject_config_block() + tail
+    assert C.with_generated_config_table(fixed) == fixed
+    missing_key = head + C.pyproject_config_block().replace("seed = 0\n", "") + tail
+    assert C.with_generated_config_table(missing_key) == fixed
+
+
+def test_check_and_write_on_a_stale_pyproject(tmp_path, monkeypatch, capsys):
+    stale = PYPROJECT.read_text().replace("num-clients = 100", "num-clients = 10")
+    path = tmp_path / "pyproject.toml"
+    path.write_text(stale)
+    monkeypatch.setattr(C, "PYPROJECT", path)
+    assert not C.pyproject_is_current(path)
+    assert C.main(["--check-pyproject"]) == 1
+    assert C.WRITE_COMMAND in capsys.readouterr().out
+    assert C.main(["--write-pyproject"]) == 0
+    assert path.read_text() == PYPROJECT.read_text()
+    assert C.main(["--check-pyproject"]) == 0
+
+
+def test_pyproject_without_the_markers_is_an_error():
+    with pytest.raises(ConfigError, match="BEGIN run-config defaults"):
+        C.with_generated_config_table("[tool.flwr.app.config]\nlr = 0.05\n")
 
 
 def test_every_default_passes_its_own_check():
