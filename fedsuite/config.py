@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path
 from typing import Any, Self, get_type_hints
 
@@ -252,8 +253,14 @@ class Settings:
     @classmethod
     def from_values(cls, values: Mapping[str, Scalar]) -> Self:
         """The settings read from validated run-config values (a Config or resolve's dict)."""
-        types = get_type_hints(cls)
-        return cls(**{f.name: (f.metadata["parse"] or types[f.name])(values[f.metadata["key"]]) for f in fields(cls)})
+        return cls(**{name: parse(values[key]) for name, key, parse in _readers(cls)})
+
+
+@cache
+def _readers(cls: type[Settings]) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
+    """(field name, run-config key, converter) of each field of `cls`."""
+    types = get_type_hints(cls)
+    return tuple((f.name, f.metadata["key"], f.metadata["parse"] or types[f.name]) for f in fields(cls))
 
 
 def float_list(text: str) -> tuple[float, ...]:
