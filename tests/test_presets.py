@@ -32,7 +32,7 @@ def test_every_preset_resolves_for_each_of_its_algorithms(name):
     cfg = resolve({"preset": name})  # the ServerApp's path
     assert cfg["preset"] == name
     assert cfg["algorithm"] == p.values["algorithm"]
-    for key, value in p.values_for(str(cfg["algorithm"])).items():
+    for key, value in p.values_for(cfg.algorithm).items():
         assert cfg[key] == value, key
     for algorithm in p.algorithms:  # simulation.run's path, one run per algorithm of the table
         cfg = _launch_cfg({"preset": name, "algorithm": algorithm})
