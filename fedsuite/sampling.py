@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fedsuite.config import ClientSampling
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,12 @@ class Sampler:
     clients_per_round: int = 10
     participation: float = 0.1
     seed: int = 0
+
+    @classmethod
+    def from_settings(cls, sampling: ClientSampling) -> Sampler:
+        """The sampler of a run config's sampling settings (`Sampler.from_settings(cfg.sampling)`)."""
+        s = sampling
+        return cls(s.num_clients, s.mode, s.clients_per_round, s.participation, s.seed)
 
     def cohort(self, server_round: int) -> list[int]:
         if self.mode == "fixed":

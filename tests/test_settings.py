@@ -121,3 +121,14 @@ def test_settings_are_hashable_and_compare_by_value():
     assert resolve({"seed": 1}).partitioning == resolve({"seed": 1}).partitioning
     assert hash(resolve({"seed": 1}).partitioning) == hash(resolve({"seed": 1}).partitioning)
     assert resolve({"seed": 1}).partitioning != resolve({"seed": 2}).partitioning
+
+
+@pytest.mark.parametrize("run_config", [{}, {"sampling": "bernoulli", "participation": 0.3, "seed": 5}], ids=_ids)
+def test_sampler_from_the_sampling_settings_draws_the_same_cohorts(run_config):
+    from fedsuite.sampling import Sampler
+
+    cfg = resolve(run_config)
+    keys = ("num-clients", "sampling", "clients-per-round", "participation", "seed")
+    by_keys = Sampler(*(cfg[k] for k in keys))  # how the server builds it today
+    assert Sampler.from_settings(cfg.sampling) == by_keys
+    assert [Sampler.from_settings(cfg.sampling).cohort(r) for r in (1, 2, 3)] == [by_keys.cohort(r) for r in (1, 2, 3)]
