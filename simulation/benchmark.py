@@ -13,7 +13,8 @@ per-round generator), then take the plain mean of the client models (FedAvg with
 - bare 1-proc (extra line): the same rounds in this process with 2 torch threads.
 Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
 discovery: the federation has as many SuperNodes as workers, whatever N, issue 9) and the last round
-also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path. The last line,
+also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path
+(simulation.report.steady_seconds with skip_last=True). The last line,
 `overhead_ratio x`, is suite steady round / bare 2-proc steady round: 1.00 = no overhead, 1.10 = 10 % overhead.
 `train_loss_max_abs_diff` checks that the paths did the same work: round-1 losses agree up to float rounding
 (the 2-thread path sums in another order), later rounds drift a little (about 1e-3) as rounding compounds.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
@@ -42,6 +42,7 @@ from fedsuite.models import build_model
 from fedsuite.node import ClientNode
 from fedsuite.sampling import Sampler
 from fedsuite.server_app import initial_model
+from simulation.report import steady_seconds
 from simulation.run import PROJECT, pyproject_defaults, run
 
 _state: dict = {}  # per process: cfg, model, optimiser, loss function
@@ -115,11 +116,6 @@ def bare_rounds(values: dict, x0: np.ndarray, sampler: Sampler, rounds: int, wor
             pool.shutdown()
 
 
-def steady(rows: list[dict], key: str = "round_seconds") -> float:
-    """Median over rounds 2..R-1 (round 1 = cold start, round R also evaluates in the suite)."""
-    return statistics.median(r[key] for r in rows if 1 < r["round"] < len(rows))
-
-
 def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: bool = True) -> dict:
     """One federation size: the suite through `flwr run`, then the bare paths (the 1-process one only if asked);
     returns the numbers and rows."""
@@ -159,11 +155,11 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
         "num_clients": num_clients,
         "suite_wall_s": suite_wall,
         "suite_cold_start_s": suite[0]["round_seconds"],
-        "suite_steady_round_s": steady(suite),
-        "suite_client_compute_s": steady(suite, "client_compute_seconds"),
-        "bare_steady_round_s": steady(bare),
-        "bare_client_compute_s": steady(bare, "client_compute_seconds"),
-        "bare_1proc_steady_round_s": steady(seq),
+        "suite_steady_round_s": steady_seconds(suite, skip_last=True),
+        "suite_client_compute_s": steady_seconds(suite, "client_compute_seconds", skip_last=True),
+        "bare_steady_round_s": steady_seconds(bare, skip_last=True),
+        "bare_client_compute_s": steady_seconds(bare, "client_compute_seconds", skip_last=True),
+        "bare_1proc_steady_round_s": steady_seconds(seq, skip_last=True),
         "train_loss_max_abs_diff": max(abs(s["train_loss"] - o["train_loss"]) for s, o in pairs),
     }
     numbers["overhead_ratio_1proc"] = numbers["suite_steady_round_s"] / numbers["bare_1proc_steady_round_s"]

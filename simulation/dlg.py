@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from fedsuite.models import build_model
 from fedsuite.node import ClientNode
 from fedsuite.server_app import quiet_flower_logs
 from simulation.dlg_report import StudyRow, write_all
+from simulation.experiment import Job, Outcome, run_jobs, validate
 from simulation.run import parse_overrides
 
 # Binary logistic regression per dataset (§2.3: Fashion-MNIST label ≤ 4 → 0, else 1; issue 8).
@@ -94,23 +96,47 @@ def settings_text(args, run_config: dict) -> str:
     )
 
 
+def captured_attack(name: str, run_config: dict, args) -> StudyRow:
+    """Train `name` in process, capture client `args.client`'s message of round `args.round` and attack it."""
+    captured = capture(name, run_config, args.round, args.client)
+    return attack(captured, run_config_for(name, run_config, args.round), args)
+
+
+def jobs_for(args, run_config: dict) -> list[Job]:
+    """One in-process job per message of the study that can run in this checkout."""
+    return [
+        Job(run_config_for(name, run_config, args.round), label=name, keys={"algorithm": name},
+            work=partial(captured_attack, name, run_config, args))
+        for name in args.algorithms if not available(name)
+    ]  # fmt: skip
+
+
+def study_row(name: str, outcome: Outcome | None) -> StudyRow:
+    """The table's row: the attack, or a note why there is none (not in this checkout, or the run failed)."""
+    if outcome is not None and outcome.completed:
+        return outcome.value
+    note = f"skipped: {available(name)}" if outcome is None else f"{outcome.status}: {outcome.message}"
+    reveals = MESSAGES[name].reveals if name in MESSAGES else ""
+    return StudyRow(name, reveals, 0, 0, 0.0, [], [], float("nan"), note)
+
+
+def print_row(outcome: Outcome) -> None:
+    name, row = outcome.job.label, outcome.value
+    if outcome.completed:
+        print(f"dlg │ {name}: ‖X̂ − X‖ {row.errors[0]:.4g} → {row.errors[-1]:.4g}, D at the true batch "
+              f"{row.true_distance:.3g}", file=sys.stderr)  # fmt: skip
+
+
 def study(args) -> list[StudyRow]:
     run_config = base_config(args)
     quiet_flower_logs()
-    rows = []
     for name in args.algorithms:
-        reason = available(name)
-        if reason:
-            print(f"dlg │ {name}: skipped ({reason})", file=sys.stderr)
-            rows.append(StudyRow(name, MESSAGES.get(name).reveals if name in MESSAGES else "", 0, 0, 0.0, [], [],
-                                 float("nan"), f"skipped: {reason}"))  # fmt: skip
-            continue
-        resolve(run_config_for(name, run_config, args.round))  # a bad key stops here, before training
-        captured = capture(name, run_config, args.round, args.client)
-        row = attack(captured, run_config_for(name, run_config, args.round), args)
-        print(f"dlg │ {name}: ‖X̂ − X‖ {row.errors[0]:.4g} → {row.errors[-1]:.4g}, D at the true batch "
-              f"{row.true_distance:.3g}", file=sys.stderr)  # fmt: skip
-        rows.append(row)
+        if available(name):
+            print(f"dlg │ {name}: skipped ({available(name)})", file=sys.stderr)
+    jobs = jobs_for(args, run_config)
+    validate(jobs)  # a bad key stops here, before any training
+    outcomes = {o.job.label: o for o in run_jobs(jobs, on_done=print_row)}
+    rows = [study_row(name, outcomes.get(name)) for name in args.algorithms]
     out = Path(args.out) / (args.name or args.dataset)
     write_all(
         out, rows, args.iterations, f"{args.dataset}, binary logistic regression", settings_text(args, run_config)
@@ -159,11 +185,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        study(args)
+        rows = study(args)
     except ConfigError as err:
         print(f"dlg │ {err}", file=sys.stderr)
         return 2
-    return 0
+    return 1 if any(row.note and not row.note.startswith("skipped") for row in rows) else 0
 
 
 if __name__ == "__main__":

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from simulation import report
 
 TABLE_ITERATIONS = (0, 10, 50, 100)
 
@@ -42,13 +43,6 @@ def summary(row: StudyRow, iterations: int) -> dict:
     return out
 
 
-def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str] | None = None) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(fields or rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def _fmt(value, column: str = "") -> str:
     if value is None:
         return "–"
@@ -64,41 +58,26 @@ def markdown(rows: Sequence[dict], iterations: int) -> str:
             "relative_change", "decreased", "D_true_batch", "D_final", "note"]  # fmt: skip
     head = ["algorithm", "message", "n_1", "T", *[f"‖X̂−X‖ @{i}" for i in checkpoints(iterations)],
             "(final − initial)/initial", "decreased", "D at true batch", "D final", "note"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_fmt(r[c], c) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(report.markdown_table(head, ([_fmt(r[c], c) for c in cols] for r in rows))) + "\n"
 
 
 def plot(path: Path, rows: Sequence[StudyRow], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for row in rows:
-        if row.errors:
-            ax.plot(range(len(row.errors)), row.errors, label=row.name)
-    ax.set_yscale("log")
-    ax.set_xlabel("attack iteration")
-    ax.set_ylabel("‖X̂ − X‖_F")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    lines = [report.Line(row.name, [list(enumerate(row.errors))]) for row in rows if row.errors]
+    panel = report.Panel(lines, xlabel="attack iteration", ylabel="‖X̂ − X‖_F", yscale="log", title=title,
+                         title_size=9, legend_size=10, legend_columns=1, grid=False)  # fmt: skip
+    report.plot(path, [panel], figsize=(6.4, 4.2))
 
 
 def write_all(out: Path, rows: Sequence[StudyRow], iterations: int, title: str, settings_md: str) -> None:
     """table.md, table.csv, errors.png and rows.csv (algorithm, iteration, error, distance) into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     table = [summary(r, iterations) for r in rows]
-    write_csv(out / "table.csv", table)
+    report.write_csv(out / "table.csv", table)
     (out / "table.md").write_text(f"# DLG leakage study: {title}\n\n{settings_md}\n\n{markdown(table, iterations)}")
     raw = [
         {"algorithm": r.name, "iteration": i, "error": e, "distance": d}
         for r in rows
         for i, (e, d) in enumerate(zip(r.errors, r.distances, strict=True))
     ]
-    write_csv(out / "rows.csv", raw, ("algorithm", "iteration", "error", "distance"))
+    report.write_csv(out / "rows.csv", raw, ("algorithm", "iteration", "error", "distance"))
     plot(out / "errors.png", rows, title)

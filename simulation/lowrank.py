@@ -14,14 +14,16 @@ algorithm, r and λ: final error and rank, whether the rank is exact, and which 
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from fedsuite.config import ConfigError, resolve
+from simulation import report
+from simulation.experiment import Job, Outcome, run_jobs, validate
 from simulation.run import parse_overrides
 
 # The spec's setting (§3.7): N = 100, S = 10, M = 5, T = 5, 100 samples per client (blocks of 20), mean-reduced
@@ -90,59 +92,61 @@ def final_rows(rows: list[dict]) -> list[dict]:
     ]  # fmt: skip
 
 
+def jobs_for(algorithms: list[str], ranks: list[int], lambdas: list[float], rounds: int, extra: dict) -> list[Job]:
+    """Every (r, λ, algorithm): one in-process run that records its own rows (run_one)."""
+    return [
+        Job({**BASE, **extra, "algorithm": a, "lowrank-rank": r, "prox-lambda": lam, "num-server-rounds": rounds},
+            label=f"{a} r={r} λ={lam:g}", keys={"algorithm": a, "rank": r, "lambda": lam},
+            work=partial(run_one, a, r, lam, rounds, extra))
+        for r in ranks for lam in lambdas for a in algorithms
+    ]  # fmt: skip
+
+
+def print_last(outcome: Outcome) -> None:
+    if outcome.completed and outcome.value:
+        last, keys = outcome.value[-1], outcome.job.keys
+        print(f"{keys['algorithm']:14s} r={keys['rank']:<3d} λ={keys['lambda']:<6g} round {last['round']}: "
+              f"‖X − X_G‖_F = {last['frobenius_error']:.4f}, rank {last['estimated_rank']}", flush=True)  # fmt: skip
+
+
 def write(out: Path, rows: list[dict], lr: float, lambdas: list[float]) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "rows.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    report.write_csv(out / "rows.csv", rows, FIELDS)
     table = final_rows(rows)
-    with open(out / "lowrank.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=(*FIELDS, "rank_exact", "best_lambda"))
-        writer.writeheader()
-        writer.writerows(table)
+    report.write_csv(out / "lowrank.csv", table, (*FIELDS, "rank_exact", "best_lambda"))
+    head = ["true rank r", "λ", "algorithm", "rounds", "final ‖X − X_G‖_F", "estimated rank", "exact rank"]
+    cells = [[str(row["rank"]), f"{row['lambda']:g}{'*' if row['best_lambda'] else ''}", row["algorithm"],
+              str(row["round"]), f"{row['frobenius_error']:.4f}", str(row["estimated_rank"]),
+              "yes" if row["rank_exact"] else "no"] for row in table]  # fmt: skip
     lines = [
         f"Low-rank matrix estimation (ALGORITHMS.md §3.7): η = {lr:g}, λ ∈ "
         f"{{{', '.join(f'{x:g}' for x in lambdas)}}}; * = the λ with the lowest final ‖X − X_G‖_F for that row's "
         "algorithm and r; rank = singular values > 1e-3.",
         "",
-        "| true rank r | λ | algorithm | rounds | final ‖X − X_G‖_F | estimated rank | exact rank |",
-        "|---|---|---|---|---|---|---|",
+        *report.markdown_table(head, cells),
     ]
-    for row in table:
-        lines.append(
-            f"| {row['rank']} | {row['lambda']:g}{'*' if row['best_lambda'] else ''} | {row['algorithm']} | "
-            f"{row['round']} | {row['frobenius_error']:.4f} | {row['estimated_rank']} | "
-            f"{'yes' if row['rank_exact'] else 'no'} |"
-        )
     (out / "lowrank.md").write_text("\n".join(lines) + "\n")
     plot(out / "lowrank.png", rows, table)
     return table
 
 
 def plot(path: Path, rows: list[dict], table: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_err, ax_rank) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    """Error and recovered rank per round, the lowest-error λ of every (algorithm, r): colour = r, dash = algorithm."""
     ranks = sorted({row["rank"] for row in table}, reverse=True)
+    error, rank = [], []
     for best in (row for row in table if row["best_lambda"]):
         run = [r for r in rows if (r["algorithm"], r["rank"], r["lambda"]) ==
                (best["algorithm"], best["rank"], best["lambda"])]  # fmt: skip
         style = "-" if best["algorithm"] == "losac-prox" else "--"
-        colour = colours[ranks.index(best["rank"]) % len(colours)]
         label = f"{best['algorithm']} r={best['rank']} λ={best['lambda']:g}"
-        ax_err.plot([r["round"] for r in run], [r["frobenius_error"] for r in run], style, color=colour, label=label)
-        ax_rank.plot([r["round"] for r in run], [r["estimated_rank"] for r in run], style, color=colour, label=label)
-    ax_err.set(xlabel="round", ylabel="‖X − X_G‖_F", yscale="log", title="estimation error")
-    ax_rank.set(xlabel="round", ylabel="rank (σ > 1e-3)", yscale="log", title="recovered rank")
-    ax_rank.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        colour = ranks.index(best["rank"])
+        error.append(report.Line(label, [[(r["round"], r["frobenius_error"]) for r in run]], style, colour))
+        rank.append(report.Line(label, [[(r["round"], r["estimated_rank"]) for r in run]], style, colour))
+    report.plot(path, [
+        report.Panel(error, ylabel="‖X − X_G‖_F", yscale="log", title="estimation error", legend_size=None,
+                     grid=False),
+        report.Panel(rank, ylabel="rank (σ > 1e-3)", yscale="log", title="recovered rank", legend_size=6, grid=False),
+    ], figsize=(12, 4.5))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,24 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
         ranks = [int(r) for r in args.ranks.split(",")]
         lambdas = [float(x) for x in args.lambdas.split(",")]
-        for algorithm in algorithms:
-            resolve({**BASE, **extra, "algorithm": algorithm, "lowrank-rank": max(ranks)})
+        jobs = jobs_for(algorithms, ranks, lambdas, args.rounds, extra)
+        validate(jobs)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     logging.getLogger("flwr").setLevel(logging.WARNING)
-    rows: list[dict] = []
-    for rank in ranks:
-        for lam in lambdas:
-            for algorithm in algorithms:
-                run = run_one(algorithm, rank, lam, args.rounds, extra)
-                rows += run
-                last = run[-1]
-                print(f"{algorithm:14s} r={rank:<3d} λ={lam:<6g} round {last['round']}: ‖X − X_G‖_F = "
-                      f"{last['frobenius_error']:.4f}, rank {last['estimated_rank']}", flush=True)  # fmt: skip
+    outcomes = run_jobs(jobs, on_done=print_last)
+    rows = [row for outcome in outcomes if outcome.completed for row in outcome.value]
     table = write(args.out, rows, float({**BASE, **extra}["lr"]), lambdas)
     print((args.out / "lowrank.md").read_text())
-    return 0 if table else 1
+    return 0 if table and all(o.completed for o in outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 
 from fedsuite.config import ConfigError
-from simulation import compare
-from simulation.run import parse_overrides
-from simulation.sweep import format_mean_std, mean_std
+from simulation import compare, report
+from simulation.experiment import ENGINES, Job, resolved, validate
+from simulation.presets import describe as describe_config
+from simulation.presets import expand as expand_preset
+from simulation.run import Interrupted, parse_overrides, preflight
 
 SETTING = ("dataset='mnist' model='2nn' partition='shards' num-clients=100 clients-per-round=10 "
            "local-batches='blocks' loss-reduction='sum' lr=0.0001 weight-decay=0.0 eval-every=2")  # fmt: skip
@@ -43,15 +44,20 @@ def toml_pairs(values: dict) -> str:
     return " ".join(f"{k}={value(v)}" for k, v in values.items())
 
 
-def rows_for(folder: Path, algorithms: list[str], blocks: int, steps: int, target: float) -> list[dict]:
+def cell_keys(blocks: int, steps: int, rounds: int, target: float) -> dict:
+    """The run-config keys one (M, T) cell sets."""
+    return {"losac-blocks": blocks, "local-steps": steps, "num-server-rounds": rounds, "targets": f"{target:g}"}
+
+
+def rows_for(jobs: list[Job], blocks: int, steps: int, target: float) -> list[dict]:
+    """The paper's row of every run of one cell that left a summary (a failed or diverged run with its status)."""
     rows = []
-    for algorithm in algorithms:
-        summary_file = folder / "runs" / algorithm / "summary.json"
-        if not summary_file.is_file():
+    for job in jobs:
+        if not (job.folder / "summary.json").is_file():
             continue
-        summary = json.loads(summary_file.read_text())
+        summary = report.read_summary(job.folder)
         rows.append({
-            "algorithm": algorithm, "M": blocks, "T": steps, "status": summary["status"],
+            "algorithm": job.keys["algorithm"], "M": blocks, "T": steps, "status": summary["status"],
             "rounds": summary["rounds_completed"],
             "rounds_to_target": summary["rounds_to_target"].get(f"{target:g}"),
             "final_loss": summary["final_loss"], "final_accuracy": summary["final_accuracy"],
@@ -77,14 +83,9 @@ def markdown(rows: list[dict], target: float, command: str) -> str:
         reached = "–" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         if r["speedup_vs_scaffold"] is not None and r["algorithm"] != "scaffold":
             reached += f" ({r['speedup_vs_scaffold']:.2f}×)"
-        lines.append(f"| {r['algorithm']} | {r['M']} | {r['T']} | {reached} | {r['final_loss']:.4f} | "
-                     f"{r['final_accuracy']:.4f} | {r['rounds']} | {r['status']} |")  # fmt: skip
+        lines.append(f"| {r['algorithm']} | {r['M']} | {r['T']} | {reached} | {report.fmt(r['final_loss'], '.4f')} | "
+                     f"{report.fmt(r['final_accuracy'], '.4f')} | {r['rounds']} | {r['status']} |")  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def _spread(values: list[float], spec: str) -> str:
-    """mean ± std (sample std), or the one value when there is one."""
-    return f"{values[0]:{spec}}" if len(values) == 1 else format_mean_std(mean_std(values), spec)
 
 
 def combine(folders: list[Path], target: float) -> tuple[list[dict], str]:
@@ -106,11 +107,11 @@ def combine(folders: list[Path], target: float) -> tuple[list[dict], str]:
         speedups = [float(r["speedup_vs_scaffold"]) for r in rows if r["speedup_vs_scaffold"]]
         combined.append({
             "algorithm": algorithm, "M": blocks, "T": steps, "seeds": len(all_rows), "completed": len(rows),
-            "reached": len(reached), "rounds_to_target": _spread(reached, ".1f"), "rounds_to_target_each": " ".join(
-                r["rounds_to_target"] or "–" for r in rows),
-            "speedup_vs_scaffold": _spread(speedups, ".2f") if algorithm != "scaffold" else "",
-            "final_loss": _spread([float(r["final_loss"]) for r in rows], ".4f"),
-            "final_accuracy": _spread([float(r["final_accuracy"]) for r in rows], ".4f"),
+            "reached": len(reached), "rounds_to_target": report.spread(reached, ".1f"),
+            "rounds_to_target_each": " ".join(r["rounds_to_target"] or "–" for r in rows),
+            "speedup_vs_scaffold": report.spread(speedups, ".2f") if algorithm != "scaffold" else "",
+            "final_loss": report.spread([float(r["final_loss"]) for r in rows], ".4f"),
+            "final_accuracy": report.spread([float(r["final_accuracy"]) for r in rows], ".4f"),
         })  # fmt: skip
     lines = [
         f"Rounds to {target:.0%} / × SCAFFOLD (per seed, then averaged) / test loss / test accuracy at the last "
@@ -137,12 +138,20 @@ def write_combined(folders: list[Path], out: Path, target: float) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     (out / "seeds.md").write_text(text)
-    with open(out / "seeds.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["algorithm"])
-        writer.writeheader()
-        writer.writerows(rows)
+    report.write_csv(out / "seeds.csv", rows)
     print(text)
     return 0
+
+
+def cells(args, setting: dict, algorithms: list[str]) -> list[tuple[int, int, Path, dict, list[Job]]]:
+    """Every (M, T) of the grid: its folder, shared settings and one job per algorithm (compare's layout)."""
+    out = []
+    for blocks in [int(m) for m in args.blocks.split(",")]:
+        for steps in [int(t) for t in args.steps.split(",")]:
+            folder = args.out.resolve() / f"M{blocks}-T{steps}"
+            shared = {**setting, **cell_keys(blocks, steps, args.rounds, args.target)}
+            out.append((blocks, steps, folder, shared, compare.jobs_for(algorithms, shared, folder)))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default="2,6", help="T values (local steps)")
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--target", type=float, default=0.85)
-    parser.add_argument("--engine", choices=("flwr", "inprocess"), default="flwr")
+    parser.add_argument("--engine", choices=ENGINES, default="flwr")
     parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
     args = parser.parse_args(argv)
     if args.combine:
@@ -163,31 +172,40 @@ def main(argv: list[str] | None = None) -> int:
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     try:
         setting = {**parse_overrides([SETTING]), **parse_overrides(args.run_config)}
-    except ConfigError as err:
+        taken = sorted(set(parse_overrides(args.run_config)) & set(cell_keys(0, 0, 0, 0.0)))
+        if taken:
+            raise ConfigError(f"-c: {', '.join(taken)} are set by --blocks, --steps, --rounds and --target")
+        grid = cells(args, setting, algorithms)
+        for *_, shared, jobs in grid:  # every cell is checked before the first run starts
+            validate(jobs)
+            preflight(resolved(shared))
+    except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     rows, failed = [], False
-    for blocks in [int(m) for m in args.blocks.split(",")]:
-        for steps in [int(t) for t in args.steps.split(",")]:
-            folder = args.out / f"M{blocks}-T{steps}"
-            grid = (f"losac-blocks={blocks} local-steps={steps} num-server-rounds={args.rounds} "
-                    f"targets='{args.target:g}'")  # fmt: skip
-            print(f"══ M = {blocks}, T = {steps} ══", flush=True)
-            rc = compare.main(["--algorithms", ",".join(algorithms), "--engine", args.engine, "--skip-finished",
-                               "-c", toml_pairs(setting), "-c", grid, "--out", str(folder)])  # fmt: skip
-            if rc == 2:
-                return 2
-            failed |= rc != 0
-            rows += rows_for(folder, algorithms, blocks, steps, args.target)
+    for blocks, steps, folder, shared, jobs in grid:
+        print(f"══ M = {blocks}, T = {steps} ══", flush=True)
+        cfg = resolved(shared)
+        print(describe_config(cfg, expand_preset(shared)[1], shared), flush=True)
+        try:
+            results = compare.compare(jobs, cfg.targets, args.engine, reuse=True)
+        except Interrupted as err:
+            print(f"interrupted ({err}); finished runs are kept, rerun the same command to continue", file=sys.stderr)
+            return err.exit_code
+        grid_keys = toml_pairs(cell_keys(blocks, steps, args.rounds, args.target))
+        command = (f"python -m simulation.compare --algorithms {','.join(algorithms)}"
+                   + (" --engine inprocess" if args.engine == "inprocess" else "")
+                   + f' -c "{toml_pairs(setting)}" -c "{grid_keys}" --out {args.out / folder.name}')  # fmt: skip
+        print(compare.write_report(folder, results, cfg.targets, command,
+                                   f"{cfg['dataset']}, {cfg['num-clients']} clients"))  # fmt: skip
+        failed |= any(r["status"] != "completed" for r in results)
+        rows += rows_for(jobs, blocks, steps, args.target)
     command = (f"python -m simulation.table2 --out {args.out} --algorithms {','.join(algorithms)} --blocks "
                f"{args.blocks} --steps {args.steps} --rounds {args.rounds} --engine {args.engine}"
                + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table2.md").write_text(markdown(rows, args.target, command))
-    with open(args.out / "table2.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["algorithm"])
-        writer.writeheader()
-        writer.writerows(rows)
+    report.write_csv(args.out / "table2.csv", rows)
     print((args.out / "table2.md").read_text())
     return 1 if failed else 0
 

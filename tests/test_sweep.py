@@ -9,6 +9,7 @@ import pytest
 
 from fedsuite.config import ConfigError
 from simulation import sweep
+from simulation.report import mean_std
 
 SETTING = "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=3 targets='0.5'"
 
@@ -22,8 +23,8 @@ def test_grid_is_the_cartesian_product_with_toml_values():
 
 
 def test_mean_and_sample_std():
-    assert sweep.mean_std([]) is None and sweep.mean_std([2.0]) == (2.0, 0.0)
-    mean, std = sweep.mean_std([1.0, 2.0, 3.0])
+    assert mean_std([]) is None and mean_std([2.0]) == (2.0, 0.0)
+    mean, std = mean_std([1.0, 2.0, 3.0])
     assert mean == 2.0 and std == pytest.approx(1.0)
 
 

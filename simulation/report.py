@@ -1,0 +1,190 @@
+"""What every study reports, in one place: the per-run summary read from a results folder, the one definition of
+steady seconds per round, mean ± std over seeds (failed or diverged runs counted, never averaged), markdown tables,
+CSV files and plots (one line per series: the mean over its seeds with a min–max band).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# --- one run ------------------------------------------------------------------------------------------------------
+
+
+def steady_seconds(rows: Iterable[dict], key: str = "round_seconds", skip_last: bool = False) -> float | None:
+    """THE steady time per round: the median (mean of the middle two for an even count) of `key` over every trained
+    round (round > 0) but the first, which is the cold start (imports, data loads, Ray start). `skip_last` also
+    leaves out the last round, for runs that evaluate on the test set only there (simulation.benchmark). Missing
+    and non-finite values are ignored; None when no round is left. fedsuite.results' summary
+    (`steady_round_seconds`) is this with skip_last=False."""
+    trained = [r for r in rows if r["round"] > 0]
+    steady = trained[1:-1] if skip_last else trained[1:]
+    values = sorted(v for v in (r.get(key) for r in steady) if v is not None and math.isfinite(v))
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+
+def read_summary(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def read_rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines() if line.strip()]
+
+
+def run_status(folder: Path) -> str:
+    """The status a run's summary.json records; `failed` when there is none (the run never got going)."""
+    try:
+        return read_summary(folder)["status"]
+    except (OSError, ValueError, KeyError):
+        return "failed"
+
+
+def run_summary(folder: Path, targets: Sequence[float]) -> dict:
+    """A results folder in numbers: status, final/best accuracy and loss, ‖x − x*‖/‖x*‖ (synthetic federations),
+    rounds to each target, steady s/round and client compute s/round, communication per client and round, and the
+    curve (accuracy per evaluated round, or the relative error where there is no accuracy)."""
+    summary, rows = read_summary(folder), read_rows(folder)
+    trained = [r for r in rows if r["round"] > 0]
+    per_round = max(len(trained), 1)
+    accuracy = [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
+    error = [(r["round"], r["relative_error"]) for r in rows if r.get("relative_error") is not None]
+    return {
+        "status": summary["status"],
+        "rounds": summary.get("rounds_completed", len(trained)),
+        "final_acc": summary.get("final_accuracy"),
+        "best_acc": summary.get("best_accuracy"),
+        "final_loss": summary.get("final_loss"),
+        "final_rel_err": summary.get("final_relative_error"),
+        "rounds_to": {f"{t:g}": summary.get("rounds_to_target", {}).get(f"{t:g}") for t in targets},
+        "s_per_round": steady_seconds(rows),
+        "client_compute_s_per_round": steady_seconds(rows, "client_compute_seconds"),
+        "vectors_per_client_round": summary.get("communication_vectors_per_client", 0) / per_round,
+        "mb_per_client_round": summary.get("communication_bytes_per_client", 0) / per_round / 1e6,
+        "curve": accuracy or error,
+        "curve_is_error": not accuracy,
+    }
+
+
+# --- over seeds -----------------------------------------------------------------------------------------------------
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float] | None:
+    """(mean, sample std); std 0 for one value; None for none."""
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+    return mean, math.sqrt(var)
+
+
+def format_mean_std(value: tuple[float, float] | None, spec: str) -> str:
+    return "–" if value is None else f"{value[0]:{spec}} ± {value[1]:{spec}}"
+
+
+def spread(values: Sequence[float], spec: str) -> str:
+    """mean ± std (sample std), or the one value when there is one."""
+    return f"{values[0]:{spec}}" if len(values) == 1 else format_mean_std(mean_std(values), spec)
+
+
+def over_seeds(runs: Sequence[dict], targets: Sequence[float], metrics: Sequence[str]) -> dict:
+    """Run summaries of one setting (one per seed) → mean ± std over the seeds whose run completed: `seeds` is
+    "k/n" (completed/all), every metric a (mean, std) or None, `rounds_to_<t>` (mean ± std over the completed seeds
+    that reached t, how many did, how many completed), and the completed seeds' curves. A failed or diverged seed
+    counts in n and is never averaged in."""
+    done = [r for r in runs if r.get("status") == "completed"]
+    row: dict = {"seeds": f"{len(done)}/{len(runs)}"}
+    for key in metrics:
+        row[key] = mean_std([r[key] for r in done if r.get(key) is not None])
+    for t in targets:
+        reached = [r["rounds_to"][f"{t:g}"] for r in done if r["rounds_to"].get(f"{t:g}") is not None]
+        row[f"rounds_to_{t:g}"] = (mean_std(reached), len(reached), len(done))
+    row["curves"] = [r["curve"] for r in done]
+    return row
+
+
+# --- files ----------------------------------------------------------------------------------------------------------
+
+
+def fmt(value, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str] | None = None) -> None:
+    """One line per row; columns `fields` (default: the first row's keys), other keys left out."""
+    fields = list(fields or (rows[0] if rows else ["algorithm"]))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@dataclass
+class Line:
+    """One series: its curves ((x, y) points, one curve per seed) drawn as their mean with a min–max band."""
+
+    label: str
+    curves: list[list[tuple[float, float]]]
+    style: str = "-"
+    colour: int | str | None = None  # an int picks from the colour cycle
+
+
+@dataclass
+class Panel:
+    lines: list[Line]
+    xlabel: str = "round"
+    ylabel: str = "test accuracy"
+    yscale: str = "linear"
+    title: str = ""
+    title_size: float | None = None
+    legend_size: float | None = 8  # None: no legend
+    legend_columns: int = 2
+    grid: bool = True
+
+
+def _band(curves: list[list[tuple[float, float]]]) -> tuple[list, list, list, list]:
+    """x values every curve has, and the mean, min and max over the curves there."""
+    points = [dict(c) for c in curves]
+    xs = sorted(set.intersection(*(set(p) for p in points)))
+    ys = [[p[x] for p in points] for x in xs]
+    return xs, [sum(v) / len(v) for v in ys], [min(v) for v in ys], [max(v) for v in ys]
+
+
+def plot(path: Path, panels: Sequence[Panel], figsize: tuple[float, float] = (8, 5)) -> None:
+    """Panels side by side into `path` (PNG, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, len(panels), figsize=figsize, squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for line in panel.lines:
+            curves = [c for c in line.curves if c]
+            if not curves:
+                continue
+            colour = colours[line.colour % len(colours)] if isinstance(line.colour, int) else line.colour
+            xs, mean, low, high = _band(curves)
+            drawn = ax.plot(xs, mean, line.style, color=colour, label=line.label, linewidth=1.4)[0]
+            if len(curves) > 1:
+                ax.fill_between(xs, low, high, color=drawn.get_color(), alpha=0.2)
+        ax.set(xlabel=panel.xlabel, ylabel=panel.ylabel, yscale=panel.yscale)
+        ax.set_title(panel.title, **({} if panel.title_size is None else {"fontsize": panel.title_size}))
+        if panel.grid:
+            ax.grid(alpha=0.3)
+        if panel.legend_size is not None and ax.get_legend_handles_labels()[0]:  # nothing drawn: no legend
+            ax.legend(fontsize=panel.legend_size, ncol=panel.legend_columns)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
