@@ -10,6 +10,8 @@ that already holds a run is refused unless the run config says `overwrite=true`.
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import json
 import logging
 import math
@@ -36,8 +38,119 @@ CSV_COLUMNS = (
 log = logging.getLogger("flwr.fedsuite")
 
 
+RESERVE = ".fedsuite-reserve"  # room kept free while a run is running, so its final status can always be written
+RESERVE_BYTES = 32 * 1024
+
+
 class ResultsFolderTaken(FileExistsError):
     """The results folder already holds a run and overwrite was not asked for."""
+
+
+class OutDirFull(OSError):
+    """A results file could not be written for lack of space; what was written before is intact."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
+def is_disk_full(err: BaseException) -> bool:
+    return isinstance(err, OutDirFull) or (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT))
+
+
+def full_message(folder: Path, name: str, err: OSError) -> str:
+    """The one line a full out-dir is reported with (summary.json's reason, the console)."""
+    return (f"out-dir {str(folder.parent)!r} is full: cannot write {name} ({err.strerror or err}); free space there "
+            "or choose another out-dir")  # fmt: skip
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace `path` with `data` all at once: written to a temporary file beside it, flushed to disk, renamed
+    over it. On any failure (a full disk at any byte) the temporary file is removed and `path` is unchanged."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def append_atomic(path: Path, text: str) -> int:
+    """Append `text` to `path` whole or not at all: a failed write (a full disk) is cut off again, so the file
+    ends where it ended before. Returns the file's size before the append (to take it back: os.truncate)."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.ftruncate(fd, size)
+            raise
+        return size
+    finally:
+        os.close(fd)
+
+
+def reserve_room(folder: Path) -> None:
+    """Keep RESERVE_BYTES allocated in `folder` while a run runs (released to write its last status)."""
+    path = folder / RESERVE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        if is_disk_full(err):
+            raise OutDirFull(full_message(folder, RESERVE, err)) from None
+        if err.errno != errno.EOPNOTSUPP:
+            raise
+
+
+def release_room(folder: Path) -> bool:
+    """Free the reserve; True if there was one."""
+    try:
+        (folder / RESERVE).unlink()
+        return True
+    except OSError:
+        return False
+
+
+def remove_temporaries(folder: Path, older_than: float | None = None) -> list[Path]:
+    """Remove what an interrupted write can leave in a results folder whose run has ended: temporary files of
+    results and checkpoints, the reserve, half-built checkpoint folders (only those last changed before
+    `older_than`, a time.time(), if given: a new launch may already be writing). Returns what was removed."""
+    import shutil
+
+    found = [folder / RESERVE, folder / "summary.json.tmp", folder / "summary.json.stop"]
+    found += folder.glob(".*.tmp")
+    found += folder.glob(".fedsuite-write-check-*")
+    ckpt = folder / "checkpoints"
+    found += ckpt.glob(".round-*.tmp")
+    found += ckpt.glob(".latest.json.*")
+    for sub in ckpt.glob("round-*"):
+        found += sub.glob(".*.tmp")
+    removed = []
+    for path in found:
+        try:
+            if older_than is not None and path.lstat().st_mtime >= older_than:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def default_run_name(algorithm: str, dataset: str) -> str:
@@ -91,7 +204,9 @@ def _marker(path: Path) -> dict[str, Any]:
 
 
 def mark_stopped(folder: Path, status: str, reason: str) -> bool:
-    """Set a summary that still says `running` to `status` (a driver that outlived its run); True if changed."""
+    """Set a summary that still says `running` to `status` (a driver that outlived its run); True if changed.
+    A full disk is met with the run's reserve; if even so the summary cannot be written it stays as it was
+    (whole) and False is returned: the caller says it on the console."""
     path = folder / "summary.json"
     try:
         summary = json.loads(path.read_text())
@@ -100,10 +215,22 @@ def mark_stopped(folder: Path, status: str, reason: str) -> bool:
     if summary.get("status") != "running":
         return False
     summary.update(status=status, reason=reason)
-    tmp = path.with_suffix(".json.stop")
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(path)
+    try:
+        _write_with_reserve(folder, path, json.dumps(summary, indent=2))
+    except OSError:
+        return False
+    release_room(folder)
     return True
+
+
+def _write_with_reserve(folder: Path, path: Path, text: str) -> None:
+    """write_atomic; on a full disk, release the run's reserve and try once more."""
+    try:
+        write_atomic(path, text)
+    except OSError as err:
+        if not is_disk_full(err) or not release_room(folder):
+            raise
+        write_atomic(path, text)
 
 
 class RunRecorder:
@@ -127,24 +254,31 @@ class RunRecorder:
         self.status = "running"
         self.resume_command: str | None = None  # set once a checkpoint exists
         claim_folder(folder, overwrite, os.environ.get(RUN_TOKEN_ENV), resume=resumed_rows is not None)
-        (folder / "config.json").write_text(json.dumps({"run_config": config, **meta}, indent=2, default=str))
-        with open(folder / "rounds.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(CSV_COLUMNS)
-            for row in self.rows:
-                writer.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
-        if resumed_rows is not None:
-            (folder / "rounds.jsonl").write_text("".join(json.dumps(row) + "\n" for row in self.rows))
-        self.write_summary("running")
+        with self._writing("the run's files"):
+            reserve_room(folder)
+            write_atomic(folder / "config.json", json.dumps({"run_config": config, **meta}, indent=2, default=str))
+            write_atomic(folder / "rounds.csv", _csv_lines([CSV_COLUMNS, *map(_csv_row, self.rows)]))
+            if resumed_rows is not None:
+                write_atomic(folder / "rounds.jsonl", "".join(json.dumps(row) + "\n" for row in self.rows))
+            self.write_summary("running")
+
+    def _writing(self, name: str):
+        """Turns a full disk while writing `name` into OutDirFull with the one-line message."""
+        return _DiskFull(self.folder, name)
 
     def record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
-        """Append a round's row; `status` ends the run (default: `completed` after the last round)."""
+        """Append a round's row; `status` ends the run (default: `completed` after the last round). The row goes
+        into rounds.jsonl and rounds.csv both or neither (a full disk: OutDirFull, the files as they were)."""
         row = {"elapsed_seconds": round(time.time() - self.started, 3), **row}
+        with self._writing("rounds.jsonl"):
+            size = append_atomic(self.folder / "rounds.jsonl", json.dumps(row) + "\n")
+        try:
+            with self._writing("rounds.csv"):
+                append_atomic(self.folder / "rounds.csv", _csv_lines([_csv_row(row)]))
+        except BaseException:
+            os.truncate(self.folder / "rounds.jsonl", size)
+            raise
         self.rows.append(row)
-        with open(self.folder / "rounds.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        with open(self.folder / "rounds.csv", "a", newline="") as f:
-            csv.writer(f).writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
         log.info(progress_line(row, self.num_rounds))
         if status is None:
             status = "completed" if row["round"] >= self.num_rounds else "running"
@@ -161,13 +295,17 @@ class RunRecorder:
         try:
             self.plot()
         except Exception as err:  # a missing plot must not hide the run's status
+            if is_disk_full(err):
+                err = full_message(self.folder, "accuracy.png", err)
             log.warning("fedsuite │ accuracy.png not written: %s", err)
+        release_room(self.folder)
 
     def client_problem(self, server_round: int, who: str, reason: str, details: str = "") -> None:
         """Append a failed client's full reason (traceback) to clients.log; the console gets one line."""
-        with open(self.folder / "clients.log", "a") as f:
-            f.write(f"=== round {server_round} │ {who} │ {reason}\n{details.rstrip()}\n" if details else
-                    f"=== round {server_round} │ {who} │ {reason}\n")  # fmt: skip
+        with self._writing("clients.log"):
+            append_atomic(self.folder / "clients.log",
+                          f"=== round {server_round} │ {who} │ {reason}\n{details.rstrip()}\n" if details else
+                          f"=== round {server_round} │ {who} │ {reason}\n")  # fmt: skip
 
     def summary(self, status: str) -> dict[str, Any]:
         evaluated = [r for r in self.rows if r.get("accuracy") is not None and r["round"] > 0]
@@ -203,13 +341,18 @@ class RunRecorder:
         return out
 
     def write_summary(self, status: str, reason: str | None = None) -> None:
-        self.status = status
+        """Replace summary.json atomically. The final status of a run may use the reserve (a full disk must not
+        leave `running` behind); a `running` summary that cannot be written is OutDirFull (the old one stays)."""
         out = self.summary(status)
         if reason:
-            out["reason"] = reason
-        tmp = self.folder / "summary.json.tmp"
-        tmp.write_text(json.dumps(out, indent=2))
-        tmp.replace(self.folder / "summary.json")
+            out["reason"] = _plain_reason(self.folder, reason)
+        text = json.dumps(out, indent=2)
+        with self._writing("summary.json"):
+            if status == "running":
+                write_atomic(self.folder / "summary.json", text)
+            else:
+                _write_with_reserve(self.folder, self.folder / "summary.json", text)
+        self.status = status
 
     def plot(self) -> None:
         import matplotlib
@@ -233,8 +376,46 @@ class RunRecorder:
             ax.grid(alpha=0.3)
         fig.suptitle(self.folder.name, fontsize=9)
         fig.tight_layout()
-        fig.savefig(self.folder / "accuracy.png", dpi=110)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
+        write_atomic(self.folder / "accuracy.png", png.getvalue())
+
+
+class _DiskFull:
+    """Context manager: an OSError of a full disk becomes OutDirFull naming the out-dir and the file."""
+
+    def __init__(self, folder: Path, name: str):
+        self.folder, self.name = folder, name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if err is not None and not isinstance(err, OutDirFull) and is_disk_full(err):
+            raise OutDirFull(full_message(self.folder, self.name, err)) from None
+        return False
+
+
+def _plain_reason(folder: Path, reason: str) -> str:
+    """A full disk's reason in the words of full_message, without the exception's class name in front."""
+    if reason.startswith(f"{OutDirFull.__name__}: "):
+        return reason[len(OutDirFull.__name__) + 2 :]
+    if "[Errno 28]" in reason and " is full: " not in reason:
+        return f"out-dir {str(folder.parent)!r} is full: {reason}; free space there or choose another out-dir"
+    return reason
+
+
+def _csv_row(row: dict[str, Any]) -> list:
+    return ["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS]
+
+
+def _csv_lines(rows) -> str:
+    out = io.StringIO(newline="")
+    writer = csv.writer(out)
+    for row in rows:
+        writer.writerow(row)
+    return out.getvalue()
 
 
 def progress_line(row: dict[str, Any], num_rounds: int) -> str:

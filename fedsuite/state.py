@@ -59,6 +59,75 @@ def describe(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: flo
 
 
 SHARED_MEMORY = Path("/dev/shm")
+WARN_FRACTION = 0.8  # an estimate above this share of the room left is worth a warning
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes free to an unprivileged writer in the file system that holds `folder` (or would: its nearest
+    existing parent)."""
+    folder = Path(folder).expanduser().absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+def memory_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def state_folder(where: str, configured: str) -> Path:
+    """The file system a run's client state goes to (state_root without the per-run part)."""
+    if where == "disk" and configured:
+        return Path(configured).expanduser()
+    return state_root(where, "", 0).parent
+
+
+def room(where: str, folder: Path) -> tuple[int, str]:
+    """The bytes client state can take in `folder` and what limits them: the free space of its file system, and
+    for memory state also the RAM available (a RAM folder's pages are memory; /dev/shm's size may exceed it)."""
+    free = free_bytes(folder)
+    what = f"{folder} has {free / 2**20:,.0f} MiB free"
+    if where == "memory":
+        ram = memory_available()
+        if ram is not None and ram < free:
+            return ram, f"RAM has {ram / 2**20:,.0f} MiB available ({folder} {free / 2**20:,.0f} MiB free)"
+        if ram is not None:
+            what += f" (RAM {ram / 2**20:,.0f} MiB available)"
+    return free, what
+
+
+def capacity_check(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float,
+                   configured: str = "") -> tuple[str, str] | None:  # fmt: skip
+    """Compare the client-state estimate with the room where it will live: ("error", line) when it does not fit,
+    ("warning", line) above WARN_FRACTION of the room, else None. Each line names the numbers and the way out."""
+    total = state_bytes(num_clients, dim, vectors)
+    if not total:
+        return None
+    where = choose_backend(mode, num_clients, dim, vectors, budget_mb)
+    folder = state_folder(where, configured)
+    space, what = room(where, folder)
+    fits = max(0, int(space // max(1, state_bytes(1, dim, vectors))))
+    need = f"client state needs {total / 2**20:,.0f} MiB (N={num_clients} × d={dim:,} × {vectors} × 4 B × {COPIES})"
+    if where == "memory":
+        out = ("use client-state='disk' with client-state-dir=<a folder with room>, or fewer clients "
+               f"(num-clients ≤ {fits:,} fit)")  # fmt: skip
+        label = "in memory" if mode == "memory" else f"in memory (client-state='auto', under {budget_mb:g} MiB)"
+    else:
+        out = f"choose a client-state-dir with room, or fewer clients (num-clients ≤ {fits:,} fit)"
+        label = f"on disk in {folder}"
+    if total > space:
+        return "error", f"{need} {label}, but {what}: it does not fit; {out}"
+    if total > WARN_FRACTION * space:
+        return "warning", f"{need} {label}: {total / max(space, 1):.0%} of the room ({what}); {out}"
+    return None
 
 
 def state_root(where: str, configured: str, run_id: int) -> Path:
@@ -105,11 +174,17 @@ class DiskStore(MutableMapping):
         return len(self._load())
 
     def flush(self) -> None:
+        """Replace the file at once: written beside it and renamed; a failure at any byte (a full disk) removes
+        the temporary file and leaves the previous file as it was."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **self._load())
-        os.replace(tmp, self.path)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **self._load())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 class ClientState:

@@ -1,25 +1,33 @@
 """Cleans up after one launch of simulation.run, however the driver ends (normal exit, exception, SIGKILL).
 
-    python -m simulation.reaper <token> <results folder> <flwr home>     (started by simulation.run)
+    python -m simulation.reaper <token> <results folder> <flwr home> [<ray folder>]   (started by simulation.run)
 
 It waits for its standard input to close: the driver holds the other end, and the kernel closes it when the
-driver exits for any reason. Then it stops every process carrying the launch's token (simulation.processes),
-marks a summary.json that still says `running` as `interrupted`, and removes the launch's private FLWR_HOME and
-the run's per-run client-state folder (in RAM for client-state memory; checkpoints hold their own copies).
+driver exits for any reason. Meanwhile it records the launch's process tree every second (simulation.processes:
+Ray's agents lose the token from their environment, not their place in the tree). Then it stops every process of
+the launch, removes the launch's private FLWR_HOME and Ray folder, marks a summary.json that still says `running`
+as `interrupted`, removes temporary files a cut-short write left in the results folder, and the run's per-run
+client-state folder (in RAM for client-state memory; checkpoints hold their own copies). Each step runs whatever
+the one before met (a full disk must not leave the FLWR_HOME behind).
 It runs in a session of its own, so a Ctrl-C or a signal to the driver's process group does not reach it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
-from fedsuite.results import mark_stopped
+from fedsuite.results import mark_stopped, remove_temporaries
 from fedsuite.state import is_run_scoped
-from simulation.processes import stop_tagged
+from simulation.processes import Launch
+
+RECORD_SECONDS = 1.0
 
 
 def remove_run_state(folder: Path) -> None:
@@ -33,20 +41,44 @@ def remove_run_state(folder: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def wait_for_driver(launch: Launch, stream=None) -> None:
+    """Until `stream` (stdin) reaches its end, record the launch's processes every RECORD_SECONDS."""
+    fd = (stream or sys.stdin.buffer).fileno()
+    while True:
+        ready, _, _ = select.select([fd], [], [], RECORD_SECONDS)
+        if ready and not os.read(fd, 65536):
+            return
+        try:
+            launch.scan(thorough=False)
+        except OSError:
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    token, folder, flwr_home = argv if argv is not None else sys.argv[1:]
+    token, folder, flwr_home, *rest = argv if argv is not None else sys.argv[1:]
+    ray_dir = rest[0] if rest else ""
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    sys.stdin.buffer.read()  # returns at EOF: the driver closed the pipe or died
-    left = stop_tagged(token)
-    mark_stopped(Path(folder), "interrupted", "the command that started the run ended before the run did")
-    if flwr_home:
-        shutil.rmtree(flwr_home, ignore_errors=True)
-    remove_run_state(Path(folder))
+    launch = Launch(token, ray_dir or None)
+    wait_for_driver(launch)
+    problems = []
+    ended = time.time()
+    left = launch.stop()
+    for step in (
+        lambda: [shutil.rmtree(p, ignore_errors=True) for p in (flwr_home, ray_dir) if p],
+        lambda: mark_stopped(Path(folder), "interrupted", "the command that started the run ended before the run did"),
+        lambda: remove_temporaries(Path(folder), older_than=ended),
+        lambda: remove_run_state(Path(folder)),
+    ):
+        try:
+            step()
+        except Exception as err:  # the next step must still run
+            problems.append(f"{type(err).__name__}: {err}")
     if left:
-        print(f"fedsuite reaper: processes {left} did not stop", file=sys.stderr)
-        return 1
-    return 0
+        problems.append(f"processes {left} did not stop")
+    for problem in problems:
+        print(f"fedsuite reaper: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

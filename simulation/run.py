@@ -42,13 +42,16 @@ from fedsuite.results import (
     RUN_TOKEN_ENV,
     STATUSES,
     ResultsFolderTaken,
+    append_atomic,
     claim_folder,
     default_run_name,
+    full_message,
+    is_disk_full,
     mark_stopped,
 )
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
-from simulation.processes import new_token, stop_tagged
+from simulation.processes import Launch, new_token
 
 PROJECT = Path(__file__).resolve().parent.parent
 QUIET_FLOWER = {
@@ -160,10 +163,16 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     if folder is not None:
         check_writable(folder, "client-state-dir")
     vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
-    if vectors and not quiet:
-        budget = float(cfg["client-state-budget-mb"])
-        print(state.describe(str(cfg["client-state"]), int(cfg["num-clients"]), _model_dim(cfg), vectors, budget),
-              flush=True)  # fmt: skip
+    if vectors:
+        budget, dim = float(cfg["client-state-budget-mb"]), _model_dim(cfg)
+        mode, n = str(cfg["client-state"]), int(cfg["num-clients"])
+        if not quiet:
+            print(state.describe(mode, n, dim, vectors, budget), flush=True)
+        problem = state.capacity_check(mode, n, dim, vectors, budget, str(cfg["client-state-dir"]))
+        if problem and problem[0] == "error":
+            raise ConfigError(f"client-state={mode!r} num-clients={n}: {problem[1]}")
+        if problem:
+            print(f"warning: client-state={mode!r} num-clients={n}: {problem[1]}", file=sys.stderr, flush=True)
 
 
 def _model_dim(cfg: Config) -> int:
@@ -190,13 +199,28 @@ def flwr_executable() -> str:
                       "project into this interpreter's environment (pip install -e .)")  # fmt: skip
 
 
-def flower_env(token: str, flwr_home: Path) -> dict[str, str]:
-    """The launch's environment: quiet Flower, the token, a private FLWR_HOME with two free ports, and this
-    interpreter's bin folder first on PATH (flwr starts flower-superlink by name)."""
+def private_ray_dir() -> Path | None:
+    """A fresh folder for Ray's session files (RAY_TMPDIR), so the launch's Ray processes can be told by the files
+    they hold open (simulation.processes) and their logs go with the launch; None where the user set RAY_TMPDIR
+    or RAY_ADDRESS (a cluster), or where the temp folder's path is too long for Ray's sockets (107 bytes)."""
+    if os.environ.get("RAY_TMPDIR") or os.environ.get("RAY_ADDRESS"):
+        return None
+    for base in (tempfile.gettempdir(), "/tmp"):
+        # <dir>/ray/session_<date>_<time>_<µs>_<pid>/sockets/plasma_store must fit a socket address
+        if len(base) + len("/fedsuite-ray-xxxxxxxx") + 70 <= 107 and os.access(base, os.W_OK):
+            return Path(tempfile.mkdtemp(prefix="fedsuite-ray-", dir=base))
+    return None
+
+
+def flower_env(token: str, flwr_home: Path, ray_dir: Path | None = None) -> dict[str, str]:
+    """The launch's environment: quiet Flower, the token, a private FLWR_HOME with two free ports, a private Ray
+    folder, and this interpreter's bin folder first on PATH (flwr starts flower-superlink by name)."""
     env = dict(os.environ)
     env.update(QUIET_FLOWER)
     env[RUN_TOKEN_ENV] = token
     env["FLWR_HOME"] = str(flwr_home)
+    if ray_dir is not None:
+        env["RAY_TMPDIR"] = str(ray_dir)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     socks = [socket.socket() for _ in range(2)]
     for sock in socks:
@@ -235,6 +259,7 @@ def run(
     cfg = resolve({**pyproject_defaults(), **overrides})  # raises ConfigError before anything starts
     if not quiet:
         print(describe_config(cfg, from_preset, explicit), flush=True)
+    check_resume(cfg)
     flwr = flwr_executable()
     if check_data:
         preflight(cfg, quiet)
@@ -248,6 +273,10 @@ def run(
         claim_folder(folder, bool(cfg["overwrite"]), token, resume=bool(cfg["resume-from"]))
     except ResultsFolderTaken as err:
         raise ConfigError(f"run-name={overrides['run-name']!r}: {err}") from None
+    except OSError as err:
+        what = "is full" if is_disk_full(err) else "is not writable"
+        raise ConfigError(f"out-dir={overrides['out-dir']!r} {what}: cannot claim {folder} ({err.strerror or err}); "
+                          "free space there or choose another out-dir") from None  # fmt: skip
     if gpus_per_client is None:
         gpus_per_client = 0.25 if _cuda_visible() and cfg["device"] != "cpu" else 0.0
     if supernodes is None:
@@ -256,29 +285,33 @@ def run(
     if gpus_per_client:
         federation += f" client-resources-num-gpus={gpus_per_client:g}"
     flwr_home = Path(tempfile.mkdtemp(prefix="fedsuite-flwr-home-"))
-    env = flower_env(token, flwr_home)
+    ray_dir = private_ray_dir()
+    env = flower_env(token, flwr_home, ray_dir)
     cmd = [flwr, "run", str(PROJECT), "--stream", "--federation-config", federation,
            "-c", " ".join(f"{k}={_toml(v)}" for k, v in overrides.items())]  # fmt: skip
     if not quiet:
         print("$ " + shlex.join(cmd), flush=True)
     reaper = subprocess.Popen(
-        [sys.executable, "-m", "simulation.reaper", token, str(folder), str(flwr_home)],
+        [sys.executable, "-m", "simulation.reaper", token, str(folder), str(flwr_home), str(ray_dir or "")],
         stdin=subprocess.PIPE,
         cwd=PROJECT,
         env={k: v for k, v in os.environ.items() if k != RUN_TOKEN_ENV},
         start_new_session=True,
     )
     previous = {sig: signal.signal(sig, _raise_interrupted) for sig in SIGNAL_EXIT}
+    log = LaunchLog(folder / "flwr.log")
     try:
-        run_id = _stream(cmd, env, folder / "flwr.log", quiet)
+        run_id = _stream(cmd, env, log, quiet)
         if run_id is None:
+            if log.full:
+                raise RunFailed(log.full, "failed", folder)
             raise RunFailed(f"flwr run did not start a run; see {folder / 'flwr.log'}", "failed", folder)
         flower_status = run_status(flwr, run_id, env)
-        return _outcome(folder, run_id, flower_status)
+        return _outcome(folder, run_id, flower_status, log.full)
     except Interrupted as err:
         for sig in SIGNAL_EXIT:
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-        stop_tagged(token)
+        Launch(token, ray_dir).stop()
         mark_stopped(folder, "interrupted", str(err))
         err.folder = folder
         raise
@@ -294,18 +327,58 @@ def run(
             signal.signal(sig, handler)
 
 
+def check_resume(cfg: Config) -> None:
+    """With resume-from, before anything starts: the checkpoint is whole (every file as sealed) and the run config
+    computes what the checkpointed run did (fedsuite.checkpoint.check_compatible). Raises ConfigError naming the
+    bad file, or every differing key with both values."""
+    if not cfg["resume-from"]:
+        return
+    from fedsuite import checkpoint
+
+    folder = _absolute(str(cfg["resume-from"]))
+    ckpt = _load_checkpoint(folder)
+    try:
+        checkpoint.check_compatible(ckpt, dict(cfg))
+    except checkpoint.CheckpointError as err:
+        text = str(err)
+        if "differs in" in text:
+            text += ("; leave those keys out of -c to continue the run as it was, or start a new run (without "
+                     "resume-from) to use the new values")  # fmt: skip
+        raise ConfigError(f"resume-from={str(folder)!r}: {text}") from None
+
+
+_CHECKPOINTS: dict[Path, object] = {}
+
+
+def _load_checkpoint(folder: Path):
+    """fedsuite.checkpoint.load (which verifies the files against the checkpoint's manifest), once per process;
+    every failure is a ConfigError naming the folder or file."""
+    from fedsuite import checkpoint, checkpoint_files
+
+    if folder not in _CHECKPOINTS:
+        try:
+            ckpt = checkpoint.load(folder)
+            if (ckpt.folder / checkpoint_files.MANIFEST).is_file():
+                checkpoint_files.verify(ckpt.folder)  # already done by load where load verifies
+        except (checkpoint.CheckpointError, OSError, ValueError, KeyError) as err:
+            raise ConfigError(f"resume-from={str(folder)!r}: {_checkpoint_problem(err)}") from None
+        _CHECKPOINTS[folder] = ckpt
+    return _CHECKPOINTS[folder]
+
+
+def _checkpoint_problem(err: Exception) -> str:
+    if isinstance(err, OSError) and err.filename:
+        return f"checkpoint file {err.filename} cannot be read ({err.strerror or err}); resume from another copy"
+    return str(err) if str(err) else type(err).__name__
+
+
 def resumed_overrides(overrides: dict) -> dict:
     """With resume-from: the checkpointed run's config, the results folder it is in, then the given overrides
     (e.g. a larger num-server-rounds), so `-c "resume-from='<folder>'"` alone continues the run."""
     if not overrides.get("resume-from"):
         return overrides
-    from fedsuite import checkpoint
-
     folder = _absolute(str(overrides["resume-from"]))
-    try:
-        base = checkpoint.load(folder).run_config
-    except (checkpoint.CheckpointError, OSError, ValueError) as err:
-        raise ConfigError(f"resume-from={str(folder)!r}: {err}") from None
+    base = _load_checkpoint(folder).run_config
     kept = {k: v for k, v in base.items() if k not in ("out-dir", "run-name", "overwrite", "resume-from")}
     return {**kept, **overrides, "resume-from": str(folder), "out-dir": str(folder.parent), "run-name": folder.name}
 
@@ -344,7 +417,30 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
-def _stream(cmd: list[str], env: dict[str, str], log_path: Path, quiet: bool) -> str | None:
+class LaunchLog:
+    """flwr.log, appended one whole line at a time. A write that fails (a full out-dir) is cut off again and
+    ends the log; `full` then holds the one-line message of a full out-dir."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.full: str | None = None
+        self.failed = False
+
+    def write(self, line: str) -> None:
+        if self.failed:
+            return
+        try:
+            append_atomic(self.path, line)
+        except OSError as err:
+            self.failed = True
+            if is_disk_full(err):
+                self.full = full_message(self.path.parent, self.path.name, err)
+            else:
+                print(f"warning: {self.path} cannot be written ({err.strerror or err}); the console keeps Flower's "
+                      "output", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _stream(cmd: list[str], env: dict[str, str], log: LaunchLog, quiet: bool) -> str | None:
     """Run `flwr run --stream`, copying its output to flwr.log and (filtered by ConsoleFilter) to the console;
     returns the run id."""
     run_id = None
@@ -352,17 +448,15 @@ def _stream(cmd: list[str], env: dict[str, str], log_path: Path, quiet: bool) ->
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=PROJECT,
                             start_new_session=True)  # fmt: skip
     try:
-        with open(log_path, "a") as log:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if not quiet:
-                    sys.stdout.write(console(line))
-                    sys.stdout.flush()
-                found = re.search(r"Successfully started run (\d+)", line)
-                run_id = run_id or (found.group(1) if found else None)
+        for line in proc.stdout:
+            log.write(line)
             if not quiet:
-                sys.stdout.write(console.flush())
+                sys.stdout.write(console(line))
+                sys.stdout.flush()
+            found = re.search(r"Successfully started run (\d+)", line)
+            run_id = run_id or (found.group(1) if found else None)
+        if not quiet:
+            sys.stdout.write(console.flush())
         proc.wait()
     finally:
         if proc.poll() is None:
@@ -384,6 +478,8 @@ class ConsoleFilter:
             if line.startswith("Traceback (most recent call last):"):
                 self.block = [line]
                 return ""
+            if "fedsuite │ failed: " in line and _full_disk(line):  # said once, at the end, by simulation.run
+                return ""
             return _cut(line)
         if line[:1].isspace() or not line.strip():
             self.block.append(line)
@@ -391,11 +487,17 @@ class ConsoleFilter:
         block, self.block = self.block + [line], None
         if "RunAborted: " in line:
             return "(the ServerApp stopped the run: reason above; traceback in flwr.log)\n"
+        if _full_disk(line):  # the one line that says so comes at the end
+            return ""
         return "".join(_cut(text) for text in block)
 
     def flush(self) -> str:
         block, self.block = self.block or [], None
         return "".join(_cut(text) for text in block)
+
+
+def _full_disk(line: str) -> bool:
+    return "OutDirFull: " in line or "[Errno 28]" in line
 
 
 def _cut(line: str) -> str:
@@ -404,17 +506,24 @@ def _cut(line: str) -> str:
     return line[:CONSOLE_LINE_CHARS] + " … (cut here; the whole line is in flwr.log)\n"
 
 
-def _outcome(folder: Path, run_id: str, flower_status: str) -> Path:
-    """The run's status: summary.json's, which Flower's must not contradict."""
+def _outcome(folder: Path, run_id: str, flower_status: str, full: str | None = None) -> Path:
+    """The run's status: summary.json's, which Flower's must not contradict. `full`: the message of an out-dir
+    that filled up under flwr.log (the ServerApp may not have been able to say so)."""
     try:
         summary = json.loads((folder / "summary.json").read_text())
     except (OSError, ValueError):
         summary = {}
     status, reason = summary.get("status"), summary.get("reason")
     if status == "completed" and flower_status == "finished:completed":
+        if full:
+            print(f"warning: {full} (flwr.log is incomplete; the results are whole)", file=sys.stderr)
         return folder
     if status in ("failed", "diverged"):
         raise RunFailed(f"run {run_id} {status}: {reason}", status, folder)
+    if full:
+        written = mark_stopped(folder, "failed", full)
+        where = "" if written else " (summary.json could not be updated: it still says running)"
+        raise RunFailed(f"run {run_id} failed: {full}{where}", "failed", folder)
     reason = f"Flower reports {flower_status}; see the ServerApp's error in {folder / 'flwr.log'}"
     if not mark_stopped(folder, "failed", reason) and summary:
         reason = f"Flower reports {flower_status} but summary.json says {status}"
@@ -455,11 +564,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_overrides(args.run_config)
         if args.check:
-            expanded, from_preset = expand_preset(overrides)
+            explicit = resumed_overrides(overrides)
+            expanded, from_preset = expand_preset(explicit)
             cfg = resolve({**pyproject_defaults(), **expanded})
-            print(describe_config(cfg, from_preset, overrides), flush=True)
+            print(describe_config(cfg, from_preset, explicit), flush=True)
+            check_resume(cfg)
             preflight(cfg)
-            print("run config, folders, data and partition OK")
+            print("run config, folders, data and partition OK" + (", checkpoint whole" if cfg["resume-from"] else ""))
             return 0
         folder = run(
             overrides,
