@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 from fedsuite.results import mark_stopped, remove_temporaries
-from fedsuite.state import is_run_scoped
 from simulation.processes import Launch
 
 RECORD_SECONDS = 1.0
@@ -32,6 +31,8 @@ RECORD_SECONDS = 1.0
 
 def remove_run_state(folder: Path) -> None:
     """The per-run client-state folder the ServerApp named in config.json (never a configured client-state-dir)."""
+    from fedsuite.state import is_run_scoped  # imported late: fedsuite.state brings torch (seconds to start)
+
     try:
         meta = json.loads((folder / "config.json").read_text())
         root, run_id = meta.get("client_state_dir"), int(meta.get("run_id", -1))
