@@ -1,10 +1,12 @@
 """The client half every algorithm shares, a Flower `NumPyClient`.
 
 `fit`: decode the named downlink arrays, run the shared local loop with the algorithm's update rule,
-return the named uplink arrays. An algorithm subclass only says which rule (`rule`) and what goes back
-(`uplink`). Stateful algorithms read and write `self.state` (this partition's persistent vectors, loaded
-lazily from the node's store); it is saved only after the uplink is complete and finite, and a save the server
-then does not accept (a rejected or lost reply) is undone at the client's next participation
+return the named uplink arrays. An algorithm subclass only says which persistent state it keeps
+(`state_specs`, fedsuite.declared), which rule the round trains with (`rule`) and what goes back (`uplink`, which
+receives the rule the round built, so stages it reads afterwards, e.g. an Adam stage's final v, are named in
+`rule.parts`, never kept on `self`). Stateful algorithms read and write `self.state` (this partition's declared
+vectors, loaded lazily from the node's store); it is saved only after the uplink is complete and finite, and a save
+the server then does not accept (a rejected or lost reply) is undone at the client's next participation
 (`fedsuite.state`), so no client's state runs ahead of the server's.
 
 A fit that fails (an exception, a non-finite uplink) does not raise into Flower: it returns an error reply
@@ -19,7 +21,9 @@ import traceback
 import torch
 from flwr.client import NumPyClient
 
-from fedsuite.local import LocalResult, UpdateRule, train_local
+from fedsuite.config import Config
+from fedsuite.declared import StateSpec
+from fedsuite.local import LocalResult, Transform, UpdateRule, prox_terms, train_local
 from fedsuite.node import ClientNode
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
 from fedsuite.variance import FixedBlocks
@@ -28,23 +32,33 @@ MAX_TRACEBACK_CHARS = 8000
 
 
 class FedClient(NumPyClient):
-    stateful = False  # True: keeps persistent vectors in self.state
-
     def __init__(self, node: ClientNode):
         self.node = node
-        self.state = node.client_state() if self.stateful else None
+        specs = self.state_specs(node.cfg)
+        self.state = node.client_state(specs) if specs else None
 
     # ---- algorithm hooks -------------------------------------------------------------------------
+    @classmethod
+    def state_specs(cls, cfg: Config) -> tuple[StateSpec, ...]:
+        """The persistent vectors each client of this algorithm keeps under `cfg` (none: stateless)."""
+        return ()
+
     def rule(self, down: dict[str, torch.Tensor], config: dict) -> UpdateRule:
         return UpdateRule()
 
-    def uplink(self, result: LocalResult, down: dict[str, torch.Tensor], config: dict) -> dict[str, torch.Tensor]:
+    def uplink(self, result: LocalResult, rule: UpdateRule, down: dict[str, torch.Tensor], config: dict
+               ) -> dict[str, torch.Tensor]:  # fmt: skip
         return {"delta": result.x - result.x0}
 
+    # ---- helpers for algorithms ------------------------------------------------------------------
     def blocks(self) -> FixedBlocks:
         """This client's M fixed data blocks (`losac-blocks`, ALGORITHMS.md §3.7)."""
         node = self.node
-        return FixedBlocks(len(node.data), int(node.cfg["losac-blocks"]), int(node.cfg["seed"]), node.partition_id)
+        return FixedBlocks(len(node.data), node.cfg.local.blocks, node.cfg.seed, node.partition_id)
+
+    def prox_terms(self, mu: float, centre: torch.Tensor | None = None) -> tuple[tuple[Transform, ...], ...]:
+        """(clipped, unclipped) halves of + μ(x − centre) under the run's clip-scope (fedsuite.local.prox_terms)."""
+        return prox_terms(mu, centre, self.node.cfg.local.clip_scope)
 
     # ---- Flower NumPyClient API ------------------------------------------------------------------
     def get_properties(self, config):
@@ -62,15 +76,15 @@ class FedClient(NumPyClient):
             return [], 0, {"partition-id": self.node.partition_id, "error": message, "traceback": details}
 
     def _fit(self, parameters, config):
-        node, cfg = self.node, self.node.cfg
+        node, local = self.node, self.node.cfg.local
         if self.state is not None and STATE_ACCEPTED in config:
             self.state.accepted_round = int(config[STATE_ACCEPTED])
-        torch.set_num_threads(int(cfg["client-threads"]))
+        torch.set_num_threads(local.client_threads)
         down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}
         self._check_match(config, down)
         lr = float(config["lr"])
         rule = self.rule(down, config)
-        if rule.batches is None and cfg["local-batches"] == "blocks":
+        if rule.batches is None and local.local_batches == "blocks":
             rule.batches = self.blocks()
         result = train_local(
             node.model,
@@ -79,16 +93,15 @@ class FedClient(NumPyClient):
             node.loss_fn,
             rule,
             lr=lr,
-            weight_decay=float(cfg["weight-decay"]),
-            clip_norm=float(cfg["clip-norm"]),
-            clip_scope=str(cfg["clip-scope"]),
-            loss_reduction=str(cfg["loss-reduction"]),
-            epochs=int(cfg["local-epochs"]),
-            steps=int(cfg["local-steps"]),
-            batch_size=int(cfg["batch-size"]),
+            weight_decay=local.weight_decay,
+            clip_norm=local.clip_norm,
+            loss_reduction=local.loss_reduction,
+            epochs=local.epochs,
+            steps=local.steps,
+            batch_size=local.batch_size,
             generator=node.generator(int(config["round"])),
         )
-        uplink = self.uplink(result, down, config)
+        uplink = self.uplink(result, rule, down, config)
         for name, value in uplink.items():
             if not bool(torch.isfinite(value).all()):
                 raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from clients.localadam import LocalAdamClient
 from fedsuite.adaptive import tracks
+from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule
 
 
 class FAdamETClient(LocalAdamClient):
+    @classmethod
+    def state_specs(cls, cfg):
+        return (Vector("v_i", "float32"), Vector("y_i", "float32"))
+
     def rule(self, down, config) -> UpdateRule:
         correction = AddVector(down["y"] - self.state.get("y_i"))
         return UpdateRule(step=self.adam_step(), after_step=(correction,))
 
-    def uplink(self, result, down, config):
-        uplink = super().uplink(result, down, config)
+    def uplink(self, result, rule, down, config):
+        uplink = super().uplink(result, rule, down, config)
         if tracks(config, self.node.partition_id):
             y_i = self.state.get("y_i")
             y_new = y_i - down["y"] - uplink["delta"] / (result.steps * float(config["lr"]))

@@ -8,21 +8,24 @@ the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-pa
 
 from __future__ import annotations
 
+from clients.fadamet import FAdamETClient
 from clients.localadam import LocalAdamClient
 from fedsuite.adaptive import GradientSum, tracks
 from fedsuite.local import AddVector, UpdateRule
 
 
 class FAdamGTClient(LocalAdamClient):
-    def rule(self, down, config) -> UpdateRule:
-        self.gradients = GradientSum(float(self.node.cfg["weight-decay"]))
-        correction = AddVector(down["y"] - self.state.get("y_i"))
-        return UpdateRule(corrections=(self.gradients, correction), step=self.adam_step())
+    state_specs = FAdamETClient.state_specs  # v_i and y_i
 
-    def uplink(self, result, down, config):
-        uplink = super().uplink(result, down, config)
+    def rule(self, down, config) -> UpdateRule:
+        gradients = GradientSum(self.node.cfg.local.weight_decay)
+        correction = AddVector(down["y"] - self.state.get("y_i"))
+        return UpdateRule(clipped=(gradients, correction), step=self.adam_step(), parts={"gradients": gradients})
+
+    def uplink(self, result, rule, down, config):
+        uplink = super().uplink(result, rule, down, config)
         if tracks(config, self.node.partition_id):
-            y_new = self.gradients.mean()
+            y_new = rule.parts["gradients"].mean()
             uplink["delta_y"] = y_new - self.state.get("y_i")
             self.state.set("y_i", y_new)
         return uplink

@@ -8,20 +8,25 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from fedsuite.local import AddVector, Prox, UpdateRule
+from fedsuite.declared import Vector
+from fedsuite.local import AddVector, UpdateRule
 
 
 class FedADMMClient(FedClient):
-    stateful = True
+    @classmethod
+    def state_specs(cls, cfg):
+        lam = Vector("lambda", "float32")
+        return (lam, Vector("xhat", "float32")) if cfg["fedadmm-variant"] == "wang" else (lam,)
 
     def __init__(self, node, rho: float, variant: str = "wang"):
         super().__init__(node)
         self.rho, self.variant = rho, variant
 
     def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(corrections=(AddVector(self.state.get("lambda"), 1.0),), regularizers=(Prox(self.rho),))
+        clipped, unclipped = self.prox_terms(self.rho)
+        return UpdateRule(clipped=(AddVector(self.state.get("lambda"), 1.0), *clipped), unclipped=unclipped)
 
-    def uplink(self, result, down, config):
+    def uplink(self, result, rule, down, config):
         delta = result.x - result.x0
         lam = self.state.get("lambda")
         lam_new = lam + self.rho * delta

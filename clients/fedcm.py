@@ -16,4 +16,4 @@ class FedCMClient(FedClient):
         self.alpha = alpha
 
     def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(corrections=(Scale(self.alpha), AddVector(down["D"], 1.0 - self.alpha)))
+        return UpdateRule(clipped=(Scale(self.alpha), AddVector(down["D"], 1.0 - self.alpha)))

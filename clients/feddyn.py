@@ -10,14 +10,22 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
-from fedsuite.local import AddVector, Prox, UpdateRule
+from fedsuite.declared import Vector
+from fedsuite.local import AddVector, UpdateRule
 
 
 class FedDynClient(FedClient):
     def __init__(self, node, alpha: float, dual_storage: str = "client"):
         self.alpha, self.dual_storage = alpha, dual_storage
-        self.stateful = dual_storage == "client"
         super().__init__(node)
+
+    @classmethod
+    def state_specs(cls, cfg):
+        return (Vector("dual", "float32"),) if cfg["dual-storage"] == "client" else ()
+
+    @property
+    def stateful(self) -> bool:
+        return self.state is not None
 
     def dual(self, down) -> torch.Tensor:
         """∇L_i (FedSpeed's ĝ_i) at the start of the round."""
@@ -30,12 +38,10 @@ class FedDynClient(FedClient):
         return None  # x^t
 
     def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(
-            corrections=(AddVector(self.step_dual(down), -1.0),),
-            regularizers=(Prox(self.alpha, self.prox_centre(down)),),
-        )
+        clipped, unclipped = self.prox_terms(self.alpha, self.prox_centre(down))
+        return UpdateRule(clipped=(AddVector(self.step_dual(down), -1.0), *clipped), unclipped=unclipped)
 
-    def uplink(self, result, down, config):
+    def uplink(self, result, rule, down, config):
         delta = result.x - result.x0
         if self.stateful:
             self.state.set("dual", self.dual(down) - self.alpha * delta)

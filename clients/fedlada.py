@@ -19,8 +19,8 @@ class FedLADAClient(FedClient):
         self.alpha, self.beta1, self.beta2, self.eps = alpha, beta1, beta2, eps
 
     def rule(self, down, config) -> UpdateRule:
-        self.adam = AdamStep(down["v"], self.beta1, self.beta2, self.eps)
-        return UpdateRule(step=self.adam, after_step=(Scale(self.alpha), AddVector(down["g_a"], 1.0 - self.alpha)))
+        adam = AdamStep(down["v"], self.beta1, self.beta2, self.eps)
+        return UpdateRule(step=adam, after_step=(Scale(self.alpha), AddVector(down["g_a"], 1.0 - self.alpha)))
 
-    def uplink(self, result, down, config):
-        return {"delta": result.x - result.x0, "v": self.adam.v}
+    def uplink(self, result, rule, down, config):
+        return {"delta": result.x - result.x0, "v": rule.step.v}

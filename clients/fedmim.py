@@ -19,6 +19,6 @@ class FedMIMClient(FedClient):
         lr = float(config["lr"])  # a_t is a displacement: dividing by η_l makes η_l·d move x by exactly a_t
         return UpdateRule(
             point=LookAhead(down["b"]),
-            corrections=(Scale(self.scale),),
-            regularizers=(AddVector(down["a"], 1.0 / lr),),
+            clipped=(Scale(self.scale),),
+            unclipped=(AddVector(down["a"], 1.0 / lr),),
         )

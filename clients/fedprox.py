@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from fedsuite.local import Prox, UpdateRule
+from fedsuite.local import UpdateRule
 from fedsuite.node import ClientNode
 
 
@@ -16,4 +16,5 @@ class FedProxClient(FedClient):
         self.mu = mu
 
     def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(regularizers=(Prox(self.mu),))
+        clipped, unclipped = self.prox_terms(self.mu)
+        return UpdateRule(clipped=clipped, unclipped=unclipped)

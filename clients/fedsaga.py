@@ -17,8 +17,7 @@ from fedsuite.variance import BlockTable
 class FedSagaClient(LoSACClient):
     def rule(self, down, config) -> UpdateRule:
         table = self.table()
-        self.correction = BlockTable(table, torch.stack(table).mean(0), scale=1.0)
-        return UpdateRule(corrections=(self.correction,), batches=self.blocks())
+        return UpdateRule(clipped=(BlockTable(table, torch.stack(table).mean(0), scale=1.0),), batches=self.blocks())
 
-    def uplink(self, result, down, config):
+    def uplink(self, result, rule, down, config):
         return {"delta": result.x - result.x0}

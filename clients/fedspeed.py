@@ -24,8 +24,8 @@ class FedSpeedClient(FedDynClient):
     def rule(self, down, config) -> UpdateRule:
         return replace(super().rule(down, config), point=SharpnessAware(self.rho, self.mix, eps=1e-7))
 
-    def uplink(self, result, down, config):
-        up = super().uplink(result, down, config)
+    def uplink(self, result, rule, down, config):
+        up = super().uplink(result, rule, down, config)
         if self.dual_agg == "sampled" and self.stateful:
             return {"delta_hat": up["delta"] - self.state.get("dual") / self.alpha}
         return up

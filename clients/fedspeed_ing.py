@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from clients.fedspeed import FedSpeedClient
+from fedsuite.declared import Vector
 
 
 class FedSpeedIngClient(FedSpeedClient):
@@ -15,15 +16,19 @@ class FedSpeedIngClient(FedSpeedClient):
         super().__init__(node, mu, rho, mix, "client", dual_agg)
         self.zeta = zeta
 
+    @classmethod
+    def state_specs(cls, cfg):
+        return (Vector("dual", "float32"), Vector("dual_extrapolated", "float32"))  # ĝ_i, ǧ_i
+
     def step_dual(self, down):
         return self.state.get("dual_extrapolated")
 
     def prox_centre(self, down):
         return down["x_tilde"]
 
-    def uplink(self, result, down, config):
+    def uplink(self, result, rule, down, config):
         before = self.state.get("dual").clone()
-        up = super().uplink(result, down, config)
+        up = super().uplink(result, rule, down, config)
         after = self.state.get("dual")
         self.state.set("dual_extrapolated", after + self.zeta * (after - before))
         return up

@@ -10,25 +10,26 @@ from __future__ import annotations
 
 from clients.base import FedClient
 from fedsuite.adaptive import AdamStep
+from fedsuite.declared import Vector
 from fedsuite.local import UpdateRule
 
 
 class LocalAdamClient(FedClient):
-    stateful = True
-
     def __init__(self, node, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-8):
         super().__init__(node)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
-        self.adam: AdamStep | None = None
+
+    @classmethod
+    def state_specs(cls, cfg):
+        return (Vector("v_i", "float32"),)
 
     def adam_step(self) -> AdamStep:
         """This round's Adam stage, starting from the carried v_i."""
-        self.adam = AdamStep(self.state.get("v_i"), self.beta1, self.beta2, self.eps)
-        return self.adam
+        return AdamStep(self.state.get("v_i"), self.beta1, self.beta2, self.eps)
 
     def rule(self, down, config) -> UpdateRule:
         return UpdateRule(step=self.adam_step())
 
-    def uplink(self, result, down, config):
-        self.state.set("v_i", self.adam.v)
+    def uplink(self, result, rule, down, config):
+        self.state.set("v_i", rule.step.v)  # the round's final second moment
         return {"delta": result.x - result.x0}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
+from fedsuite.declared import Vector
 from fedsuite.local import UpdateRule
 from fedsuite.variance import BlockTable
 
@@ -23,15 +24,17 @@ def table_names(num_blocks: int) -> list[str]:
 
 
 class LoSACClient(FedClient):
-    stateful = True
+    @classmethod
+    def state_specs(cls, cfg):
+        return tuple(Vector(name, "float32") for name in table_names(cfg.local.blocks))  # the table y_{i,1..M}
 
     def table(self) -> list[torch.Tensor]:
         """y_{i,1..M}, the live state tensors (updated in place by the step)."""
-        return [self.state.get(name) for name in table_names(int(self.node.cfg["losac-blocks"]))]
+        return [self.state.get(name) for name in table_names(self.node.cfg.local.blocks)]
 
     def rule(self, down, config) -> UpdateRule:
-        self.correction = BlockTable(self.table(), down["phi"].clone(), scale=float(self.node.num_partitions))
-        return UpdateRule(corrections=(self.correction,), batches=self.blocks())
+        table = BlockTable(self.table(), down["phi"].clone(), scale=float(self.node.num_partitions))
+        return UpdateRule(clipped=(table,), batches=self.blocks(), parts={"table": table})
 
-    def uplink(self, result, down, config):
-        return {"delta": result.x - result.x0, DELTA_PHI: self.correction.change}
+    def uplink(self, result, rule, down, config):
+        return {"delta": result.x - result.x0, DELTA_PHI: rule.parts["table"].change}

@@ -18,15 +18,15 @@ from clients.base import FedClient
 from fedsuite.adaptive import ControlVariatePoint
 from fedsuite.local import AddVector, UpdateRule, full_gradient
 from fedsuite.payload import ARRAYS_KEY, pack, unpack
+from fedsuite.rounds import PHASE_KEY
 
-PHASE_KEY = "phase"
 GRADIENT_PHASE = "full-gradient"
 GRADIENT_NAME = "full_grad"
 
 
 class MimeSVRGClient(FedClient):
     def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(point=ControlVariatePoint(down["model"]), corrections=(AddVector(down["c"]),))
+        return UpdateRule(point=ControlVariatePoint(down["model"]), clipped=(AddVector(down["c"]),))
 
     def _fit(self, parameters, config):  # inside FedClient.fit: a failure in either phase is an error reply
         if config.get(PHASE_KEY) == GRADIENT_PHASE:
@@ -35,7 +35,7 @@ class MimeSVRGClient(FedClient):
 
     def full_gradient_reply(self, parameters, config):
         node = self.node
-        torch.set_num_threads(int(node.cfg["client-threads"]))
+        torch.set_num_threads(node.cfg.local.client_threads)
         start = time.perf_counter()
         x = torch.tensor(unpack(parameters, str(config[ARRAYS_KEY]))["model"], device=node.device)
         grad = full_gradient(node.model, x, node.data, node.loss_fn)

@@ -9,20 +9,23 @@ Uplink Δ_i and Δc_i = c_i⁺ − c_i; c_i is persistent client state (zeros on
 from __future__ import annotations
 
 from clients.base import FedClient
+from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule, full_gradient
 
 
 class ScaffoldClient(FedClient):
-    stateful = True
+    @classmethod
+    def state_specs(cls, cfg):
+        return (Vector("c_i", "float32"),)
 
     def __init__(self, node, option: int = 2):
         super().__init__(node)
         self.option = option
 
     def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(corrections=(AddVector(down["c"] - self.state.get("c_i")),))
+        return UpdateRule(clipped=(AddVector(down["c"] - self.state.get("c_i")),))
 
-    def uplink(self, result, down, config):
+    def uplink(self, result, rule, down, config):
         delta = result.x - result.x0  # taken first: option I reuses the model's live vector
         c_i, c = self.state.get("c_i"), down["c"]
         if self.option == 2:
@@ -30,6 +33,6 @@ class ScaffoldClient(FedClient):
         else:
             node = self.node
             c_new = full_gradient(node.model, result.x0, node.data, node.loss_fn)
-            c_new.add_(result.x0, alpha=float(node.cfg["weight-decay"]))
+            c_new.add_(result.x0, alpha=node.cfg.local.weight_decay)
         self.state.set("c_i", c_new)
         return {"delta": delta, "delta_c": c_new - c_i}

@@ -8,10 +8,11 @@ run killed at any moment leaves the previous checkpoint whole. The client-state 
 (no client writes then) as hard links where the files share a file system (clients replace files, never edit
 them, so a link keeps the old version), else as copies.
 
-The algorithm state is taken generically: every attribute of the FedStrategy (its subclasses included) except the
-run plan and the per-round bookkeeping in TRANSIENT, so an algorithm added later is covered without code here. An
-attribute of a type this module cannot write exactly is an error, never silently dropped. The sampler needs no
-position: cohorts are a function of (seed, round).
+The state saved is what the strategy declares (`RuleStrategy.state_dict`: the rule's declared state with the
+global model, the acceptance ledger, the run guard's initial loss; fedsuite.declared), so an algorithm added later is
+covered by its declaration, and a resumed strategy checks the loaded state against the same declaration. A value of a
+type this module cannot write exactly is an error, never silently dropped. The sampler needs no position: cohorts
+are a function of (seed, round).
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ import numpy as np
 FOLDER = "checkpoints"
 LATEST = "latest.json"
 CLIENT_STATE = "client-state"
-# Attributes of FedStrategy that are not algorithm state: the plan (rebuilt from the run config), connections to
-# nodes, and bookkeeping of the round in progress (empty between rounds).
-TRANSIENT = frozenset({"plan", "_node_of", "_routed", "_round_started", "_round_stats", "_expected"})
 # Run-config keys that may differ between a run and its resumption: they change where things go, how long the
 # run is or how it is checked, never the numbers of the rounds already done or to come.
 FREE_KEYS = frozenset({
@@ -59,12 +57,6 @@ class Checkpoint:
         return self.folder / CLIENT_STATE
 
 
-def strategy_state(strategy) -> dict[str, Any]:
-    """The attributes that make up the algorithm's state (functions set on the instance are behaviour: skipped)."""
-    skip = TRANSIENT | set(getattr(strategy, "not_state", ()))  # a strategy may name its own timings etc.
-    return {k: v for k, v in vars(strategy).items() if k not in skip and not callable(v)}
-
-
 def _encode(value: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
     if isinstance(value, np.ndarray | np.generic):
         key = f"a{len(arrays)}"
@@ -83,9 +75,8 @@ def _encode(value: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
     if isinstance(value, list | tuple):
         return {"__list__" if isinstance(value, list) else "__tuple__": [_encode(v, arrays, where) for v in value]}
     raise CheckpointError(
-        f"strategy attribute {where} is a {type(value).__name__}, which a checkpoint cannot hold exactly; keep "
-        "algorithm state in numpy arrays, numbers, strings, lists, tuples, sets, dicts or deques, or add the attribute "
-        "to fedsuite.checkpoint.TRANSIENT if it is not state"
+        f"declared state {where} is a {type(value).__name__}, which a checkpoint cannot hold exactly; keep "
+        "algorithm state in numpy arrays, numbers, strings, lists, tuples, sets, dicts or deques (fedsuite.declared)"
     )
 
 
@@ -107,20 +98,20 @@ def _decode(tree: Any, arrays) -> Any:
     return [_decode(v, arrays) for v in tree["__list__"]]
 
 
-def encode_state(strategy) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def encode_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     arrays: dict[str, np.ndarray] = {}
-    tree = {name: _encode(value, arrays, name) for name, value in strategy_state(strategy).items()}
+    tree = {name: _encode(value, arrays, name) for name, value in state.items()}
     return tree, arrays
 
 
-def write(results: Path, server_round: int, strategy, rows: list[dict], run_config: dict,
+def write(results: Path, server_round: int, state: dict[str, Any], rows: list[dict], run_config: dict,
           client_state_root: Path | None) -> Path:  # fmt: skip
     """Write checkpoint `server_round` (module docstring); returns its folder. Older checkpoints are removed."""
     base = results / FOLDER
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".round-{server_round:06d}-{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir()
-    tree, arrays = encode_state(strategy)
+    tree, arrays = encode_state(state)
     np.savez(tmp / "server.npz", **arrays)
     (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree}))
     (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -183,12 +174,11 @@ def check_compatible(ckpt: Checkpoint, run_config: dict) -> None:
 
 def restore(strategy, ckpt: Checkpoint, client_state_root: Path | None) -> None:
     """Set the strategy's state and this run's client-state files to the checkpoint's."""
-    expected = set(strategy_state(strategy))
-    if set(ckpt.state) != expected:
-        raise CheckpointError(f"the checkpoint's algorithm state has {sorted(ckpt.state)}, this code's strategy "
-                              f"{sorted(expected)}: written by another version?")  # fmt: skip
-    for name, value in ckpt.state.items():
-        setattr(strategy, name, value)
+    try:
+        strategy.load_state_dict(ckpt.state)
+    except ValueError as err:
+        raise CheckpointError(f"{ckpt.folder}: the checkpoint does not hold this algorithm's declared state ({err}); "
+                              "written by another version?") from None  # fmt: skip
     if client_state_root is None:
         return
     client_state_root.mkdir(parents=True, exist_ok=True)

@@ -32,19 +32,19 @@ def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
             raise KeyError("node config needs partition-id and num-partitions (SuperNode --node-config)")
         partition_id, num_partitions = int(nc["partition-id"]), int(nc["num-partitions"])
     else:
-        num_partitions = int(cfg["num-clients"])
+        num_partitions = cfg.num_clients
     data_dir = str(nc["data-dir"]) if nc.get("data-dir") else None
     if data_dir and "partition-id" in nc and int(partition_id) != int(nc["partition-id"]):
         raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
                          f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
-    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
+    vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
     if vectors:
-        where = choose_backend(str(cfg["client-state"]), int(cfg["num-clients"]), node.model.dim, vectors,
-                               float(cfg["client-state-budget-mb"]))  # fmt: skip
+        held = cfg.client_state
+        where = choose_backend(held.mode, cfg.num_clients, node.model.dim, vectors, held.budget_mb)
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
         # run, so a run never starts from another run's vectors; a restarted SuperNode keeps the run id (issue 10)
-        configured = f"{node_dir}/run-{context.run_id}" if node_dir else str(cfg["client-state-dir"])
+        configured = f"{node_dir}/run-{context.run_id}" if node_dir else held.dir
         node.store = DiskStore(state_root(where, configured, context.run_id), node.partition_id)
     return node
 

@@ -4,7 +4,7 @@
 `MESSAGES` is the study's table: a study name → the registry algorithm that runs, the run-config keys it forces,
 and where its message comes from: `delta` = the client's uplink Δ = x_1^+ − x^t, read as the pseudo-gradient
 (x^t − x_1^+)/(η·T) (with one full-batch step this is ∇F_1(x) exactly: DSGD); `query` = MimeSVRG's phase-A
-upload ∇F_1(x^t) (`strategies.mimesvrg.last_query`). Adding an algorithm is one entry.
+upload ∇F_1(x^t) (seen by a round observer of the query). Adding an algorithm is one entry.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from fedsuite import registry
 from fedsuite.config import SCHEMA
 from fedsuite.dlg import pseudo_gradient
 from fedsuite.inprocess import run_inprocess
+from fedsuite.server.observers import RoundObserver
 
 
 @dataclass(frozen=True)
@@ -72,30 +73,34 @@ def capture(name: str, run_config: Mapping, attack_round: int, partition: int) -
     if reason:
         raise ValueError(reason)
     msg, cfg = MESSAGES[name], run_config_for(name, run_config, attack_round)
-    seen: dict = {}
-
-    def observe(strategy) -> None:
-        aggregate = strategy.aggregate
-
-        def spy(server_round, replies):  # strategy.x is still x^t here
-            if server_round == attack_round:
-                seen["x"] = np.asarray(strategy.x, np.float64).copy()
-                seen["reply"] = next((r for r in replies if r.partition_id == partition), None)
-            return aggregate(server_round, replies)
-
-        strategy.aggregate = spy
-        seen["strategy"] = strategy
-
-    run_inprocess(cfg, on_strategy=observe)
-    reply = seen.get("reply")
+    seen = Seen(attack_round, partition)
+    run_inprocess(cfg, observers=[seen])
+    reply = seen.reply
     if reply is None:
         raise RuntimeError(f"{name}: client {partition} sent no valid reply in round {attack_round}")
     # A sum-reduced loss (loss-reduction=sum, the LoSAC paper's) scales each step's gradient by the batch size.
     scale = reply.num_examples if cfg.get("loss-reduction", "mean") == "sum" else 1
     if msg.source == "query":
-        query_round, x, grads = seen["strategy"].last_query
-        if query_round != attack_round or partition not in grads:
+        if seen.query is None:
             raise RuntimeError(f"{name}: no phase-A gradient of client {partition} in round {attack_round}")
-        return Captured(name, np.asarray(x, np.float64), grads[partition], reply.num_examples, reply.lr, 1)
+        x, answer = seen.query
+        return Captured(name, np.asarray(x, np.float64), answer.vector, reply.num_examples, reply.lr, 1)
     grad = pseudo_gradient(torch.from_numpy(reply.arrays["delta"]), reply.lr, reply.steps).numpy() / scale
-    return Captured(name, seen["x"], grad, reply.num_examples, reply.lr, reply.steps)
+    return Captured(name, seen.x, grad, reply.num_examples, reply.lr, reply.steps)
+
+
+class Seen(RoundObserver):
+    """What one client revealed in one round: its reply, the model x^t it started from, its query answer."""
+
+    def __init__(self, attack_round: int, partition: int):
+        self.attack_round, self.partition = attack_round, partition
+        self.reply, self.x, self.query = None, None, None
+
+    def queried(self, server_round, x, answers):
+        if server_round == self.attack_round and self.partition in answers:
+            self.query = (x, answers[self.partition])
+
+    def aggregated(self, server_round, strategy, x_before, replies):
+        if server_round == self.attack_round:
+            self.x = np.asarray(x_before, np.float64).copy()
+            self.reply = next((r for r in replies if r.partition_id == self.partition), None)

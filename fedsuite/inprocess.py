@@ -7,14 +7,15 @@ run for inspection (the caller removes it, e.g. with `remove_client_state`).
 
 Clients run one after the other (Flower's thread pool with one worker), so a run is deterministic, and a client
 lost to the machinery (an exception outside the client's own fit, which clients/base.py turns into an error
-reply) raises LostClient: a test never passes on a silently smaller cohort.
+reply) raises LostClient: a test never passes on a silently smaller cohort. Tests and studies watch a run through
+round observers (fedsuite.server.observers), never by replacing strategy methods.
 """
 
 from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status
@@ -22,12 +23,23 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
-from fedsuite.server_app import RecordingServer, build_plan, build_strategy
+from fedsuite.server.adapter import RuleStrategy
+from fedsuite.server.loop import RecordingServer
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server_app import build_plan, build_strategy
 from fedsuite.state import DiskStore
 
 
 class LostClient(RuntimeError):
     """A client's message failed outside its fit (in a real run: a transport or worker failure)."""
+
+
+class Strict(RoundObserver):
+    """Raises LostClient on any failure of a fit message: in process, nothing but a bug can lose one."""
+
+    def failed(self, server_round: int, failures: list) -> None:
+        if failures:
+            raise LostClient(f"round {server_round}: {len(failures)} client message(s) failed: {failures[0]!r}")
 
 
 class InProcessProxy(ClientProxy):
@@ -74,29 +86,21 @@ def remove_client_state(strategy) -> None:
         shutil.rmtree(strategy.plan.client_state_root, ignore_errors=True)
 
 
-def run_inprocess(run_config: Mapping, record: bool = False, on_strategy=None, num_nodes: int = 2,
-                  keep_client_state: bool = False, run_id: int | None = None):  # fmt: skip
-    """Train with `run_config` (defaults filled in); returns the strategy, whose `x` is the final model.
-    `on_strategy(strategy)` is called before the first round (tests use it to observe replies)."""
+def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable[RoundObserver] = (),
+                  num_nodes: int = 2, keep_client_state: bool = False, run_id: int | None = None
+                  ) -> RuleStrategy:  # fmt: skip
+    """Train with `run_config` (defaults filled in); returns the strategy (`strategy.rule` is the algorithm's
+    server rule, `strategy.x` the final model). `observers` watch every round (fedsuite.server.observers)."""
     cfg = resolve(run_config)
     run_id = new_run_id() if run_id is None else run_id
-    strategy = build_strategy(cfg, build_plan(cfg, record=record, run_id=run_id))
-    if on_strategy is not None:
-        on_strategy(strategy)
-    server = RecordingServer(strategy, strategy.plan.recorder, remove_client_state=not keep_client_state)
+    plan = build_plan(cfg, record=record, run_id=run_id)
+    plan.query_workers = 1  # every exchange one client at a time: deterministic, no lost replies
+    strategy = build_strategy(cfg, plan, [Strict(), *observers])
+    server = RecordingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
     server.set_max_workers(1)
-    strategy.plan.query_workers = 1  # every exchange one client at a time: deterministic, no lost replies
-    aggregate_fit = strategy.aggregate_fit
-
-    def strict(server_round, results, failures):
-        if failures:
-            raise LostClient(f"round {server_round}: {len(failures)} client message(s) failed: {failures[0]!r}")
-        return aggregate_fit(server_round, results, failures)
-
-    strategy.aggregate_fit = strict
-    if cfg["client-mapping"] == "fixed":
-        num_nodes = int(cfg["num-clients"])
+    if cfg.run_control.client_mapping == "fixed":
+        num_nodes = cfg.num_clients
     for context in node_contexts(run_config, num_nodes, run_id):
         server.client_manager().register(InProcessProxy(str(context.node_id), context))
-    server.fit(num_rounds=int(cfg["num-server-rounds"]), timeout=None)
+    server.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
     return strategy

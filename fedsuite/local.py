@@ -4,14 +4,17 @@ One step (DESIGN.md, ALGORITHMS.md §0.3):
     (ξ, j) = next minibatch              epochs/iterations, or a fixed block j     (rule.batches)
     g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
     g ← |ξ|·g                            loss-reduction='sum' (the LoSAC paper's block losses, §3.7)
-    d  = g + linear corrections          SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …  (rule.corrections)
-    d  = clip(d, clip_norm)              clean: loss gradient + linear terms; reference: also −μ·centre (§0.3.2)
-    d += prox-like terms                 FedProx μ(x − x^t) … (reference: only +μ·x)   (rule.regularizers)
+    d  = g + clipped terms               SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …   (rule.clipped)
+    d  = clip(d, clip_norm)              the loss gradient and exactly the terms in rule.clipped
+    d += unclipped terms                 FedProx μ(x − x^t), FedMIM's a_t …             (rule.unclipped)
     d += wd·x                            coupled weight decay (§0.3.1)
     u  = step(d)                         SGD: u = d; Adam-type rules               (rule.step)
     u += corrections after the step      FAdamET's y − y_i, FedLADA's mix …          (rule.after_step)
     x ← x − η_l·u
     x ← prox(x)                          ℓ1 / nuclear-norm proximal operators       (rule.proximal)
+Which terms are clipped is part of the rule: a term sits in `clipped` or in `unclipped`. The prox term
++μ(x − centre) is written by `prox_terms`, which puts its −μ·centre half among the clipped terms under
+clip-scope='reference' (as FL-Simulator's and FedDyn's code do) and the whole term after the clip under 'clean'.
 Every vector is a flat tensor on the training device; the direction reuses the gradient buffer.
 """
 
@@ -21,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -104,8 +108,9 @@ class LookAhead:
 class Prox:
     """+ μ(x − centre): gradient of (μ/2)‖x − centre‖², centre = x^t unless given (FedProx §4.2, FedDyn §4.5).
 
-    Its two halves are separate because clip-scope='reference' clips the −μ·centre half with the gradient, as
-    FL-Simulator's and FedDyn's code do (they write the prox as weight decay μ plus a linear loss term)."""
+    Its two halves are separate transforms because clip-scope='reference' clips the −μ·centre half with the
+    gradient, as FL-Simulator's and FedDyn's code do (they write the prox as weight decay μ plus a linear loss
+    term): see `prox_terms`."""
 
     mu: float
     centre: torch.Tensor | None = None
@@ -144,6 +149,19 @@ class Scale:
         d.mul_(self.factor)
 
 
+def prox_terms(
+    mu: float, centre: torch.Tensor | None = None, clip_scope: str = "clean"
+) -> tuple[tuple[Transform, ...], tuple[Transform, ...]]:
+    """(clipped, unclipped) transforms of + μ(x − centre) under `clip_scope`: 'clean' clips none of it,
+    'reference' clips the −μ·centre half (§0.3.2)."""
+    prox = Prox(mu, centre)
+    if clip_scope == "reference":
+        return (prox.centre_part,), (prox.iterate_part,)
+    if clip_scope == "clean":
+        return (), (prox,)
+    raise ValueError(f"clip-scope={clip_scope!r}: allowed values are clean, reference")
+
+
 def sgd_step(d: torch.Tensor, ctx: StepContext) -> torch.Tensor:
     """The default step stage: the move is the direction itself."""
     return d
@@ -154,12 +172,13 @@ class UpdateRule:
     """The stages of one local step (module docstring); every field defaults to plain SGD."""
 
     point: Callable = field(default_factory=AtIterate)
-    corrections: Sequence[Transform] = ()
-    regularizers: Sequence[Transform] = ()
+    clipped: Sequence[Transform] = ()  # added to the loss gradient before the clip, and clipped with it
+    unclipped: Sequence[Transform] = ()  # added after the clip
     step: Step = sgd_step
     after_step: Sequence[Transform] = ()
     proximal: Sequence[ProximalOp] = ()
     batches: BatchSource | None = None  # None: minibatches() over the local data
+    parts: dict[str, Any] = field(default_factory=dict)  # named stages the client's uplink reads after the round
 
 
 @dataclass
@@ -248,7 +267,6 @@ def train_local(
     lr: float,
     weight_decay: float,
     clip_norm: float,
-    clip_scope: str = "clean",
     loss_reduction: str = "mean",
     epochs: int,
     steps: int,
@@ -269,20 +287,12 @@ def train_local(
         d = model.grad
         if loss_reduction == "sum":
             d.mul_(len(targets))
-        for transform in rule.corrections:
+        for transform in rule.clipped:
             transform(d, ctx)
-        split = clip_norm > 0 and clip_scope == "reference"
-        if split:
-            for transform in rule.regularizers:
-                if isinstance(transform, Prox):
-                    transform.centre_part(d, ctx)
         if clip_norm > 0:
             d.mul_(torch.clamp(clip_norm / (d.norm() + 1e-6), max=1.0))
-        for transform in rule.regularizers:
-            if split and isinstance(transform, Prox):
-                transform.iterate_part(d, ctx)
-            else:
-                transform(d, ctx)
+        for transform in rule.unclipped:
+            transform(d, ctx)
         if weight_decay:
             d.add_(x, alpha=weight_decay)
         u = rule.step(d, ctx)

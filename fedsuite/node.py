@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -18,6 +18,7 @@ import torch
 
 from fedsuite.config import Config
 from fedsuite.data import client_inputs, client_partition, load_dataset
+from fedsuite.declared import StateSpec
 from fedsuite.device import pick_device
 from fedsuite.local import LocalData
 from fedsuite.models import FlatModel, build_model, initial_vector, loss_function
@@ -39,7 +40,7 @@ class ClientNode:
 
     @cached_property
     def device(self) -> torch.device:
-        return pick_device(str(self.cfg["device"]))
+        return pick_device(self.cfg.run_control.device)
 
     @cached_property
     def dataset(self):
@@ -68,7 +69,7 @@ class ClientNode:
     def model(self) -> FlatModel:
         """This thread's model for the run's architecture (never cached on the node: nodes cross threads)."""
         ds = self.dataset
-        speed = (str(self.cfg["autocast"]), bool(self.cfg["channels-last"]))
+        speed = (self.cfg.local.autocast, self.cfg.local.channels_last)
         key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device), *speed, threading.get_ident())
         with _CACHE_LOCK:
             if key not in _MODELS:
@@ -76,7 +77,8 @@ class ClientNode:
                 _MODELS[key] = FlatModel(net, self.device, *speed)
             return _MODELS[key]
 
-    def client_state(self) -> ClientState:
+    def client_state(self, specs: Sequence[StateSpec]) -> ClientState:
+        """This partition's declared persistent vectors (fedsuite.declared), from the node's store."""
         if self.store is None:
             raise RuntimeError("this algorithm keeps client state but the node was built without a state store")
         return ClientState(self.store, self.model.dim, self.device)
@@ -84,11 +86,9 @@ class ClientNode:
     def initial_x(self) -> torch.Tensor:
         """x^0, rebuilt from the run seed exactly as the server builds it (FedADMM's x̂_i starts there)."""
         ds = self.dataset
-        return initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, int(self.cfg["seed"])).to(
-            self.device
-        )
+        return initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed).to(self.device)
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""
-        seed = np.random.SeedSequence([int(self.cfg["seed"]), server_round, self.partition_id]).generate_state(1)[0]
+        seed = np.random.SeedSequence([self.cfg.seed, server_round, self.partition_id]).generate_state(1)[0]
         return torch.Generator().manual_seed(int(seed))

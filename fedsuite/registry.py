@@ -1,42 +1,72 @@
-"""Algorithm name → (server half, client half, which run-config keys feed which constructor argument).
+"""Algorithm name → (server rule, client half, which run-config keys feed which constructor argument).
 
-Strategy and client classes are imported only when an algorithm is built, so config validation stays
-light. README's algorithm table is generated from this table (`python -m simulation.algorithms`).
+Rule and client classes are imported only when an algorithm is built or its declarations are read, so config
+validation stays light. What an algorithm costs is derived from its declarations, never written twice: the client
+state per client from the client's `state_specs` (fedsuite.declared), the d-vectors per round from the rule's
+`sends`, `sends_each`, `uplink`, `uplink_some` and `query`. README's algorithm table is generated from this table
+(`python -m simulation.algorithms`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedsuite.config import Config, float_list
+import numpy as np
 
-
-def _stateless(cfg: Config) -> int:
-    return 0
+from fedsuite.config import Config, float_list, resolve
+from fedsuite.declared import StateSpec, units
+from fedsuite.sampling import Sampler
 
 
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    strategy: str  # "module:Class"
+    strategy: str  # the server rule, "module:Class"
     client: str
     section: str  # ALGORITHMS.md section
     summary: str
     strategy_args: dict[str, str] = field(default_factory=dict)  # constructor kwarg -> run-config key
     client_args: dict[str, str] = field(default_factory=dict)
-    client_state_vectors: Callable[[Config], int] = _stateless  # persistent d-vectors per client
-    vectors: tuple[int, int] = (1, 1)  # d-vectors down / up per participating client per round, defaults (§1)
-    tracking_up: int = 0  # extra d-vectors up from clients in the tracking subset Y^t only (FAdamET/GT, §3.5)
+
+    def client_state(self, cfg: Config | None = None) -> tuple[StateSpec, ...]:
+        """The client's declared persistent state under `cfg` (default: the schema defaults)."""
+        cfg = _config(cfg, self.name)
+        return _load(self.client).state_specs(cfg)
+
+    def client_state_vectors(self, cfg: Config | None = None) -> int:
+        """Persistent d-vectors per client."""
+        return units(self.client_state(cfg))
+
+    def communication(self, cfg: Config | None = None) -> tuple[int, int, int]:
+        """(d-vectors down, d-vectors up) per participating client per round, and the extra d-vectors up from the
+        clients that return `uplink_some` (FAdamET/GT's tracking subset), from the rule's declarations."""
+        cfg = _config(cfg, self.name)
+        sampler = Sampler(int(cfg["num-clients"]), "fixed", 1)
+        rule = build_rule(cfg, _probe_settings(sampler))
+        query = 1 if rule.query is not None else 0
+        return 1 + len(rule.sends) + len(rule.sends_each) + query, len(rule.uplink) + query, len(rule.uplink_some)
+
+    @property
+    def vectors(self) -> tuple[int, int]:
+        """d-vectors down / up per participating client per round, at the defaults."""
+        return self.communication()[:2]
+
+    @property
+    def tracking_up(self) -> int:
+        return self.communication()[2]
 
 
-def _duals_on_clients(cfg: Config) -> int:
-    return 1 if cfg["dual-storage"] == "client" else 0
+def _config(cfg: Config | None, algorithm: str) -> Config:
+    if not isinstance(cfg, Config) or cfg["algorithm"] != algorithm:
+        return resolve({**(dict(cfg) if cfg is not None else {}), "algorithm": algorithm, "preset": ""})
+    return cfg
 
 
-def _fedadmm_state(cfg: Config) -> int:
-    return 2 if cfg["fedadmm-variant"] == "wang" else 1  # λ_i and x̂_i, or λ_i
+def _probe_settings(sampler: Sampler):
+    from strategies.base import RuleSettings
+
+    return RuleSettings(initial_x=np.zeros(1, np.float32), sampler=sampler, lr=1.0)
 
 
 _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
@@ -45,10 +75,6 @@ _ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
 _TRACKING = {"server_lr": "server-lr", "tracking_clients": "tracking-clients"}
 
 _LOSAC = {"server_lr": "server-lr", "phi_scale": "losac-phi-scale"}
-
-
-def _blocks(cfg: Config) -> int:
-    return int(cfg["losac-blocks"])  # the table y_{i,1..M}
 
 
 _SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-alpha"}
@@ -70,62 +96,58 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "server Adagrad on mean displacement", _FEDOPT_ARGS),
         Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient", "§4.4",
                   "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}, lambda cfg: 1, vectors=(2, 2)),
+                  {"option": "scaffold-option"}),
         Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "§4.5",
                   "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
-                  {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, _duals_on_clients),
+                  {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}),
         Algorithm("fedadmm", "strategies.fedadmm:FedADMM", "clients.fedadmm:FedADMMClient", "§4.6",
                   "primal-dual: step g + λ_i + ρ(x − x^t); consensus (wang) or gong",
                   {"variant": "fedadmm-variant", "server_lr": "server-lr"},
-                  {"rho": "fedadmm-rho", "variant": "fedadmm-variant"}, _fedadmm_state),
+                  {"rho": "fedadmm-rho", "variant": "fedadmm-variant"}),
         Algorithm("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "§3.3",
-                  "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"},
-                  vectors=(2, 1)),
+                  "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"}),
         Algorithm("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "§4.7",
                   "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"}),
         Algorithm("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "§4.7",
                   "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
-                  {"alpha": "fedcm-alpha", "rho": "sam-rho"}, vectors=(2, 1)),
+                  {"alpha": "fedcm-alpha", "rho": "sam-rho"}),
         Algorithm("fedspeed", "strategies.fedspeed:FedSpeed", "clients.fedspeed:FedSpeedClient", "§3.1",
                   "FedDyn's correction + prox with a normalised SAM gradient",
                   {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
-                  {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
-                  _duals_on_clients),
+                  {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"}),
         Algorithm("fedspeed-ing", "strategies.fedspeed:FedSpeedIng", "clients.fedspeed_ing:FedSpeedIngClient",
                   "§3.2", "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
                   {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
-                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"}, lambda cfg: 2,
-                  vectors=(2, 1)),
+                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"}),
         Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "§3.4",
                   "multi-step inertial momentum: look-ahead gradient, move along a_t",
-                  {**_MIM, "server_lr": "server-lr"}, _MIM, vectors=(3, 1)),
+                  {**_MIM, "server_lr": "server-lr"}, _MIM),
         Algorithm("localadam", "strategies.fedavg:FedAvg", "clients.localadam:LocalAdamClient", "§3.6",
                   "local AMSGrad (m reset per round, no bias correction), client keeps v_i", {"server_lr": "server-lr"},
-                  _ADAM, lambda cfg: 1),
+                  _ADAM),
         Algorithm("fadamet", "strategies.fadam:FAdam", "clients.fadamet:FAdamETClient", "§3.5",
                   "LocalAdam + tracking y − y_i added after the Adam moments; Y^t ⊆ S^t refresh y_i", _TRACKING,
-                  _ADAM, lambda cfg: 2, vectors=(2, 1), tracking_up=1),
+                  _ADAM),
         Algorithm("fadamgt", "strategies.fadam:FAdam", "clients.fadamgt:FAdamGTClient", "§3.5",
                   "LocalAdam + tracking y − y_i added to the gradient before the Adam moments", _TRACKING,
-                  _ADAM, lambda cfg: 2, vectors=(2, 1), tracking_up=1),
+                  _ADAM),
         Algorithm("fedlada", "strategies.fedlada:FedLADA", "clients.fedlada:FedLADAClient", "§3.6",
                   "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed, [verify])",
-                  {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, vectors=(3, 2)),
+                  {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}),
         Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient", "§4.8",
-                  "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
-                  vectors=(3, 2)),
+                  "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"}),
         Algorithm("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "§3.7",
                   "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
-                  _LOSAC, client_state_vectors=_blocks, vectors=(2, 2)),
+                  _LOSAC),
         Algorithm("fedsaga", "strategies.fedavg:FedAvg", "clients.fedsaga:FedSagaClient", "§3.7",
                   "LoSAC's loop with the local table only: step G_j − y_ij + mean_j y_ij",
-                  {"server_lr": "server-lr"}, client_state_vectors=_blocks),
+                  {"server_lr": "server-lr"}),
         Algorithm("losac-prox", "strategies.losac:LoSAC", "clients.losac_prox:LoSACProxClient", "§3.7",
                   "LoSAC + proximal step prox_ηΨ (ℓ1 or nuclear norm) after each move",
-                  _LOSAC, client_state_vectors=_blocks, vectors=(2, 2)),
+                  _LOSAC),
         Algorithm("scaffold-prox", "strategies.scaffold:Scaffold", "clients.scaffold_prox:ScaffoldProxClient",
                   "§3.7", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}, lambda cfg: 1, vectors=(2, 2)),
+                  {"option": "scaffold-option"}),
     )
 }  # fmt: skip
 
@@ -139,9 +161,10 @@ def _kwargs(cfg: Config, args: dict[str, str]) -> dict:
     return {arg: float_list(str(cfg[key])) if arg in _LIST_ARGS else cfg[key] for arg, key in args.items()}
 
 
-def build_strategy(cfg: Config, plan):
+def build_rule(cfg: Config, settings):
+    """The algorithm's server rule (strategies/) with its hyper-parameters from `cfg`."""
     algo = ALGORITHMS[str(cfg["algorithm"])]
-    return _load(algo.strategy)(plan, **_kwargs(cfg, algo.strategy_args))
+    return _load(algo.strategy)(settings, **_kwargs(cfg, algo.strategy_args))
 
 
 def build_client(cfg: Config, node):

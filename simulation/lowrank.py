@@ -49,6 +49,7 @@ FIELDS = ("algorithm", "rank", "lambda", "round", "frobenius_error", "estimated_
 
 def run_one(algorithm: str, rank: int, lam: float, rounds: int, extra: dict) -> list[dict]:
     from fedsuite.inprocess import run_inprocess
+    from fedsuite.server.observers import RoundObserver
     from fedsuite.variance import numerical_rank
 
     cfg = {**BASE, **extra, "algorithm": algorithm, "lowrank-rank": rank, "prox-lambda": lam,
@@ -58,20 +59,16 @@ def run_one(algorithm: str, rank: int, lam: float, rounds: int, extra: dict) -> 
     truth[np.arange(rank), np.arange(rank)] = 1.0
     rows: list[dict] = []
 
-    def watch(strategy):
-        aggregate_fit = strategy.aggregate_fit
+    class Recovery(RoundObserver):
+        """After every round: the distance to the ground truth and the numerical rank of the global model."""
 
-        def recorded(server_round, results, failures):
-            out = aggregate_fit(server_round, results, failures)
+        def aggregated(self, server_round, strategy, x_before, replies):
             x = np.asarray(strategy.x, np.float64).reshape(size, size)
             error = float(np.linalg.norm(x - truth))
             rows.append({"algorithm": algorithm, "rank": rank, "lambda": lam, "round": server_round,
                          "frobenius_error": error, "estimated_rank": numerical_rank(x)})  # fmt: skip
-            return out
 
-        strategy.aggregate_fit = recorded
-
-    run_inprocess(cfg, on_strategy=watch)
+    run_inprocess(cfg, observers=[Recovery()])
     return rows
 
 

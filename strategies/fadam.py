@@ -13,29 +13,28 @@ from __future__ import annotations
 import numpy as np
 
 from fedsuite.adaptive import TRACKING_KEY
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FAdam(FedStrategy):
-    def __init__(self, plan: RunPlan, server_lr: float = 1.0, tracking_clients: int = 0):
-        super().__init__(plan)
+class FAdam(ServerRule):
+    state = (Vector("y"),)
+    sends = ("y",)
+    uplink_some = ("delta_y",)  # from the clients in Y^t only
+
+    def __init__(self, settings: RuleSettings, server_lr: float = 1.0, tracking_clients: int = 0):
+        super().__init__(settings)
         self.server_lr, self.tracking_clients = server_lr, tracking_clients
-        self.y = np.zeros(self.dim, np.float64)
-        self.tracked: set[int] = set()
 
     def tracking(self, server_round: int) -> list[int]:
-        sampler = self.plan.sampler
+        sampler = self.settings.sampler
         return sampler.tracking(server_round, sampler.cohort(server_round), self.tracking_clients)
 
-    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
-        return {"y": self.y}
-
     def fit_config(self, server_round: int):
-        self.tracked = set(self.tracking(server_round))
-        return {TRACKING_KEY: ",".join(str(pid) for pid in sorted(self.tracked))}
+        return {TRACKING_KEY: ",".join(str(pid) for pid in self.tracking(server_round))}
 
-    def expected_uplink(self, partition_id: int) -> tuple[str, ...]:
-        return ("delta", "delta_y") if partition_id in self.tracked else ("delta",)
+    def expected_uplink(self, server_round: int, partition_id: int) -> tuple[str, ...]:
+        return ("delta", "delta_y") if partition_id in self.tracking(server_round) else ("delta",)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         change = sum((r.arrays["delta_y"] for r in replies if "delta_y" in r.arrays), np.zeros(self.dim))

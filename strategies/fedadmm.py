@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedADMM(FedStrategy):
-    def __init__(self, plan: RunPlan, variant: str = "wang", server_lr: float = 1.0):
-        super().__init__(plan)
+class FedADMM(ServerRule):
+    def __init__(self, settings: RuleSettings, variant: str = "wang", server_lr: float = 1.0):
+        super().__init__(settings)
         self.variant, self.server_lr = variant, server_lr
-        self.uplink_names = ("u",) if variant == "gong" else ("delta_xhat",)
+        self.uplink = ("u",) if variant == "gong" else ("delta_xhat",)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         if self.variant == "gong":

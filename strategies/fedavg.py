@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedAvg(FedStrategy):
-    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
-        super().__init__(plan)
+class FedAvg(ServerRule):
+    def __init__(self, settings: RuleSettings, server_lr: float = 1.0):
+        super().__init__(settings)
         self.server_lr = server_lr
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:

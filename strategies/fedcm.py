@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedCM(FedStrategy):
-    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
-        super().__init__(plan)
+class FedCM(ServerRule):
+    state = (Vector("D"),)
+    sends = ("D",)
+
+    def __init__(self, settings: RuleSettings, server_lr: float = 1.0):
+        super().__init__(settings)
         self.server_lr = server_lr
-        self.D = np.zeros(self.dim, np.float64)
-
-    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
-        return {"D": self.D}
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         self.D = self.cohort_mean(replies, lambda r: -r.arrays["delta"] / (r.lr * r.steps))

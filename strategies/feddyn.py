@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Table, Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedDyn(FedStrategy):
-    def __init__(self, plan: RunPlan, dual_storage: str = "client"):
-        super().__init__(plan)
+class FedDyn(ServerRule):
+    def __init__(self, settings: RuleSettings, dual_storage: str = "client"):
         self.dual_storage = dual_storage
-        self.h_sum = np.zeros(self.dim, np.float64)
-        self.h_table: dict[int, np.ndarray] = {}
+        self.sends_each = ("h_i",) if dual_storage == "server" else ()
+        super().__init__(settings)
         self._zero = np.zeros(self.dim, np.float32)
+
+    def state_specs(self):
+        return (Vector("h_sum"), Table("h_table")) if self.dual_storage == "server" else (Vector("h_sum"),)
 
     def client_downlink(self, server_round: int, partition_id: int) -> dict[str, np.ndarray]:
         if self.dual_storage != "server":

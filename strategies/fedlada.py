@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedLADA(FedStrategy):
-    uplink_names = ("delta", "v")
+class FedLADA(ServerRule):
+    state = (Vector("g_a"), Vector("v"))
+    sends = ("g_a", "v")
+    uplink = ("delta", "v")
 
-    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
-        super().__init__(plan)
+    def __init__(self, settings: RuleSettings, server_lr: float = 1.0):
+        super().__init__(settings)
         self.server_lr = server_lr
-        self.g_a = np.zeros(self.dim, np.float64)
-        self.v = np.zeros(self.dim, np.float64)
-
-    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
-        return {"g_a": self.g_a, "v": self.v}
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         self.g_a = self.cohort_mean(replies, lambda r: -r.arrays["delta"] / (r.lr * r.steps))

@@ -5,18 +5,23 @@ and x_{t+1} = x_t + η_g·mean_S(Δ_i). J = len(alphas); J = 1, β = 0, α_0 = 1
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import History
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedMIM(FedStrategy):
-    def __init__(self, plan: RunPlan, alphas: tuple[float, ...], betas: tuple[float, ...], server_lr: float = 1.0):
-        super().__init__(plan)
+class FedMIM(ServerRule):
+    sends = ("a", "b")
+
+    def __init__(
+        self, settings: RuleSettings, alphas: tuple[float, ...], betas: tuple[float, ...], server_lr: float = 1.0
+    ):
         self.alphas, self.betas, self.server_lr = alphas, betas, server_lr
-        self.history: deque[np.ndarray] = deque(maxlen=len(alphas))  # δ_t, δ_{t−1}, … newest first
+        super().__init__(settings)
+
+    def state_specs(self):
+        return (History("history", length=len(self.alphas)),)  # δ_t, δ_{t−1}, … newest first
 
     def _combine(self, weights: tuple[float, ...]) -> np.ndarray:
         out = np.zeros(self.dim, np.float64)

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class FedOpt(FedStrategy):
+class FedOpt(ServerRule):
+    state = (Vector("m"), Vector("v"))
+
     def __init__(
-        self, plan: RunPlan, server_lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.99, tau: float = 0.01
+        self, settings: RuleSettings, server_lr: float = 0.1, beta1: float = 0.9, beta2: float = 0.99, tau: float = 0.01
     ):
-        super().__init__(plan)
+        super().__init__(settings)
         self.server_lr, self.beta1, self.beta2, self.tau = server_lr, beta1, beta2, tau
-        self.m = np.zeros(self.dim, np.float64)
-        self.v = np.zeros(self.dim, np.float64)
 
     def second_moment(self, v: np.ndarray, delta_sq: np.ndarray) -> np.ndarray:
         raise NotImplementedError

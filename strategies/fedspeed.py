@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings
 from strategies.feddyn import FedDyn
 
 
 class FedSpeed(FedDyn):
-    def __init__(self, plan: RunPlan, dual_storage: str = "client", dual_agg: str = "all"):
-        super().__init__(plan, dual_storage)
+    def __init__(self, settings: RuleSettings, dual_storage: str = "client", dual_agg: str = "all"):
+        super().__init__(settings, dual_storage)
         self.dual_agg = dual_agg
         if dual_agg == "sampled" and dual_storage == "client":
-            self.uplink_names = ("delta_hat",)  # the client uploads x̂_i − x^t
+            self.uplink = ("delta_hat",)  # the client uploads x̂_i − x^t
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         if self.dual_agg == "all":
@@ -30,10 +31,15 @@ class FedSpeed(FedDyn):
 class FedSpeedIng(FedSpeed):
     """Server keeps x^{t−1} and broadcasts x̃^t = x^t + ζ(x^t − x^{t−1}), x̃^0 = x^0 (+1 d downlink)."""
 
-    def __init__(self, plan: RunPlan, zeta: float, dual_agg: str = "all"):
-        super().__init__(plan, "client", dual_agg)
+    sends = ("x_tilde",)
+
+    def __init__(self, settings: RuleSettings, zeta: float, dual_agg: str = "all"):
+        super().__init__(settings, "client", dual_agg)
         self.zeta = zeta
-        self.x_prev = self.x.astype(np.float64)
+        self.x_prev = self.x.astype(np.float64)  # x^{−1} = x^0
+
+    def state_specs(self):
+        return (*super().state_specs(), Vector("x_prev"))
 
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
         return {"x_tilde": self.x + self.zeta * (self.x - self.x_prev)}

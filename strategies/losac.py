@@ -9,19 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 from clients.losac import DELTA_PHI
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class LoSAC(FedStrategy):
-    uplink_names = ("delta", DELTA_PHI)
+class LoSAC(ServerRule):
+    state = (Vector("phi"),)
+    sends = ("phi",)
+    uplink = ("delta", DELTA_PHI)
 
-    def __init__(self, plan: RunPlan, server_lr: float = 1.0, phi_scale: str = "1"):
-        super().__init__(plan)
+    def __init__(self, settings: RuleSettings, server_lr: float = 1.0, phi_scale: str = "1"):
+        super().__init__(settings)
         self.server_lr, self.phi_scale = server_lr, phi_scale
-        self.phi = np.zeros(self.dim, np.float64)
-
-    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
-        return {"phi": self.phi}
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         factor = self.num_clients / len(replies) if self.phi_scale == "N/S" else 1.0

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.base import FedStrategy, Reply, RunPlan
+from fedsuite.declared import Vector
+from strategies.base import Reply, RuleSettings, ServerRule
 
 
-class Scaffold(FedStrategy):
-    uplink_names = ("delta", "delta_c")
+class Scaffold(ServerRule):
+    state = (Vector("c"),)
+    sends = ("c",)
+    uplink = ("delta", "delta_c")
 
-    def __init__(self, plan: RunPlan, server_lr: float = 1.0):
-        super().__init__(plan)
+    def __init__(self, settings: RuleSettings, server_lr: float = 1.0):
+        super().__init__(settings)
         self.server_lr = server_lr
-        self.c = np.zeros(self.dim, np.float64)
-
-    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
-        return {"c": self.c}
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         self.c = self.c + sum(r.arrays["delta_c"] for r in replies) / self.num_clients

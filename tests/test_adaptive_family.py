@@ -22,8 +22,8 @@ from fedsuite.models import FlatModel
 from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
 from tests import reference_adaptive as refa
+from tests.observing import Rows, Watch
 from tests.reference import Federation, grad
-from tests.test_client_state import Rows
 from tests.test_drift_family import FED, MINIBATCH, PARTIAL, rel
 
 ADAM = {"adam-beta1": 0.9, "adam-beta2": 0.99, "adam-eps": 1e-8}
@@ -111,8 +111,8 @@ def test_y_is_the_mean_of_all_client_y_i_after_every_round(algorithm, client, mo
     crashing = sampler.tracking(2, sampler.cohort(2), 1)[0]
     original = client.uplink
 
-    def uplink(self, result, down, config):
-        out = original(self, result, down, config)
+    def uplink(self, result, rule, down, config):
+        out = original(self, result, rule, down, config)
         if self.node.partition_id == crashing and int(config["round"]) == 2:
             raise RuntimeError("client crashed after computing its new y_i and v_i")
         return out
@@ -120,27 +120,20 @@ def test_y_is_the_mean_of_all_client_y_i_after_every_round(algorithm, client, mo
     monkeypatch.setattr(client, "uplink", uplink)
     gaps, replies, tracked_ids = [], [], []
 
-    def watch(strategy):
-        aggregate = strategy.aggregate
+    def checked(server_round, strategy, x_before, rs):
+        replies.append({r.partition_id for r in rs})
+        tracked_ids.append({r.partition_id for r in rs if "delta_y" in r.arrays})
+        mean_yi = np.mean([stored(strategy, pid, "y_i") for pid in range(8)], axis=0)
+        gaps.append(np.abs(strategy.rule.y - mean_yi).max())
 
-        def checked(server_round, rs):
-            x = aggregate(server_round, rs)
-            replies.append({r.partition_id for r in rs})
-            tracked_ids.append({r.partition_id for r in rs if "delta_y" in r.arrays})
-            mean_yi = np.mean([stored(strategy, pid, "y_i") for pid in range(8)], axis=0)
-            gaps.append(np.abs(strategy.y - mean_yi).max())
-            return x
-
-        strategy.aggregate = checked
-
-    strategy = run_inprocess(cfg, on_strategy=watch, keep_client_state=True)
+    strategy = run_inprocess(cfg, observers=[Watch(aggregated=checked)], keep_client_state=True)
     has_v = {pid for pid in range(8) if np.abs(stored(strategy, pid, "v_i")).max() > 0}
     has_y = {pid for pid in range(8) if np.abs(stored(strategy, pid, "y_i")).max() > 0}
     remove_client_state(strategy)
     assert len(gaps) == 7 and max(gaps) < 1e-6
     assert crashing not in replies[1]  # the crash happened and was survived
     assert all(len(t) <= 1 for t in tracked_ids) and sum(map(len, tracked_ids)) >= 5
-    assert np.abs(strategy.y).max() > 1e-3  # y is not trivially zero
+    assert np.abs(strategy.rule.y).max() > 1e-3  # y is not trivially zero
     # clients outside Y^t refresh v_i only: someone has a v_i but no y_i
     assert has_y < has_v
 
@@ -200,10 +193,12 @@ def test_mimesvrg_c_is_the_mean_full_gradient_and_one_step_is_a_full_batch_gradi
     cohort = f.sampler.cohort(1)
     assert len(cohort) < f.n
     c = np.mean([grad(*f.clients[i], f.x0) for i in cohort], axis=0)
-    strategy = run_inprocess(cfg)
-    np.testing.assert_allclose(strategy.c, c, rtol=1e-5, atol=1e-6)
+    last_query = []
+    strategy = run_inprocess(cfg, observers=[Watch(queried=lambda *query: last_query.append(query))])
+    np.testing.assert_allclose(strategy.rule.c, c, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(strategy.x, f.x0 - f.lr(0) * (c + f.wd * f.x0), rtol=1e-5, atol=1e-6)
-    assert sorted(strategy.last_query[2]) == cohort and np.array_equal(strategy.last_query[1], strategy.plan.initial_x)
+    ((_, x_asked, answers),) = last_query
+    assert sorted(answers) == cohort and np.array_equal(x_asked, strategy.plan.initial_x)
     two = run_inprocess({**cfg, "local-steps": 2}).x  # minibatch noise enters from the second step on
     two_full = f.x0 - f.lr(0) * (c + f.wd * f.x0)
     assert rel(two, two_full) > 1e-3
@@ -223,20 +218,15 @@ def test_mimesvrg_client_failing_either_exchange_is_a_failure_of_the_round(phase
         return original(self, *args)
 
     monkeypatch.setattr(MimeSVRGClient, name, failing)
-    rows, queries = Rows(), {}
+    rows, asked_at, queries = Rows(), {}, {}
 
-    def watch(strategy):
-        strategy.plan.recorder = rows
-        configure = strategy.configure_fit
+    def queried(server_round, x, answers):
+        asked_at[server_round] = x.astype(np.float64)
 
-        def configure_fit(server_round, parameters, client_manager):
-            out = configure(server_round, parameters, client_manager)
-            queries[server_round] = (strategy.c.copy(), strategy.last_query[1].astype(np.float64))
-            return out
+    def aggregated(server_round, strategy, x_before, replies):  # MimeSVRG's aggregate leaves this round's c as it is
+        queries[server_round] = (strategy.rule.c.copy(), asked_at[server_round])
 
-        strategy.configure_fit = configure_fit
-
-    run_inprocess(cfg, on_strategy=watch)
+    run_inprocess(cfg, observers=[rows, Watch(queried=queried, aggregated=aggregated)])
     row = next(r for r in rows.rows if r["round"] == 2)
     lost = row["failures"] + row["rejected"]  # a crash in fit comes back as an error reply (rejected)
     assert lost == 1 and row["replies"] == len(f.sampler.cohort(2)) - 1
@@ -260,7 +250,7 @@ def test_registry_declares_the_fadamet_table_1_communication():
 def test_measured_communication_matches_the_registry(algorithm):
     rows = Rows()
     cfg = {**BERNOULLI, "algorithm": algorithm, "num-server-rounds": 3, "tracking-clients": 0}
-    strategy = run_inprocess(cfg, on_strategy=lambda s: setattr(s.plan, "recorder", rows))
+    strategy = run_inprocess(cfg, observers=[rows])
     algo, sampler = ALGORITHMS[algorithm], Sampler(8, "bernoulli", participation=0.5, seed=0)
     for row in (r for r in rows.rows if r["round"] > 0):
         cohort = sampler.cohort(row["round"])
@@ -281,9 +271,9 @@ def test_a_rejected_reply_leaves_neither_y_i_nor_v_i_ahead_of_the_server(algorit
 
     cfg = {**BERNOULLI, "algorithm": algorithm, "min-replies": 0.0}
     sampler = Sampler(8, "bernoulli", participation=0.5, seed=0)
-    reject_in_round(monkeypatch, sampler.tracking(2, sampler.cohort(2), 1)[0], 2)
-    gaps = mean_state_gaps(cfg, lambda strategy: strategy.y, "y_i")
+    fault = reject_in_round(sampler.tracking(2, sampler.cohort(2), 1)[0], 2)
+    gaps = mean_state_gaps(cfg, lambda rule: rule.y, "y_i", (fault,))
     assert len(gaps) == 7 and max(gaps) < 1e-6
     monkeypatch.setattr(state_module, "settle", lambda store, accepted_round: None)
-    broken = max(mean_state_gaps(cfg, lambda strategy: strategy.y, "y_i"))
+    broken = max(mean_state_gaps(cfg, lambda rule: rule.y, "y_i", (fault,)))
     assert broken > 1e-4, broken  # the rejected Δy_i would sit in the client's y_i but not in the server's y

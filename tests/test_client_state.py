@@ -15,6 +15,7 @@ from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
 from fedsuite.state import ClientState, DiskStore, choose_backend, describe, effective, state_bytes, state_root
+from tests.observing import Rows, Watch
 
 SMALL = {
     "dataset": "synthetic-lsq",
@@ -87,10 +88,10 @@ def fail_in_round(monkeypatch, partition: int, server_round: int):
     """Partition `partition` crashes after local training in `server_round` (before its state is saved)."""
     original = ScaffoldClient.uplink
 
-    def uplink(self, result, down, config):
+    def uplink(self, result, rule, down, config):
         if self.node.partition_id == partition and int(config["round"]) == server_round:
             raise RuntimeError("client crashed")
-        return original(self, result, down, config)
+        return original(self, result, rule, down, config)
 
     monkeypatch.setattr(ScaffoldClient, "uplink", uplink)
 
@@ -101,27 +102,18 @@ def test_scaffold_c_is_the_mean_of_all_client_c_i_after_every_round(monkeypatch)
     fail_in_round(monkeypatch, partition=crashing, server_round=2)
     gaps, failures = [], []
 
-    def watch(strategy):
-        aggregate, aggregate_fit = strategy.aggregate, strategy.aggregate_fit
+    def checked(server_round, strategy, x_before, replies):
+        mean_ci = np.mean([stored(strategy, pid, "c_i") for pid in range(8)], axis=0)
+        gaps.append(np.abs(strategy.rule.c - mean_ci).max())
 
-        def checked(server_round, replies):
-            x = aggregate(server_round, replies)
-            mean_ci = np.mean([stored(strategy, pid, "c_i") for pid in range(8)], axis=0)
-            gaps.append(np.abs(strategy.c - mean_ci).max())
-            return x
+    def counting(row):
+        if row["round"] > 0:
+            failures.append(row["failures"] + row["rejected"])  # a crash comes back as an error reply
 
-        def counting(server_round, results, fails):
-            out = aggregate_fit(server_round, results, fails)
-            stats = strategy._round_stats[server_round]
-            failures.append(stats["failures"] + stats["rejected"])  # a crash comes back as an error reply
-            return out
-
-        strategy.aggregate, strategy.aggregate_fit = checked, counting
-
-    strategy = run_inprocess(cfg, on_strategy=watch)
+    strategy = run_inprocess(cfg, observers=[Watch(aggregated=checked, recorded=counting)])
     assert len(gaps) == 7 and max(gaps) < 1e-6
     assert sum(failures) >= 1  # the crash happened and was survived
-    assert np.abs(strategy.c).max() > 1e-3  # c is not trivially zero
+    assert np.abs(strategy.rule.c).max() > 1e-3  # c is not trivially zero
 
 
 def test_an_unconfirmed_write_is_undone_and_a_confirmed_one_kept(tmp_path):
@@ -147,40 +139,27 @@ def test_an_unconfirmed_write_is_undone_and_a_confirmed_one_kept(tmp_path):
     assert sorted(store) == ["c_i"]
 
 
-def reject_in_round(monkeypatch, partition: int, server_round: int) -> None:
+def reject_in_round(partition: int, server_round: int) -> Watch:
     """The server rejects `partition`'s reply in `server_round` after the client has saved its new state."""
-    from strategies.base import FedStrategy, RejectedReply
 
-    validate = FedStrategy._validate
+    def rejecting(this_round, reply):
+        return "rejected by the test" if (reply.partition_id, this_round) == (partition, server_round) else None
 
-    def rejecting(self, res):
-        reply = validate(self, res)
-        if reply.partition_id == partition and self._round_stats and max(self._round_stats) == server_round:
-            raise RejectedReply("rejected by the test")
-        return reply
-
-    monkeypatch.setattr(FedStrategy, "_validate", rejecting)
+    return Watch(screen=rejecting)
 
 
-def mean_state_gaps(cfg: dict, server_mean, name: str) -> list[float]:
-    """After every round: max |server_mean(strategy) − mean_N of each client's `name`|, where a client's vector is
+def mean_state_gaps(cfg: dict, server_mean, name: str, faults: tuple = ()) -> list[float]:
+    """After every round: max |server_mean(rule) − mean_N of each client's `name`|, where a client's vector is
     the one it will train with next (fedsuite.state.effective, given the rounds the server accepted)."""
     gaps = []
 
-    def watch(strategy):
-        aggregate_fit = strategy.aggregate_fit
+    def checked(server_round, strategy, x_before, replies):
+        views = [effective(client_store(strategy, pid), strategy.accepted.get(pid, 0))
+                 for pid in range(cfg["num-clients"])]  # fmt: skip
+        client_mean = np.mean([v.get(name, np.zeros(strategy.dim)) for v in views], axis=0)
+        gaps.append(np.abs(server_mean(strategy.rule) - client_mean).max())
 
-        def checked(server_round, results, fails):
-            out = aggregate_fit(server_round, results, fails)
-            views = [effective(client_store(strategy, pid), strategy._accepted.get(pid, 0))
-                     for pid in range(cfg["num-clients"])]  # fmt: skip
-            client_mean = np.mean([v.get(name, np.zeros(strategy.dim)) for v in views], axis=0)
-            gaps.append(np.abs(server_mean(strategy) - client_mean).max())
-            return out
-
-        strategy.aggregate_fit = checked
-
-    run_inprocess(cfg, on_strategy=watch)
+    run_inprocess(cfg, observers=[*faults, Watch(aggregated=checked)])
     return gaps
 
 
@@ -190,11 +169,11 @@ def test_a_rejected_reply_does_not_leave_the_client_ahead_of_the_server(monkeypa
     import fedsuite.state as state_module
 
     cfg = {**SMALL, "algorithm": "scaffold", "min-replies": 0.0}
-    reject_in_round(monkeypatch, Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0], 2)
-    gaps = mean_state_gaps(cfg, lambda strategy: strategy.c, "c_i")
+    fault = reject_in_round(Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0], 2)
+    gaps = mean_state_gaps(cfg, lambda rule: rule.c, "c_i", (fault,))
     assert len(gaps) == 7 and max(gaps) < 1e-6
     monkeypatch.setattr(state_module, "settle", lambda store, accepted_round: None)
-    assert max(mean_state_gaps(cfg, lambda strategy: strategy.c, "c_i")) > 1e-3
+    assert max(mean_state_gaps(cfg, lambda rule: rule.c, "c_i", (fault,))) > 1e-3
 
 
 def test_feddyn_paper_and_code_forms_agree_after_every_round():
@@ -203,19 +182,12 @@ def test_feddyn_paper_and_code_forms_agree_after_every_round():
     cfg = {**SMALL, "algorithm": "feddyn", "feddyn-alpha": alpha}
     gaps = []
 
-    def watch(strategy):
-        aggregate = strategy.aggregate
+    def checked(server_round, strategy, x_before, replies):
+        h_clients = np.mean([-stored(strategy, pid, "dual") / alpha for pid in range(8)], axis=0)
+        gaps.append(np.abs(h_clients - strategy.rule.h_sum / strategy.rule.num_clients).max())
 
-        def checked(server_round, replies):
-            x = aggregate(server_round, replies)
-            h_clients = np.mean([-stored(strategy, pid, "dual") / alpha for pid in range(8)], axis=0)
-            gaps.append(np.abs(h_clients - strategy.h_sum / strategy.num_clients).max())
-            return x
-
-        strategy.aggregate = checked
-
-    strategy = run_inprocess(cfg, on_strategy=watch)
-    assert len(gaps) == 7 and max(gaps) < 1e-6 and np.abs(strategy.h_sum).max() > 1e-3
+    strategy = run_inprocess(cfg, observers=[Watch(aggregated=checked)])
+    assert len(gaps) == 7 and max(gaps) < 1e-6 and np.abs(strategy.rule.h_sum).max() > 1e-3
 
 
 def test_fedadmm_model_is_the_mean_of_all_augmented_models():
@@ -234,17 +206,11 @@ def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path
     cfg = {**SMALL, "algorithm": "scaffold", "client-state": mode, "client-state-dir": str(tmp_path)}
     uploads: dict[int, list[np.ndarray]] = {}
 
-    def watch(strategy):
-        aggregate = strategy.aggregate
+    def record(server_round, replies):
+        for r in replies:
+            uploads.setdefault(r.partition_id, []).append(r.arrays["delta_c"])
 
-        def record(server_round, replies):
-            for r in replies:
-                uploads.setdefault(r.partition_id, []).append(r.arrays["delta_c"])
-            return aggregate(server_round, replies)
-
-        strategy.aggregate = record
-
-    strategy = run_inprocess(cfg, on_strategy=watch, keep_client_state=True)
+    strategy = run_inprocess(cfg, observers=[Watch(replied=record)], keep_client_state=True)
     root = strategy.plan.client_state_root
     assert (root == tmp_path) == (mode == "disk")  # memory: a per-run folder in RAM, not client-state-dir
     assert 0 < len(uploads) < cfg["num-clients"] or len(uploads) == cfg["num-clients"]
@@ -277,32 +243,12 @@ def test_registry_declares_the_summary_table_communication():
     assert {name: a.vectors for name, a in ALGORITHMS.items()} == SUMMARY_TABLE
 
 
-class Rows:
-    """A stand-in for fedsuite.results.RunRecorder that keeps the rows in memory."""
-
-    def __init__(self):
-        self.rows = []
-
-    def record(self, row, status=None, reason=None):
-        self.rows.append(row)
-
-    def client_problem(self, server_round, who, reason, details=""):
-        pass
-
-    def finish(self, status, reason=None):
-        pass
-
-
 @pytest.mark.parametrize("name", list(COMMUNICATION))
 def test_communication_counters_match_the_summary_table(name):
     algorithm, _, storage = name.partition("/")
     rows = Rows()
-
-    def attach(strategy):
-        strategy.plan.recorder = rows
-
     cfg = {**SMALL, "algorithm": algorithm, "num-server-rounds": 2, "dual-storage": storage or "client"}
-    strategy = run_inprocess(cfg, on_strategy=attach)
+    strategy = run_inprocess(cfg, observers=[rows])
     down, up = COMMUNICATION[name]
     trained = [r for r in rows.rows if r["round"] > 0]
     assert [r["vectors_down_per_client"] for r in trained] == [down, down]
@@ -323,4 +269,4 @@ def test_scaffold_option_one_stores_the_full_local_gradient_at_the_round_start()
         a, b = fed.features_x[fed.client_parts[pid]], fed.targets[fed.client_parts[pid]]
         expected = a.T @ (a @ x0 - b) / len(b) + 0.01 * x0
         np.testing.assert_allclose(c_i[pid], expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(strategy.c, np.mean(c_i, 0), atol=1e-6)
+    np.testing.assert_allclose(strategy.rule.c, np.mean(c_i, 0), atol=1e-6)

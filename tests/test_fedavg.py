@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite.inprocess import run_inprocess
+from fedsuite.config import resolve
+from fedsuite.inprocess import InProcessProxy, node_contexts, run_inprocess
+from fedsuite.server_app import build_plan, build_strategy
 from tests.helpers import LSQ, local_gd, lsq_clients
+from tests.observing import Watch
 
 
 def test_fedavg_one_step_full_participation_is_centralised_gradient_descent():
@@ -54,17 +58,10 @@ def test_same_seed_same_numbers_and_same_cohorts_across_algorithms():
     cohorts = {}
     for algorithm in ("fedavg", "fedadam", "fedavg"):
         seen = []
-
-        def spy(strategy, seen=seen):
-            original = strategy.aggregate
-
-            def aggregate(server_round, replies):
-                seen.append(sorted(r.partition_id for r in replies))
-                return original(server_round, replies)
-
-            strategy.aggregate = aggregate
-
-        result = run_inprocess({**cfg, "algorithm": algorithm}, on_strategy=spy)
+        spy = Watch(
+            replied=lambda server_round, replies, seen=seen: seen.append(sorted(r.partition_id for r in replies))
+        )
+        result = run_inprocess({**cfg, "algorithm": algorithm}, observers=[spy])
         cohorts.setdefault(algorithm, []).append((seen, result.x.copy()))
     (seen_a, x_a), (seen_b, x_b) = cohorts["fedavg"]
     assert seen_a == seen_b and np.array_equal(x_a, x_b)
@@ -76,17 +73,9 @@ def test_samples_weighting_weights_displacements_by_client_size():
     cfg = {"model": "logreg", "num-clients": 10, "clients-per-round": 4, "partition-balanced": False,
            "partition-alpha": 0.5, "num-server-rounds": 1, "local-steps": 3, "eval-every": 1000}  # fmt: skip
     seen = []
-
-    def spy(strategy):
-        original = strategy.aggregate
-
-        def aggregate(server_round, replies):
-            seen.extend(replies)
-            return original(server_round, replies)
-
-        strategy.aggregate = aggregate
-
-    weighted = run_inprocess({**cfg, "weighting": "samples"}, on_strategy=spy)
+    weighted = run_inprocess(
+        {**cfg, "weighting": "samples"}, observers=[Watch(replied=lambda r, replies: seen.extend(replies))]
+    )
     sizes = np.array([r.num_examples for r in seen], np.float64)
     deltas = np.stack([r.arrays["delta"] for r in seen])
     assert len(set(sizes)) > 1  # unbalanced clients
@@ -101,18 +90,18 @@ def test_aggregation_sees_replies_in_partition_order_whatever_the_arrival_order(
     cfg = {**LSQ, "num-clients": 6, "clients-per-round": 6, "batch-size": 4, "num-server-rounds": 3}
     orders = []
 
-    def reverse_arrivals(strategy):
-        aggregate_fit, aggregate = strategy.aggregate_fit, strategy.aggregate
-
-        def reversed_fit(server_round, results, failures):
-            return aggregate_fit(server_round, sorted(results, key=lambda pr: -pr[1].metrics["partition-id"]), failures)
-
-        def watched(server_round, replies):
-            orders.append([r.partition_id for r in replies])
-            return aggregate(server_round, replies)
-
-        strategy.aggregate_fit, strategy.aggregate = reversed_fit, watched
-
-    backward = run_inprocess(cfg, on_strategy=reverse_arrivals)
+    resolved = resolve(cfg)
+    backward = build_strategy(
+        resolved,
+        build_plan(resolved, record=False),
+        [Watch(replied=lambda r, replies: orders.append([x.partition_id for x in replies]))],
+    )
+    manager = SimpleClientManager()
+    for context in node_contexts(cfg, 2):
+        manager.register(InProcessProxy(str(context.node_id), context))
+    for server_round in range(1, 4):  # Flower's round by hand, with the replies arriving in reverse partition order
+        sent = backward.configure_fit(server_round, None, manager)
+        results = [(proxy, proxy.fit(ins, None, server_round)) for proxy, ins in sent]
+        backward.aggregate_fit(server_round, sorted(results, key=lambda pr: -pr[1].metrics["partition-id"]), [])
     assert orders == [list(range(6))] * 3
     assert np.array_equal(run_inprocess(cfg).x, backward.x)

@@ -7,7 +7,7 @@ import pytest
 
 from fedsuite.inprocess import run_inprocess
 from fedsuite.sampling import Sampler
-from strategies.base import Reply, RunPlan
+from strategies.base import Reply, RuleSettings
 from strategies.fedopt import FedAdagrad, FedAdam, FedYogi
 from tests.helpers import LSQ
 
@@ -16,9 +16,9 @@ DELTA_1 = np.array([0.5, -1.0])
 DELTA_2 = np.array([0.1, 0.2])
 
 
-def strategy(cls):
-    plan = RunPlan(initial_x=X0, sampler=Sampler(1, "fixed", 1), num_rounds=2, lr=0.1, lr_decay=1.0)
-    return cls(plan, server_lr=0.1, beta1=0.9, beta2=0.99, tau=0.01)
+def strategy(cls, lr_decay: float = 1.0):
+    settings = RuleSettings(initial_x=X0, sampler=Sampler(1, "fixed", 1), lr=0.1, lr_decay=lr_decay)
+    return cls(settings, server_lr=0.1, beta1=0.9, beta2=0.99, tau=0.01)
 
 
 def step(s, delta, server_round):
@@ -52,8 +52,7 @@ def test_two_server_steps_match_hand_computation(cls):
 
 def test_no_bias_correction_and_server_lr_not_decayed():
     """With bias correction the first Adam step would be η·Δ/(|Δ|+τ·…) ≈ η·sign(Δ); the paper's is 0.1× that."""
-    s = strategy(FedAdam)
-    s.plan.lr_decay = 0.5  # decays the client lr only
+    s = strategy(FedAdam, lr_decay=0.5)  # decays the client lr only
     x1 = step(s, DELTA_1, 1) - X0
     x2 = step(s, DELTA_1, 2) - X0 - x1
     assert abs(x1[0] - 0.0833333) < 1e-6 and x2[0] > x1[0]  # momentum builds up; η_g untouched by γ

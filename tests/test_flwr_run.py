@@ -195,8 +195,8 @@ def _invariant_gap(algorithm: str, ckpt, num_clients: int) -> float:
     from fedsuite.server_app import initial_model
     from fedsuite.state import DiskStore, effective
 
-    s = ckpt.state
-    views = [effective(DiskStore(ckpt.client_state, pid), s["_accepted"].get(pid, 0)) for pid in range(num_clients)]
+    accepted, s = ckpt.state["accepted"], ckpt.state["rule"]
+    views = [effective(DiskStore(ckpt.client_state, pid), accepted.get(pid, 0)) for pid in range(num_clients)]
     dim = s["x"].size
     if algorithm == "scaffold":
         client_mean = np.mean([v.get("c_i", np.zeros(dim)) for v in views], axis=0)

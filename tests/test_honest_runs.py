@@ -23,9 +23,10 @@ from fedsuite.config import ConfigError
 from fedsuite.data.datasets import DEBIAN_FASHION_MNIST, DatasetCorrupt, read_idx
 from fedsuite.inprocess import run_inprocess
 from fedsuite.results import ResultsFolderTaken, RunRecorder, claim_folder, mark_stopped
+from fedsuite.server.guard import RunAborted
 from simulation import run as sim
-from strategies.base import RunAborted
 from tests.helpers import LSQ
+from tests.observing import Watch
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -105,16 +106,13 @@ def test_min_replies_is_the_threshold(tmp_path, monkeypatch):
 
 
 def test_an_exception_in_the_server_is_written_as_failed(tmp_path, monkeypatch):
-    from strategies.fedavg import FedAvg
 
-    def broken(self, server_round, replies):
+    def broken(server_round, replies):  # raised inside the server's aggregation step of round 3
         if server_round == 3:
             raise RuntimeError("strategy bug")
-        return self.x + self.cohort_mean(replies, "delta")
 
-    monkeypatch.setattr(FedAvg, "aggregate", broken)
     with pytest.raises(RuntimeError, match="strategy bug"):
-        run_inprocess(recorded(tmp_path), record=True)
+        run_inprocess(recorded(tmp_path), record=True, observers=[Watch(replied=broken)])
     s = summary(tmp_path)
     assert s["status"] == "failed" and s["reason"] == "RuntimeError: strategy bug" and s["rounds_completed"] == 2
 
@@ -302,27 +300,18 @@ def test_the_inprocess_runner_never_passes_on_a_silently_smaller_cohort(monkeypa
 def test_a_round_without_valid_replies_is_a_zero_move_in_the_histories(algorithm):
     """Round 2 loses every reply (min-replies=0): x stays, and round 3's downlink is built as if x had not moved
     (FedMIM: δ = 0 enters the history; FedSpeed-Ing: x̃ = x^t), not by re-applying round 1's move."""
-    from tests.test_replies import corrupt
 
     cfg = {**LSQ, "algorithm": algorithm, "min-replies": 0.0, "num-server-rounds": 3}
     downlinks = {}
 
-    def watch(strategy):
-        downlink, aggregate_fit = strategy.downlink, strategy.aggregate_fit
+    def recording(server_round, x, downlink):
+        downlinks[server_round] = {k: np.array(v, np.float64) for k, v in downlink.items()}
+        downlinks[server_round]["x"] = x.astype(np.float64)
 
-        def recording(server_round):
-            downlinks[server_round] = {k: np.array(v, np.float64) for k, v in downlink(server_round).items()}
-            downlinks[server_round]["x"] = strategy.x.astype(np.float64)
-            return downlinks[server_round]
+    def dropping(server_round, reply):
+        return "lost by the test" if server_round == 2 else None
 
-        def dropping(server_round, results, failures):
-            if server_round == 2:
-                results = [(p, corrupt(r, [np.full(strategy.dim, np.nan, np.float32)])) for p, r in results]
-            return aggregate_fit(server_round, results, failures)
-
-        strategy.downlink, strategy.aggregate_fit = recording, dropping
-
-    run_inprocess(cfg, on_strategy=watch)
+    run_inprocess(cfg, observers=[Watch(sent=recording, screen=dropping)])
     np.testing.assert_array_equal(downlinks[3]["x"], downlinks[2]["x"])  # round 2 kept x
     if algorithm == "fedmim":  # a_3 = α_0·0 + α_1·δ_1, where a_2 = α_0·δ_1
         alphas = (0.6, 0.3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedsuite.local import LocalData, Prox, UpdateRule, crop_flip, minibatches, num_steps, train_local
+from fedsuite.local import LocalData, Prox, UpdateRule, crop_flip, minibatches, num_steps, prox_terms, train_local
 from fedsuite.models import FlatModel, build_model, loss_function
 
 
@@ -38,7 +38,7 @@ def test_loop_equals_torch_sgd_with_weight_decay_clipping_and_prox():
     x0 = model.x.clone()
     x0_before = x0.clone()
     result = train_local(
-        model, x0, data, loss_function("classification"), UpdateRule(regularizers=(Prox(0.1),)),
+        model, x0, data, loss_function("classification"), UpdateRule(unclipped=(Prox(0.1),)),
         lr=0.05, weight_decay=1e-3, clip_norm=0.5, epochs=2, steps=0, batch_size=16,
         generator=torch.Generator().manual_seed(3),
     )  # fmt: skip
@@ -124,7 +124,7 @@ def test_step_after_step_proximal_and_batch_source_stages():
             yield data.inputs[j * 20 : (j + 1) * 20], data.targets[j * 20 : (j + 1) * 20], j
 
     blocks = []
-    run(UpdateRule(batches=two_blocks, corrections=(lambda d, ctx: blocks.append(ctx.block),)), 0.1)
+    run(UpdateRule(batches=two_blocks, clipped=(lambda d, ctx: blocks.append(ctx.block),)), 0.1)
     assert blocks == [0, 1, 0]
 
 
@@ -148,8 +148,9 @@ def test_reference_clip_scope_clips_the_centre_half_of_the_prox():
     kw = dict(weight_decay=wd, epochs=1, steps=3, batch_size=10)
 
     def run(scope, clip_norm=clip):
-        return train_local(model, x0, data, loss, UpdateRule(regularizers=(Prox(mu),)), lr=lr, clip_norm=clip_norm,
-                           clip_scope=scope, generator=torch.Generator().manual_seed(2), **kw).x.clone()  # fmt: skip
+        clipped, unclipped = prox_terms(mu, clip_scope=scope)
+        return train_local(model, x0, data, loss, UpdateRule(clipped=clipped, unclipped=unclipped), lr=lr,
+                           clip_norm=clip_norm, generator=torch.Generator().manual_seed(2), **kw).x.clone()  # fmt: skip
 
     x = x0.clone()
     for inputs, targets in minibatches(data, 1, 3, 10, torch.Generator().manual_seed(2)):

@@ -6,19 +6,18 @@ from __future__ import annotations
 import pytest
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite import registry
 from fedsuite.config import resolve
 from fedsuite.inprocess import InProcessProxy, node_contexts
 from fedsuite.payload import PARTITION_KEY
-from fedsuite.server_app import build_plan
+from fedsuite.server.routing import FederationError
+from fedsuite.server_app import build_plan, build_strategy
 from simulation.run import federation_size
-from strategies.base import FederationError
 from tests.helpers import LSQ
 
 
 def first_round(cfg_dict: dict, num_nodes: int):
     cfg = resolve(cfg_dict)
-    strategy = registry.build_strategy(cfg, build_plan(cfg, record=False))
+    strategy = build_strategy(cfg, build_plan(cfg, record=False))
     manager = SimpleClientManager()
     for context in node_contexts(cfg_dict, num_nodes):
         manager.register(InProcessProxy(str(context.node_id), context))

@@ -19,6 +19,7 @@ from fedsuite.sampling import Sampler
 from fedsuite.state import effective, state_bytes
 from fedsuite.variance import BlockTable, FixedBlocks, NuclearShrink, SoftThreshold, numerical_rank
 from tests import reference_losac as ref
+from tests.observing import Watch
 from tests.test_client_state import reject_in_round
 
 # Heterogeneous least squares, 5 clients with their own optima, closed-form x*.
@@ -109,35 +110,29 @@ def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | Non
     if crash is not None:
         original = LoSACClient.uplink
 
-        def uplink(self, result, down, config):
+        def uplink(self, result, rule, down, config):
             if self.node.partition_id == crash and int(config["round"]) == 2:
                 raise RuntimeError("client crashed")
-            return original(self, result, down, config)
+            return original(self, result, rule, down, config)
 
         monkeypatch.setattr(LoSACClient, "uplink", uplink)
-    if reject is not None:
-        reject_in_round(monkeypatch, reject, 3)
+    faults = [reject_in_round(reject, 3)] if reject is not None else []
     names = [f"y_{j}" for j in range(int(cfg["losac-blocks"]))]
     gaps, failed = [], []
 
-    def watch(strategy):
-        aggregate_fit = strategy.aggregate_fit
+    def checked(server_round, strategy, x_before, replies):
+        total = np.zeros(strategy.dim)
+        for pid in range(cfg["num-clients"]):
+            view = effective(client_store(strategy, pid), strategy.accepted.get(pid, 0))
+            total += np.mean([view.get(n, np.zeros(strategy.dim)) for n in names], axis=0)
+        gaps.append(float(np.abs(strategy.rule.phi - total).max()))
 
-        def checked(server_round, results, fails):
-            out = aggregate_fit(server_round, results, fails)
-            total = np.zeros(strategy.dim)
-            for pid in range(cfg["num-clients"]):
-                view = effective(client_store(strategy, pid), strategy._accepted.get(pid, 0))
-                total += np.mean([view.get(n, np.zeros(strategy.dim)) for n in names], axis=0)
-            gaps.append(float(np.abs(strategy.phi - total).max()))
-            stats = strategy._round_stats[server_round]
-            failed.append(stats["failures"] + stats["rejected"])
-            return out
+    def counted(row):
+        if row["round"] > 0:
+            failed.append(row["failures"] + row["rejected"])
 
-        strategy.aggregate_fit = checked
-
-    strategy = run_inprocess(cfg, on_strategy=watch)
-    assert np.abs(strategy.phi).max() > 1e-2  # ϕ is not trivially zero
+    strategy = run_inprocess(cfg, observers=[*faults, Watch(aggregated=checked, recorded=counted)])
+    assert np.abs(strategy.rule.phi).max() > 1e-2  # ϕ is not trivially zero
     return gaps, sum(failed)
 
 

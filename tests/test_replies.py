@@ -8,17 +8,16 @@ import numpy as np
 from flwr.common import FitRes, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite import registry
 from fedsuite.config import resolve
 from fedsuite.inprocess import InProcessProxy, node_contexts
 from fedsuite.payload import ARRAYS_KEY
-from fedsuite.server_app import build_plan
+from fedsuite.server_app import build_plan, build_strategy
 from tests.helpers import LSQ
 
 
 def one_round_replies(cfg_dict):
     cfg = resolve(cfg_dict)
-    strategy = registry.build_strategy(cfg, build_plan(cfg, record=False))
+    strategy = build_strategy(cfg, build_plan(cfg, record=False))
     manager = SimpleClientManager()
     for context in node_contexts(cfg_dict, cfg["num-clients"]):
         manager.register(InProcessProxy(f"n{context.node_id}", context))
@@ -50,7 +49,8 @@ def test_bad_replies_are_rejected_and_the_rest_averaged(caplog):
     assert len(rejected) == 4
     assert any("non-finite" in m for m in rejected) and any("shape" in m for m in rejected)
     assert any("expects ['delta']" in m for m in rejected) and any("not sampled" in m for m in rejected)
-    assert strategy._round_stats[1]["rejected"] == 4 and strategy._round_stats[1]["replies"] == 2
+    row = strategy.rounds.row(1)
+    assert row["rejected"] == 4 and row["replies"] == 2
 
 
 def test_all_replies_bad_leaves_the_model_unchanged_when_min_replies_is_zero():
@@ -59,4 +59,4 @@ def test_all_replies_bad_leaves_the_model_unchanged_when_min_replies_is_zero():
     nan = [(p, corrupt(r, [np.full(strategy.dim, np.inf, np.float32)])) for p, r in results]
     params, _ = strategy.aggregate_fit(1, nan, [RuntimeError("client crashed")])
     assert params is None and np.array_equal(strategy.x, x0)
-    assert strategy._round_stats[1]["failures"] == 1
+    assert strategy.rounds.row(1)["failures"] == 1

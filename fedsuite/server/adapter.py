@@ -1,0 +1,215 @@
+"""The Flower `Strategy` made from a server rule: every algorithm is one of these on the server.
+
+One round, as data flows (the Flower calls in order):
+- `configure_fit`: the sampler's cohort is routed to SuperNodes; a rule with a `query` asks it first (clients whose
+  answer fails are left out); the model, the rule's downlink and its fit config are packed per client.
+- `aggregate_fit`: replies are validated (and screened by observers), failures logged; the run guard may stop the
+  run; the accepted replies, in partition order, go to the rule's `aggregate`; the new model is checked finite.
+- `evaluate`: the centralised test metrics (§2.7: clients do not evaluate) and the round's figures make the row;
+  the guard checks the test loss; a checkpoint is written when due.
+The strategy's state for checkpoints is the rule's declared state, the acceptance ledger and the guard's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import Strategy
+
+from fedsuite.declared import Counter
+from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, nbytes, pack
+from fedsuite.rounds import Reply
+from fedsuite.server import checkpointing
+from fedsuite.server.accounting import RoundLog
+from fedsuite.server.guard import RunAborted, RunGuard, Verdict
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server.plan import RunPlan
+from fedsuite.server.query import ask
+from fedsuite.server.replies import LOST_WORKER, RejectedReply, describe_failure, failure_details, validate
+from fedsuite.server.routing import Router
+from strategies.base import ServerRule
+
+log = logging.getLogger("flwr.fedsuite")
+ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state)
+
+
+class RuleStrategy(Strategy):
+    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = ()):
+        super().__init__()
+        self.rule, self.plan = rule, plan
+        self.observers = list(observers)
+        self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
+        self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
+        self.rounds = RoundLog()
+        self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
+        self._sampled: set[int] = set()
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.rule.x
+
+    @property
+    def dim(self) -> int:
+        return self.rule.dim
+
+    # ---- declared state (checkpoints) ------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
+
+    def load_state_dict(self, values: dict[str, Any]) -> None:
+        if set(values) != {"rule", ACCEPTED.name, "guard"}:
+            raise ValueError(f"strategy state has {sorted(values)}, expected accepted, guard, rule")
+        if (problem := ACCEPTED.check(values[ACCEPTED.name], self.dim)) is not None:
+            raise ValueError(problem)
+        self.rule.load_state_dict(values["rule"])
+        self.accepted = values[ACCEPTED.name]
+        self.guard.load_state_dict(values["guard"])
+
+    # ---- Flower Strategy API ---------------------------------------------------------------------
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return ndarrays_to_parameters([self.rule.x])
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
+        rule = self.rule
+        self.rounds.started(server_round)
+        cohort = self.plan.sampler.cohort(server_round)
+        nodes = self.router.route(cohort, client_manager)
+        missing = [pid for pid in cohort if pid not in nodes]
+        if missing:
+            log.warning("round %d: partitions %s have no connected node; counted as failures", server_round, missing)
+        query = None
+        if rule.query is not None:
+            answers = ask(rule.query, server_round, rule.x, nodes, self.plan.query_workers)
+            for observer in self.observers:
+                observer.queried(server_round, rule.x.copy(), answers)
+            rule.answered(server_round, answers)
+            nodes = {pid: node for pid, node in nodes.items() if pid in answers}
+            query = (nbytes([rule.x]), float(np.mean([a.nbytes for a in answers.values()])) if answers else 0.0,
+                     sum(a.seconds for a in answers.values()))  # fmt: skip
+        lr = rule.local_lr(server_round)
+        config: dict[str, Scalar] = {"round": server_round, "lr": lr, ALGORITHM_KEY: self.plan.algorithm,
+                                     **rule.fit_config(server_round)}  # fmt: skip
+        self._sampled = set(nodes)
+        downlink = rule.downlink(server_round)
+        for observer in self.observers:
+            observer.sent(server_round, rule.x, downlink)
+        shared_arrays, shared_names = pack({"model": rule.x, **downlink})
+        shared_params = ndarrays_to_parameters(shared_arrays)
+        instructions, sizes = [], []
+        for pid in sorted(self._sampled):
+            params, names, arrays = shared_params, shared_names, shared_arrays
+            own = rule.client_downlink(server_round, pid)
+            if own:
+                own_arrays, own_names = pack(own)
+                arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
+                params = ndarrays_to_parameters(arrays)
+            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid}
+            instructions.append((nodes[pid], FitIns(params, fit_config)))
+            sizes.append((nbytes(arrays), len(arrays)))
+        self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)
+        if query is not None:
+            self.rounds.queried(server_round, query[0], query[1], query[2])
+        return instructions
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
+        for observer in self.observers:
+            observer.failed(server_round, failures)
+        replies, rejected, diverged = [], 0, 0
+        for proxy, res in results:
+            try:
+                replies.append(self._accept(server_round, res))
+            except RejectedReply as err:
+                rejected += 1
+                diverged += err.diverged
+                self._client_problem(server_round, self.router.who(proxy, res), f"rejected: {err}", err.details)
+        for failure in failures:
+            proxy = failure[0] if isinstance(failure, tuple) else None
+            self._client_problem(server_round, self.router.who(proxy), f"failed: {describe_failure(failure)}",
+                                 failure_details(failure))  # fmt: skip
+        stats = self.rounds.received(server_round, replies, rejected, len(failures))
+        self.rounds.settle_query(server_round)
+        dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
+        self._stop_if(server_round, self.guard.lost_workers(server_round, dead))
+        cohort = self.rounds.cohort(server_round, len(results) + len(failures))
+        verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
+        self._stop_if(server_round, verdict)
+        if not replies:
+            log.warning("round %d: no valid reply; the global model is unchanged", server_round)
+            self.rule.empty_round(server_round)
+            return None, {}
+        replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
+        for observer in self.observers:
+            observer.replied(server_round, replies)
+        x_before = self.rule.x
+        new_x = np.asarray(self.rule.aggregate(server_round, replies), dtype=np.float32)
+        self._stop_if(server_round, self.guard.model(server_round, bool(np.all(np.isfinite(new_x)))))
+        self.rule.x = new_x
+        for reply in replies:
+            self.accepted[reply.partition_id] = server_round
+        for observer in self.observers:
+            observer.aggregated(server_round, self, x_before, replies)
+        return ndarrays_to_parameters([self.rule.x]), {}
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
+        return []  # evaluation is centralised (§2.7)
+
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]], failures: list):
+        return None, {}
+
+    def evaluate(self, server_round: int, parameters: Parameters):
+        plan = self.plan
+        due = server_round == 0 or server_round % plan.eval_every == 0 or server_round == plan.num_rounds
+        metrics = plan.evaluate(self.rule.x) if (due and plan.evaluate) else {}
+        row = self.rounds.row(server_round, metrics)
+        verdict = self.guard.test_loss(server_round, metrics.get("loss"))
+        if verdict is not None:
+            self._record(row, *verdict)
+            raise RunAborted(*verdict)
+        self._record(row)
+        if checkpointing.due(plan, server_round):
+            checkpointing.write(plan, server_round, self.state_dict())
+        if not metrics:
+            return None
+        loss = metrics.get("loss")
+        return float(loss if loss is not None else float("nan")), {
+            k: v for k, v in metrics.items() if isinstance(v, (int, float))
+        }
+
+    # ---- internals -------------------------------------------------------------------------------
+    def _accept(self, server_round: int, res: FitRes) -> Reply:
+        reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim)
+        for observer in self.observers:
+            if (reason := observer.screen(server_round, reply)) is not None:
+                raise RejectedReply(reason)
+        return reply
+
+    def _stop_if(self, server_round: int, verdict: Verdict) -> None:
+        """Record the round with the verdict's status and stop the run (RunAborted), if there is a verdict."""
+        if verdict is not None:
+            self._record(self.rounds.row(server_round), *verdict)
+            raise RunAborted(*verdict)
+
+    def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
+        if status is not None:
+            log.error("fedsuite │ %s: %s", status, reason)
+        for observer in self.observers:
+            observer.recorded(row)
+        recorder = self.plan.recorder
+        if recorder is None:
+            return
+        if status is None:
+            recorder.record(row)
+        else:
+            recorder.record(row, status, reason)
+
+    def _client_problem(self, server_round: int, who: str, reason: str, details: str = "") -> None:
+        """One console line per failed client per round; the full story goes to clients.log."""
+        log.warning("round %d: %s %s", server_round, who, reason)
+        if self.plan.recorder is not None:
+            self.plan.recorder.client_problem(server_round, who, reason, details)

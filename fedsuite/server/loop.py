@@ -1,0 +1,75 @@
+"""Flower's round loop for a RuleStrategy, and the truth about how it ended.
+
+Whatever ends the run early is written to summary.json before it propagates (a strategy's RunAborted has written its
+own status; any other exception is `failed`, an interruption `interrupted`), so a results folder never says
+`running` about a run that has stopped. A resumed run starts after the checkpoint's round.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+
+from flwr.server import History, Server
+from flwr.server.client_manager import SimpleClientManager
+
+from fedsuite import state
+from fedsuite.server.guard import RunAborted
+
+log = logging.getLogger("flwr.fedsuite")
+
+
+class RecordingServer(Server):
+    """Flower's round loop, plus: whatever ends the run early is written to summary.json before it propagates
+    (a strategy's RunAborted has written its own status; any other exception is `failed`, an interruption
+    `interrupted`), so a results folder never says `running` about a run that has stopped."""
+
+    def __init__(self, strategy, recorder, remove_client_state: bool = True):
+        super().__init__(client_manager=SimpleClientManager(), strategy=strategy)
+        self.recorder = recorder
+        self.remove_client_state = remove_client_state
+
+    def fit(self, num_rounds: int, timeout: float | None):
+        try:
+            return self._rounds(num_rounds, timeout)
+        except RunAborted:
+            raise
+        except (KeyboardInterrupt, SystemExit) as err:
+            self._finish("interrupted", f"the ServerApp was stopped ({type(err).__name__})")
+            raise
+        except BaseException as err:
+            self._finish("failed", f"{type(err).__name__}: {err}")
+            raise
+        finally:
+            self._remove_run_state()
+
+    def _remove_run_state(self) -> None:
+        """A per-run client-state folder (in RAM for client-state memory) goes with the run; checkpoints hold
+        their own copies. A configured client-state-dir is the user's and stays."""
+        plan = self.strategy.plan
+        root = plan.client_state_root
+        if self.remove_client_state and root is not None and state.is_run_scoped(root, plan.run_id):
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _rounds(self, num_rounds: int, timeout: float | None):
+        """Flower's round loop (fit, then the strategy's centralised evaluation; clients do not evaluate, §2.7),
+        starting after the checkpoint's round when the run resumes."""
+        start = self.strategy.plan.start_round
+        self.parameters = self.strategy.initialize_parameters(self.client_manager())
+        started = time.perf_counter()
+        if start == 0:
+            self.strategy.evaluate(0, self.parameters)
+        for server_round in range(start + 1, num_rounds + 1):
+            res = self.fit_round(server_round, timeout)
+            if res is not None and res[0] is not None:
+                self.parameters = res[0]
+            self.strategy.evaluate(server_round, self.parameters)
+        return History(), time.perf_counter() - started
+
+    def _finish(self, status: str, reason: str) -> None:
+        if self.recorder is not None:
+            log.error("fedsuite │ %s: %s", status, reason)
+            if self.recorder.resume_command:
+                log.error("fedsuite │ resume from the last checkpoint with: %s", self.recorder.resume_command)
+            self.recorder.finish(status, reason)

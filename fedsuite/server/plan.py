@@ -1,0 +1,45 @@
+"""What the Flower side of the server reads from the run config (built by fedsuite.server_app)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsuite.results import RunRecorder
+from fedsuite.sampling import Sampler
+from strategies.base import RuleSettings
+
+
+@dataclass
+class RunPlan:
+    settings: RuleSettings  # what the algorithm's server rule reads
+    num_rounds: int
+    eval_every: int = 1
+    evaluate: Callable[[np.ndarray], dict[str, Any]] | None = None
+    recorder: RunRecorder | None = None
+    node_wait_seconds: float = 600.0
+    min_replies: float = 0.5  # share of the cohort that must reply validly each round (0: any number, even none)
+    divergence_factor: float = 100.0  # test loss above this × the initial loss = diverged (0: non-finite only)
+    algorithm: str = ""  # sent to clients, which refuse to train for another algorithm
+    # messages sent at once outside Flower's fit exchange (node discovery, a rule's query); the in-process runner
+    # sets 1: Flower's payload decoding is not thread-safe there
+    query_workers: int = 16
+    client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each
+    client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
+    run_id: int = 0
+    checkpoint_every: int = 0  # rounds between checkpoints (fedsuite.checkpoint); 0 = none
+    run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
+    start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
+    resume: Any = None  # the fedsuite.checkpoint.Checkpoint to resume from
+
+    @property
+    def initial_x(self) -> np.ndarray:
+        return self.settings.initial_x
+
+    @property
+    def sampler(self) -> Sampler:
+        return self.settings.sampler

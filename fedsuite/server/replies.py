@@ -1,0 +1,82 @@
+"""Client replies checked before anything is averaged in: an error reply, wrong or missing arrays, a wrong shape,
+non-finite values, an unsampled partition, no examples or steps are all rejected (and logged by the caller), never
+aggregated. Also: one-line descriptions of Flower's failures."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Collection
+
+import numpy as np
+from flwr.common import FitRes, parameters_to_ndarrays
+
+from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
+from fedsuite.rounds import Reply
+
+# Client errors (clients/base.py sends "<ExceptionName>: message") that mean local training diverged.
+DIVERGENCE_ERRORS = ("FloatingPointError",)
+LOST_WORKER = "ActorDiedError"  # Flower's simulation reports a dead Ray worker this way; it is never replaced
+
+
+class RejectedReply(ValueError):
+    """A client reply that is not averaged in; `diverged` marks non-finite training as the cause."""
+
+    def __init__(self, reason: str, diverged: bool = False, details: str = ""):
+        super().__init__(reason)
+        self.diverged, self.details = diverged, details
+
+
+def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: Collection[int], dim: int) -> Reply:
+    """The reply as float64 arrays, or RejectedReply. `expected(partition)` names the arrays it must hold."""
+    metrics = dict(res.metrics or {})
+    if "error" in metrics:
+        error = str(metrics["error"])
+        raise RejectedReply(error, error.startswith(DIVERGENCE_ERRORS), str(metrics.get("traceback", "")))
+    try:
+        arrays = unpack(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")))
+    except PayloadError as err:
+        raise RejectedReply(str(err)) from err
+    pid = int(metrics.get("partition-id", -1))
+    wanted = expected(pid)
+    if set(arrays) != set(wanted):
+        raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
+    for name, a in arrays.items():
+        if a.shape != (dim,):
+            raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({dim},)")
+        if not np.all(np.isfinite(a)):
+            raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
+    if pid not in sampled:
+        raise RejectedReply(f"partition-id {pid} was not sampled this round")
+    if res.num_examples <= 0 or int(metrics.get("steps", 0)) <= 0:
+        raise RejectedReply(f"num_examples={res.num_examples}, steps={metrics.get('steps')}: must be positive")
+    loss = float(metrics.get("loss", 0.0))
+    if not np.isfinite(loss):
+        raise RejectedReply(f"training loss is {loss}", diverged=True)
+    return Reply(
+        partition_id=pid,
+        num_examples=int(res.num_examples),
+        steps=int(metrics["steps"]),
+        lr=float(metrics.get("lr", 0.0)),
+        arrays={k: v.astype(np.float64) for k, v in arrays.items()},
+        metrics=metrics,
+        uplink_bytes=nbytes(list(arrays.values())),
+    )
+
+
+def describe_failure(failure) -> str:
+    """One line: the exception (or the reply's status) without its traceback."""
+    error = failure if isinstance(failure, BaseException) else failure[1]
+    if isinstance(error, BaseException):
+        first = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {first[0] if first else ''}"
+    else:
+        status = getattr(error, "status", error)
+        text = f"{getattr(getattr(status, 'code', None), 'name', 'error')}: {getattr(status, 'message', status)}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def failure_details(failure) -> str:
+    error = failure if isinstance(failure, BaseException) else failure[1]
+    if isinstance(error, BaseException):
+        return "".join(traceback.format_exception(error))
+    return str(getattr(error, "status", error))
