@@ -230,3 +230,132 @@ def test_plain_flwr_run_that_the_server_app_rejects_is_marked_failed(tmp_path):
         from simulation.processes import stop_tagged
 
         stop_tagged(token)
+
+
+# ---- every process of a launch, Ray's agents included, on every kind of stop ------------------------------------
+STOPS = [  # (signal, to the process group?, the driver's exit code; None: killed)
+    (signal.SIGINT, True, 130),
+    (signal.SIGTERM, False, 143),
+    (signal.SIGHUP, False, 129),
+    (signal.SIGKILL, True, None),
+]
+
+
+class Recorder:
+    """Records, every 0.3 s in a thread, every process of this test session's launches and all their descendants
+    by (pid, start time), with its title: Ray's agents rewrite theirs over their environment, so the session
+    marker alone would not see them."""
+
+    def __init__(self):
+        import threading
+
+        from simulation.processes import Launch
+
+        self.launch = Launch(None, env=SESSION)
+        self.titles: dict[tuple[int, int], str] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.is_set():
+            for pid in self.launch.scan(thorough=False):
+                try:  # the latest title: a Ray agent sets its own after it started
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                except OSError:
+                    continue
+                if title:
+                    self.titles[(pid, self.launch.known.get(pid))] = title
+            time.sleep(0.3)
+
+    def left(self) -> list[str]:
+        from simulation.processes import process_table
+
+        table = process_table()
+        return [title for (pid, start), title in self.titles.items() if table.get(pid, (0, None))[1] == start]
+
+    def close(self):
+        """Stop recording; kill what is left of the recorded processes (only after a failed check)."""
+        self.done.set()
+        self.thread.join()
+        from simulation.processes import process_table
+
+        table = process_table()
+        for pid, start in list(self.titles):
+            if table.get(pid, (0, None))[1] == start:
+                os.kill(pid, signal.SIGKILL)
+
+
+def stop_and_check(tmp_path, stop) -> float:
+    """Launch a long run, wait until Ray's agents run, stop it with `stop`; returns the seconds from the signal
+    until no process of the launch was left."""
+    sig, group, code = stop
+    recorder = Recorder()
+    proc = launch(tmp_path, LONG)
+    try:
+        wait_for_rows(tmp_path, 2, proc)
+        deadline = time.monotonic() + 60
+        while not any("DashboardAgent" in t for t in recorder.titles.values()) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        titles = " ".join(recorder.titles.values())
+        assert "DashboardAgent" in titles and "RuntimeEnvAgent" in titles and "raylet" in titles
+        private = reaper_folders(proc.pid)
+        assert len(private) == 2 and all(Path(p).is_dir() for p in private)  # FLWR_HOME, Ray's folder
+        start = time.monotonic()
+        os.killpg(proc.pid, sig) if group else os.kill(proc.pid, sig)
+        proc.wait(timeout=60)
+        assert proc.returncode == (code if code is not None else -signal.SIGKILL), console(tmp_path)[-2000:]
+        while recorder.left() and time.monotonic() - start < 30:
+            time.sleep(0.2)
+        seconds = time.monotonic() - start
+        assert not recorder.left(), f"{signal.Signals(sig).name}: left running: {recorder.left()}"
+        deadline = time.monotonic() + 15  # the reaper marks a killed driver's run once the processes are gone
+        while summary(tmp_path)["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert summary(tmp_path)["status"] == "interrupted"
+        assert not [p for p in (tmp_path / "r").iterdir() if p.name.endswith(".tmp") or p.name == ".fedsuite-reserve"]
+        deadline = time.monotonic() + 15
+        while any(Path(p).exists() for p in private) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert not any(Path(p).exists() for p in private), private
+        return seconds
+    finally:
+        if proc.poll() is None:  # a check failed before the stop
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        recorder.close()
+
+
+def reaper_folders(driver: int) -> list[str]:
+    """The private FLWR_HOME and Ray folder of the launch `driver` started (its reaper's arguments)."""
+    from simulation.processes import process_table
+
+    for pid, (ppid, _) in process_table().items():
+        if ppid == driver:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            if "simulation.reaper" in argv:
+                return [p for p in argv[argv.index("simulation.reaper") + 3 :] if p]
+    return []
+
+
+def stop_repeatedly(tmp_path, times: int) -> list[float]:
+    seconds = []
+    for i in range(times):
+        folder = tmp_path / f"try-{i}"
+        folder.mkdir()
+        seconds.append(stop_and_check(folder, STOPS[i % len(STOPS)]))
+    print("seconds from each stop until no process of the launch was left:", [round(s, 1) for s in seconds])
+    return seconds
+
+
+def test_ray_agents_are_stopped_with_the_launch(tmp_path):
+    """SIGINT to the process group, then SIGTERM to the driver: Ray's DashboardAgent and RuntimeEnvAgent (which
+    lose the token from their environment) are gone within seconds, as is every other process of the launch."""
+    assert max(stop_repeatedly(tmp_path, 2)) < 15
+
+
+@pytest.mark.slow
+def test_ten_stops_in_a_row_leave_no_process_of_any_launch(tmp_path):
+    """SIGINT (group), SIGTERM, SIGHUP, SIGKILL (group), in turn, 10 launches: after each, no process of the launch
+    (Ray's agents included) is left a few seconds later."""
+    assert max(stop_repeatedly(tmp_path, 10)) < 15
