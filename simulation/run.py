@@ -357,19 +357,29 @@ def _load_checkpoint(folder: Path):
 
     if folder not in _CHECKPOINTS:
         try:
-            ckpt = checkpoint.load(folder)
-            if (ckpt.folder / checkpoint_files.MANIFEST).is_file():
-                checkpoint_files.verify(ckpt.folder)  # already done by load where load verifies
-        except (checkpoint.CheckpointError, OSError, ValueError, KeyError) as err:
+            latest = json.loads((folder / checkpoint.FOLDER / checkpoint.LATEST).read_text())
+            sealed = folder / checkpoint.FOLDER / str(latest["folder"])
+            if (sealed / checkpoint_files.MANIFEST).is_file():  # a sealed checkpoint: every file checked first
+                checkpoint_files.verify(sealed)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # load says what is missing
+        except checkpoint.CheckpointError as err:
+            raise ConfigError(f"resume-from={str(folder)!r}: {err}") from None
+        try:
+            _CHECKPOINTS[folder] = checkpoint.load(folder)
+        except Exception as err:  # a file load cannot read (BadZipFile, JSONDecodeError …)
             raise ConfigError(f"resume-from={str(folder)!r}: {_checkpoint_problem(err)}") from None
-        _CHECKPOINTS[folder] = ckpt
     return _CHECKPOINTS[folder]
 
 
 def _checkpoint_problem(err: Exception) -> str:
+    from fedsuite import checkpoint
+
+    if isinstance(err, checkpoint.CheckpointError):
+        return str(err)
     if isinstance(err, OSError) and err.filename:
         return f"checkpoint file {err.filename} cannot be read ({err.strerror or err}); resume from another copy"
-    return str(err) if str(err) else type(err).__name__
+    return f"the checkpoint cannot be read ({type(err).__name__}: {err}); resume from another copy"
 
 
 def resumed_overrides(overrides: dict) -> dict:
