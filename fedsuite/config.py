@@ -82,10 +82,6 @@ LABEL_TRANSFORMS = ("none", "binary")
 BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
 # 3-channel image datasets: where FedMIM's colour perturbation (brightness, saturation; ALGORITHMS.md §2.2) is defined.
 COLOUR_DATASETS = ("cifar10", "cifar100", "tinyimagenet")
-# Algorithms whose server moves x by η_g·(aggregate of Δ_i), so that agg-scale='1/N' means the literal Σ_S Δ_i / N
-# of the LoSAC paper's eq. (13) for every method of that suite (ALGORITHMS.md §3.7).
-AGG_SCALE_ALGORITHMS = ("fedavg", "fedprox", "fedsam", "scaffold", "scaffold-prox", "mimesvrg", "losac", "losac-prox",
-                        "fedsaga")  # fmt: skip
 
 # Which models fit which dataset; the first is what model="auto" picks.
 DATASET_MODELS: dict[str, tuple[str, ...]] = {
@@ -627,15 +623,14 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
         errors.append(f"clients-per-round={v['clients-per-round']}: must be <= num-clients={v['num-clients']} (S <= N)")
-    if v.get("agg-scale") == "1/N" and "algorithm" in v and v["algorithm"] not in AGG_SCALE_ALGORITHMS:
-        errors.append(f"agg-scale='1/N': defined for {', '.join(AGG_SCALE_ALGORITHMS)} (the LoSAC suite); "
-                      f"algorithm={v['algorithm']!r} allows mean")  # fmt: skip
+    if "algorithm" in v:  # the algorithm's own rules live next to it, in the registry
+        from fedsuite.registry import algorithm_errors
+
+        errors += algorithm_errors(v)
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
-    if v.get("algorithm") == "fedspeed-ing" and v.get("dual-storage") == "server":
-        errors.append("dual-storage='server': fedspeed-ing keeps its duals ĝ_i, ǧ_i on the clients; use client")
     if "fedmim-alphas" in v and "fedmim-betas" in v:
         try:
             alphas, betas = float_list(str(v["fedmim-alphas"])), float_list(str(v["fedmim-betas"]))

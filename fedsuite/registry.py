@@ -10,7 +10,9 @@ state per client from the client's `state_specs` (fedsuite.declared), the d-vect
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +30,10 @@ class Algorithm:
     summary: str
     strategy_args: dict[str, str] = field(default_factory=dict)  # constructor kwarg -> run-config key
     client_args: dict[str, str] = field(default_factory=dict)
+    # agg-scale='1/N' (the LoSAC paper's eq. (13), Σ_S Δ_i / N) is defined for the algorithms of that suite, whose
+    # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (ALGORITHMS.md §3.7)
+    sum_scale: bool = False
+    checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
 
     def client_state(self, cfg: Config | None = None) -> tuple[StateSpec, ...]:
         """The client's declared persistent state under `cfg` (default: the schema defaults)."""
@@ -69,6 +75,24 @@ def _probe_settings(sampler: Sampler):
     return RuleSettings(initial_x=np.zeros(1, np.float32), sampler=sampler, lr=1.0)
 
 
+def algorithm_errors(values: Mapping[str, Any]) -> list[str]:
+    """The chosen algorithm's own config rules (run by fedsuite.config.resolve after every key passed its check)."""
+    algo = ALGORITHMS.get(str(values["algorithm"]))
+    if algo is None:
+        return []
+    errors = []
+    if values.get("agg-scale") == "1/N" and not algo.sum_scale:
+        allowed = ", ".join(name for name, a in ALGORITHMS.items() if a.sum_scale)
+        errors.append(f"agg-scale='1/N': defined for {allowed} (the LoSAC suite); algorithm={algo.name!r} allows mean")
+    return errors + [problem for check in algo.checks if (problem := check(values)) is not None]
+
+
+def _duals_on_clients_only(values: Mapping[str, Any]) -> str | None:
+    if values.get("dual-storage") == "server":
+        return "dual-storage='server': fedspeed-ing keeps its duals ĝ_i, ǧ_i on the clients; use client"
+    return None
+
+
 _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
 
 _ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
@@ -85,9 +109,10 @@ ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in (
         Algorithm("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "§4.1",
-                  "local SGD, server averages displacements", {"server_lr": "server-lr"}),
+                  "local SGD, server averages displacements", {"server_lr": "server-lr"}, sum_scale=True),
         Algorithm("fedprox", "strategies.fedavg:FedAvg", "clients.fedprox:FedProxClient", "§4.2",
-                  "FedAvg + client prox term μ(x − x^t)", {"server_lr": "server-lr"}, {"mu": "prox-mu"}),
+                  "FedAvg + client prox term μ(x − x^t)", {"server_lr": "server-lr"}, {"mu": "prox-mu"},
+                  sum_scale=True),
         Algorithm("fedadam", "strategies.fedopt:FedAdam", "clients.fedavg:FedAvgClient", "§4.3",
                   "server Adam on mean displacement, no bias correction", _FEDOPT_ARGS),
         Algorithm("fedyogi", "strategies.fedopt:FedYogi", "clients.fedavg:FedAvgClient", "§4.3",
@@ -96,7 +121,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "server Adagrad on mean displacement", _FEDOPT_ARGS),
         Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient", "§4.4",
                   "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}),
+                  {"option": "scaffold-option"}, sum_scale=True),
         Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "§4.5",
                   "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
                   {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}),
@@ -107,7 +132,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "§3.3",
                   "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"}),
         Algorithm("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "§4.7",
-                  "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"}),
+                  "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"},
+                  sum_scale=True),
         Algorithm("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "§4.7",
                   "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
                   {"alpha": "fedcm-alpha", "rho": "sam-rho"}),
@@ -118,7 +144,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("fedspeed-ing", "strategies.fedspeed:FedSpeedIng", "clients.fedspeed_ing:FedSpeedIngClient",
                   "§3.2", "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
                   {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
-                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"}),
+                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
+                  checks=(_duals_on_clients_only,)),
         Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "§3.4",
                   "multi-step inertial momentum: look-ahead gradient, move along a_t",
                   {**_MIM, "server_lr": "server-lr"}, _MIM),
@@ -135,19 +162,20 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed, [verify])",
                   {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}),
         Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient", "§4.8",
-                  "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"}),
+                  "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
+                  sum_scale=True),
         Algorithm("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "§3.7",
                   "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
-                  _LOSAC),
+                  _LOSAC, sum_scale=True),
         Algorithm("fedsaga", "strategies.fedavg:FedAvg", "clients.fedsaga:FedSagaClient", "§3.7",
                   "LoSAC's loop with the local table only: step G_j − y_ij + mean_j y_ij",
-                  {"server_lr": "server-lr"}),
+                  {"server_lr": "server-lr"}, sum_scale=True),
         Algorithm("losac-prox", "strategies.losac:LoSAC", "clients.losac_prox:LoSACProxClient", "§3.7",
                   "LoSAC + proximal step prox_ηΨ (ℓ1 or nuclear norm) after each move",
-                  _LOSAC),
+                  _LOSAC, sum_scale=True),
         Algorithm("scaffold-prox", "strategies.scaffold:Scaffold", "clients.scaffold_prox:ScaffoldProxClient",
                   "§3.7", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}),
+                  {"option": "scaffold-option"}, sum_scale=True),
     )
 }  # fmt: skip
 
