@@ -4,8 +4,9 @@
 
 `flwr run` starts a detached SuperLink, SuperExec, `flwr-simulation` and Ray's daemons and workers, which are not
 children of the command. Every one of them inherits the environment, so the command runs with a marker variable;
-every 0.5 s the resident set sizes (RSS) of all processes carrying it are summed. Prints the peak sum, the peak of
-the largest single process and the number of processes, and exits with the command's exit code.
+every 0.5 s the resident set sizes (RSS) of all processes carrying it and of their descendants (Ray's agents
+overwrite their environment) are summed. Prints the peak sum, the peak of the largest single process and the
+number of processes, and exits with the command's exit code.
 """
 
 from __future__ import annotations
@@ -21,16 +22,23 @@ MARKER = "FEDSUITE_MEMORY_PROBE"
 
 
 def marked_rss(marker: bytes) -> dict[int, int]:
-    """{pid: RSS bytes} of the processes whose environment holds `marker` (KEY=value)."""
+    """{pid: RSS bytes} of the processes whose environment holds `marker` (KEY=value) and all their descendants
+    (Ray's agents rewrite their title over their environment: simulation.processes)."""
+    from simulation.processes import descendants, process_table
+
     page = os.sysconf("SC_PAGE_SIZE")
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    table = process_table()
+    marked = set()
+    for pid in table:
         try:
-            if marker not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            found[int(entry.name)] = int((entry / "statm").read_text().split()[1]) * page
+            if marker in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0"):
+                marked.add(pid)
+        except OSError:
+            continue
+    found = {}
+    for pid in descendants(marked, table) - {os.getpid()}:
+        try:
+            found[pid] = int((Path("/proc") / str(pid) / "statm").read_text().split()[1]) * page
         except (OSError, ValueError, IndexError):
             continue
     return found

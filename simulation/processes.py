@@ -120,15 +120,17 @@ class Launch:
     """The processes of one launch (module docstring): `scan()` records them, `stop()` ends them all.
 
     `token`: the value of RUN_TOKEN_ENV; `env`: further KEY=value pairs a tagged process must also carry (a test
-    session's marker); `private_dir`: the launch's own Ray temp folder (RAY_TMPDIR), or None."""
+    session's marker); `private_dir`: the launch's own Ray temp folder (RAY_TMPDIR), or None; `spare`: PIDs never
+    taken for the launch's (besides this process)."""
 
-    def __init__(self, token: str | None, private_dir: str | Path | None = None, env: dict[str, str] | None = None):
+    def __init__(self, token: str | None, private_dir: str | Path | None = None, env: dict[str, str] | None = None,
+                 spare: set[int] | None = None):  # fmt: skip
         self.needles = [f"{RUN_TOKEN_ENV}={token}".encode() + b"\0" if token else f"{RUN_TOKEN_ENV}=".encode()]
         self.needles += [f"{k}={v}".encode() + b"\0" for k, v in (env or {}).items()]
         self.private_dir = os.fsencode(str(Path(private_dir).resolve())) + b"/" if private_dir else None
         self.known: dict[int, int] = {}  # pid → start time
         self.untagged: set[tuple[int, int]] = set()  # (pid, start) whose environment lacked the token
-        self.me = os.getpid()
+        self.spare = {os.getpid(), *(spare or ())}  # this process, and e.g. the reaper (it names the folder)
 
     def scan(self, thorough: bool = True) -> list[int]:
         """Add what belongs to the launch now and forget what has ended; returns the PIDs alive.
@@ -137,7 +139,7 @@ class Launch:
         settled = _ticks_now() - 2 * TICKS  # started more than 2 s ago: past its fork-to-exec window
         self.known = {pid: start for pid, start in self.known.items() if table.get(pid, (0, None))[1] == start}
         for pid, (_, start) in table.items():
-            if pid in self.known or pid == self.me:
+            if pid in self.known or pid in self.spare:
                 continue
             if (pid, start) not in self.untagged:
                 if _environ_has(pid, self.needles):
@@ -147,7 +149,7 @@ class Launch:
                     self.untagged.add((pid, start))
             if thorough and self.private_dir and _uses_folder(pid, self.private_dir):
                 self.known[pid] = start
-        for pid in descendants(set(self.known), table) - {self.me}:
+        for pid in descendants(set(self.known), table) - self.spare:
             self.known.setdefault(pid, table[pid][1])
         return sorted(self.known)
 

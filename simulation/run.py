@@ -311,7 +311,7 @@ def run(
     except Interrupted as err:
         for sig in SIGNAL_EXIT:
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-        Launch(token, ray_dir).stop()
+        Launch(token, ray_dir, spare={reaper.pid}).stop()
         mark_stopped(folder, "interrupted", str(err))
         err.folder = folder
         raise

@@ -373,3 +373,63 @@ def test_an_out_dir_that_fills_up_after_round_1_fails_the_run_in_one_line(tmp_pa
         while tagged_processes(env=SESSION) and time.monotonic() < deadline:
             time.sleep(0.3)
         assert not tagged_processes(env=SESSION)
+
+
+def run_to_end(disk: Path, config: str, timeout: float = 300) -> tuple[int, str]:
+    proc = launch_on(disk, config)
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 2)
+            proc.wait(60)
+    return proc.returncode, (disk.parent / "console.txt").read_text()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_larger_than_the_disk_fails_the_run_and_leaves_no_partial_checkpoint(tmp_path):
+    """SCAFFOLD with d=20 000 and checkpoint-every=1 on a 256 kB out-dir: the first checkpoint does not fit."""
+    with small_disk(tmp_path / "disk") as disk:
+        config = ("algorithm='scaffold' dataset='synthetic-lsq' synthetic-dim=20000 num-clients=4 clients-per-round=2 "
+                  "num-server-rounds=3 checkpoint-every=1")  # fmt: skip
+        code, text = run_to_end(disk, config)
+        assert code == 1, text[-3000:]
+        full = [line for line in text.splitlines() if "is full" in line]
+        assert len(full) == 1 and f"out-dir '{disk}' is full: " in full[0] and "Traceback" not in text
+        s = json.loads((disk / "r" / "summary.json").read_text())
+        assert s["status"] == "failed" and "is full" in s["reason"]
+        deadline = time.monotonic() + 30
+        while temporaries(disk) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert not temporaries(disk) and not (disk / "r" / RESERVE).exists()
+        assert not list((disk / "r" / "checkpoints").glob("round-*"))  # no checkpoint rather than half a one
+
+
+@pytest.mark.slow
+def test_a_client_state_dir_that_fills_up_fails_the_run_with_whole_state_files(tmp_path):
+    """SCAFFOLD's clients cannot replace their state files on a full client-state-dir: they are rejected with the
+    reason in clients.log, the run fails, and every state file is the last whole one (no temporary file)."""
+    with small_disk(tmp_path / "state", "128k") as states:
+        out = tmp_path / "out"
+        out.mkdir()
+        proc = launch_on(out, LONG.replace("num-clients=4", "num-clients=4 algorithm='scaffold' client-state='disk' "
+                                           f"client-state-dir='{states}'"))  # fmt: skip
+        try:
+            deadline = time.monotonic() + 240
+            while len(list(states.glob("partition-*.npz"))) < 4 and time.monotonic() < deadline:
+                assert proc.poll() is None, (tmp_path / "console.txt").read_text()[-3000:]
+                time.sleep(0.3)
+            fill(states)
+            proc.wait(timeout=180)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 2)
+                proc.wait(60)
+        text = (tmp_path / "console.txt").read_text()
+        assert proc.returncode == 1, text[-3000:]
+        assert json.loads((out / "r" / "summary.json").read_text())["status"] == "failed"
+        assert "No space left on device" in (out / "r" / "clients.log").read_text()
+        assert not temporaries(states)
+        for path in states.glob("partition-*.npz"):
+            with np.load(path) as z:
+                assert all(np.isfinite(z[k]).all() for k in z.files)
