@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from fedsuite import checkpoint_files
+
 FOLDER = "checkpoints"
 LATEST = "latest.json"
 CLIENT_STATE = "client-state"
@@ -106,28 +108,40 @@ def encode_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.nd
 
 def write(results: Path, server_round: int, state: dict[str, Any], rows: list[dict], run_config: dict,
           client_state_root: Path | None) -> Path:  # fmt: skip
-    """Write checkpoint `server_round` (module docstring); returns its folder. Older checkpoints are removed."""
+    """Write checkpoint `server_round` (module docstring); returns its folder. Older checkpoints are removed once
+    the new one is in place and named by latest.json. A failure at any byte (a full disk) removes what this call
+    wrote and raises: the previous checkpoint stays whole and latest."""
     base = results / FOLDER
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".round-{server_round:06d}-{uuid.uuid4().hex[:8]}.tmp"
-    tmp.mkdir()
-    tree, arrays = encode_state(state)
-    np.savez(tmp / "server.npz", **arrays)
-    (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree}))
-    (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp / "run_config.json").write_text(json.dumps(run_config, indent=1))
-    snapshot = tmp / CLIENT_STATE
-    snapshot.mkdir()
-    if client_state_root is not None and client_state_root.is_dir():
-        for path in client_state_root.glob("partition-*.npz"):
-            _link_or_copy(path, snapshot / path.name)
     target = base / f"round-{server_round:06d}"
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
     latest = base / f".{LATEST}.{uuid.uuid4().hex[:8]}"
-    latest.write_text(json.dumps({"round": server_round, "folder": target.name}))
-    os.replace(latest, base / LATEST)
+    placed = False
+    try:
+        tmp.mkdir()
+        tree, arrays = encode_state(state)
+        np.savez(tmp / "server.npz", **arrays)
+        (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree}))
+        (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (tmp / "run_config.json").write_text(json.dumps(run_config, indent=1))
+        snapshot = tmp / CLIENT_STATE
+        snapshot.mkdir()
+        if client_state_root is not None and client_state_root.is_dir():
+            for path in client_state_root.glob("partition-*.npz"):
+                _link_or_copy(path, snapshot / path.name)
+        checkpoint_files.seal(tmp)  # sizes and digests: a file damaged later is named before any resume
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        placed = True
+        latest.write_text(json.dumps({"round": server_round, "folder": target.name}))
+        os.replace(latest, base / LATEST)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        latest.unlink(missing_ok=True)
+        if placed:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
     for old in base.glob("round-*"):
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
@@ -146,17 +160,27 @@ def has_checkpoint(results: Path) -> bool:
 
 
 def load(results: Path) -> Checkpoint:
+    """The latest checkpoint of `results`, every file verified against its manifest first (fedsuite.checkpoint_files);
+    any unreadable file is a CheckpointError naming it."""
     try:
         latest = json.loads((results / FOLDER / LATEST).read_text())
-    except (OSError, ValueError) as err:
+        folder = results / FOLDER / str(latest["folder"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise CheckpointError(f"resume-from={str(results)!r}: no checkpoint there ({err}); a run writes one "
                               "with checkpoint-every=<rounds>") from None  # fmt: skip
-    folder = results / FOLDER / latest["folder"]
-    head = json.loads((folder / "server.json").read_text())
-    with np.load(folder / "server.npz") as arrays:
-        state = {name: _decode(tree, arrays) for name, tree in head["state"].items()}
-    rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
-    run_config = json.loads((folder / "run_config.json").read_text())
+    checkpoint_files.verify(folder)
+    where = folder / "server.json"
+    try:
+        head = json.loads(where.read_text())
+        where = folder / "server.npz"
+        with np.load(where) as arrays:
+            state = {name: _decode(tree, arrays) for name, tree in head["state"].items()}
+        where = folder / "rows.jsonl"
+        rows = [json.loads(line) for line in where.read_text().splitlines()]
+        where = folder / "run_config.json"
+        run_config = json.loads(where.read_text())
+    except Exception as err:  # a damaged file that the manifest could not catch (an unsealed, older checkpoint)
+        raise CheckpointError(f"checkpoint file {where} cannot be read ({type(err).__name__}: {err})") from None
     return Checkpoint(folder, int(head["round"]), state, rows, run_config)
 
 
