@@ -158,7 +158,8 @@ COMMON_KEYS: tuple[Key, ...] = (
         "round_timeout; in a deployment the only end for a hung client on a healthy SuperNode); 0 = no limit",
         low=0.0),
     Key("divergence-factor", 100.0, "stop as diverged when the test loss exceeds this multiple of the initial "
-        "loss (0 = only non-finite models and losses)", low=0.0),
+        "loss, or the cohort's train loss this multiple of its first value (0 = only non-finite models and "
+        "losses)", low=0.0),
     Key("device", "auto", "where clients and server compute", ("auto", "cpu", "cuda")),
     Key("autocast", "none", "local training forward pass: none = float32; bf16 = bfloat16 autocast (GPU speed "
         "option; changes the numbers)", ("none", "bf16")),
@@ -416,7 +417,8 @@ class RunControl(Settings):
     num_rounds (num-server-rounds): T.
     min_replies (min-replies): share of a round's cohort that must reply validly, else the run fails.
     round_timeout (round-timeout): seconds a round waits for a reply; 0.0 = no limit (Flower's None).
-    divergence_factor (divergence-factor): stop as diverged above this multiple of the initial test loss.
+    divergence_factor (divergence-factor): stop as diverged above this multiple of the initial test loss (or of
+        the cohort's first train loss).
     checkpoint_every (checkpoint-every): checkpoint every r rounds and after the last; 0 = never.
     resume_from (resume-from): results folder to continue; '' = a fresh run.
     client_mapping (client-mapping): 'logical' or 'fixed' (one SuperNode per partition).

@@ -352,3 +352,19 @@ def test_peak_memory_counts_every_process_of_a_launch(capsys):
     line = capsys.readouterr().out
     total = float(line.split("launch: ")[1].split(" GiB")[0])
     assert 0.55 < total < 1.2 and "up to 2 processes" in line
+
+
+def test_a_train_loss_far_above_its_first_value_stops_the_run_as_diverged(tmp_path):
+    """The cohort's train loss is watched too: finite but 1e13 (learning destroyed, the test loss perhaps still
+    bounded at chance level) stops the run as diverged, with the row and summary saying so."""
+    from tests.test_replies import corrupt, one_round_replies
+
+    strategy, results = one_round_replies({**LSQ, "num-clients": 4, "clients-per-round": 4})
+    strategy.aggregate_fit(1, results, [])  # sets the first train loss
+    first = strategy.guard.initial_train_loss
+    assert first is not None and first > 0
+    exploded = [(p, corrupt(r, metrics={"loss": 1e13})) for p, r in results]
+    with pytest.raises(RunAborted, match=r"round 2: the cohort's train loss 1e\+13 exceeds divergence-factor=100"):
+        strategy.aggregate_fit(2, exploded, [])
+    assert strategy.guard.train_loss(3, 50 * first) is None  # below the factor: no verdict
+    assert strategy.guard.train_loss(3, float("inf"))[0] == "diverged"

@@ -139,6 +139,7 @@ class RuleStrategy(Strategy):
         cohort = self.rounds.cohort(server_round, len(results) + len(failures))
         verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
         self._stop_if(server_round, verdict)
+        self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"]))
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             self.rule.empty_round(server_round)

@@ -5,7 +5,9 @@ records the round with that status and raises RunAborted.
 - fewer valid replies than `min-replies` of the cohort: failed, or diverged when most were lost to non-finite
   training;
 - a non-finite aggregated model: diverged;
-- a non-finite test loss, or one above `divergence-factor` × the initial loss: diverged.
+- a non-finite test loss, or one above `divergence-factor` × the initial loss: diverged;
+- the cohort's train loss non-finite, or above `divergence-factor` × its first value: diverged (learning destroyed
+  while the test loss alone could still look bounded, e.g. at chance accuracy).
 """
 
 from __future__ import annotations
@@ -27,17 +29,19 @@ class RunAborted(RuntimeError):
 
 
 class RunGuard:
-    state = (Value("initial_loss"),)
+    state = (Value("initial_loss"), Value("initial_train_loss"))
 
     def __init__(self, min_replies: float, divergence_factor: float):
         self.min_replies, self.divergence_factor = min_replies, divergence_factor
         self.initial_loss: float | None = None
+        self.initial_train_loss: float | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"initial_loss": self.initial_loss}
+        return {spec.name: getattr(self, spec.name) for spec in self.state}
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
-        self.initial_loss = values["initial_loss"]
+        for spec in self.state:
+            setattr(self, spec.name, values[spec.name])
 
     def lost_workers(self, server_round: int, dead: int) -> Verdict:
         if not dead:
@@ -66,17 +70,24 @@ class RunGuard:
 
     def test_loss(self, server_round: int, loss: float | None) -> Verdict:
         """Non-finite, or above divergence-factor × the initial loss (the first finite loss seen)."""
+        return self._loss(server_round, loss, "initial_loss", "test loss", "the initial loss")
+
+    def train_loss(self, server_round: int, loss: float | None) -> Verdict:
+        """The cohort's mean train loss: non-finite, or above divergence-factor × its first value."""
+        return self._loss(server_round, loss, "initial_train_loss", "cohort's train loss", "its first value")
+
+    def _loss(self, server_round: int, loss: float | None, first: str, what: str, reference: str) -> Verdict:
         if loss is None:
             return None
         if not math.isfinite(loss):
-            return "diverged", f"round {server_round}: the test loss is {loss}"
-        if self.initial_loss is None:
-            self.initial_loss = abs(float(loss))
+            return "diverged", f"round {server_round}: the {what} is {loss}"
+        if getattr(self, first) is None:
+            setattr(self, first, abs(float(loss)))
             return None
-        limit = self.divergence_factor * max(self.initial_loss, 1e-12)
+        limit = self.divergence_factor * max(getattr(self, first), 1e-12)
         if self.divergence_factor > 0 and loss > limit:
             return "diverged", (
-                f"round {server_round}: the test loss {loss:.4g} exceeds divergence-factor="
-                f"{self.divergence_factor:g} × the initial loss {self.initial_loss:.4g}; lower lr"
+                f"round {server_round}: the {what} {loss:.4g} exceeds divergence-factor="
+                f"{self.divergence_factor:g} × {reference} {getattr(self, first):.4g}; lower lr"
             )
         return None
