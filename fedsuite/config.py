@@ -15,7 +15,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Self, get_type_hints
@@ -229,6 +229,25 @@ ALGORITHM_KEYS: tuple[Key, ...] = (
 )  # fmt: skip
 
 SCHEMA: dict[str, Key] = {k.name: k for k in COMMON_KEYS + ALGORITHM_KEYS}
+
+
+def active_schema() -> dict[str, Key]:
+    """SCHEMA with what registered algorithms add (fedsuite.registry): their names among `algorithm`'s allowed
+    values and their own run-config keys. Without plug-ins this is SCHEMA."""
+    from fedsuite.registry import ALGORITHMS as REGISTERED
+    from fedsuite.registry import extra_keys
+
+    names = tuple(REGISTERED)
+    extra = extra_keys()
+    if names == ALGORITHMS and not extra:
+        return SCHEMA
+    schema = dict(SCHEMA)
+    schema["algorithm"] = replace(SCHEMA["algorithm"], choices=names)
+    for key in extra:
+        if key.name in schema and schema[key.name] != key:
+            raise ConfigError(f"run-config key {key.name!r} is declared twice, differently (a plug-in algorithm?)")
+        schema[key.name] = key
+    return schema
 
 
 # --- typed settings: the groups of keys the code reads together, built once per Config ---------------------------
@@ -588,11 +607,12 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     elif not run_config.get("preset-expanded", False):
         run_config, _ = apply_preset(run_config)
     values: dict[str, Scalar] = {}
-    for name in sorted(set(run_config) - set(SCHEMA)):
-        close = [k for k in SCHEMA if k.split("-")[0] == name.split("-")[0]]
+    schema = active_schema()
+    for name in sorted(set(run_config) - set(schema)):
+        close = [k for k in schema if k.split("-")[0] == name.split("-")[0]]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         errors.append(f"{name}: unknown key{hint}")
-    for name, key in SCHEMA.items():
+    for name, key in schema.items():
         value, err = key.check(run_config.get(name, key.default))
         if err:
             errors.append(err)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.config import Config, float_list, resolve
+from fedsuite.config import Config, Key, float_list, resolve
 from fedsuite.declared import StateSpec, units
 from fedsuite.sampling import Sampler
 
@@ -34,6 +34,7 @@ class Algorithm:
     # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (ALGORITHMS.md §3.7)
     sum_scale: bool = False
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
+    keys: tuple[Key, ...] = ()  # run-config keys the algorithm adds (a plug-in's hyper-parameters)
 
     def client_state(self, cfg: Config | None = None) -> tuple[StateSpec, ...]:
         """The client's declared persistent state under `cfg` (default: the schema defaults)."""
@@ -73,6 +74,11 @@ def _probe_settings(sampler: Sampler):
     from strategies.base import RuleSettings
 
     return RuleSettings(initial_x=np.zeros(1, np.float32), sampler=sampler, lr=1.0)
+
+
+def extra_keys() -> tuple[Key, ...]:
+    """The run-config keys registered algorithms add to the schema (fedsuite.config.active_schema)."""
+    return tuple(key for algo in ALGORITHMS.values() for key in algo.keys)
 
 
 def algorithm_errors(values: Mapping[str, Any]) -> list[str]:
