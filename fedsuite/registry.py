@@ -4,7 +4,8 @@ Rule and client classes are imported only when an algorithm is built or its decl
 validation stays light. What an algorithm costs is derived from its declarations, never written twice: the client
 state per client from the client's `state_specs` (fedsuite.declared), the d-vectors per round from the rule's
 `sends`, `sends_each`, `uplink`, `uplink_some` and `query`. README's algorithm table is generated from this table
-(`python -m simulation.algorithms`).
+(`python -m simulation.algorithms`). Other packages add algorithms through the entry-point group
+`fedsuite.algorithms` or `register(...)` (fedsuite.plugins); fedsuite.testing is their verification kit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from fedsuite.config import Config, Key, float_list, resolve
 from fedsuite.declared import StateSpec, units
+from fedsuite.plugins import AlgorithmRegistry
 from fedsuite.sampling import Sampler
 
 
@@ -49,7 +51,7 @@ class Algorithm:
         """(d-vectors down, d-vectors up) per participating client per round, and the extra d-vectors up from the
         clients that return `uplink_some` (FAdamET/GT's tracking subset), from the rule's declarations."""
         cfg = _config(cfg, self.name)
-        sampler = Sampler(int(cfg["num-clients"]), "fixed", 1)
+        sampler = Sampler(cfg.num_clients, "fixed", 1)
         rule = build_rule(cfg, _probe_settings(sampler))
         query = 1 if rule.query is not None else 0
         return 1 + len(rule.sends) + len(rule.sends_each) + query, len(rule.uplink) + query, len(rule.uplink_some)
@@ -111,9 +113,8 @@ _SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-al
 _MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
 _LIST_ARGS = {"alphas", "betas"}  # comma-separated run-config strings → tuples of floats
 
-ALGORITHMS: dict[str, Algorithm] = {
-    a.name: a
-    for a in (
+ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
+    (
         Algorithm("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "§4.1",
                   "local SGD, server averages displacements", {"server_lr": "server-lr"}, sum_scale=True),
         Algorithm("fedprox", "strategies.fedavg:FedAvg", "clients.fedprox:FedProxClient", "§4.2",
@@ -183,7 +184,13 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "§3.7", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
                   {"option": "scaffold-option"}, sum_scale=True),
     )
-}  # fmt: skip
+)  # fmt: skip
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add a plug-in algorithm to this process's registry (fedsuite.plugins); raises PluginError saying why not.
+    Packages that want every process (the apps, simulation.*) to see it declare an entry point instead."""
+    return ALGORITHMS.register(algorithm)
 
 
 def _load(path: str):
@@ -192,15 +199,15 @@ def _load(path: str):
 
 
 def _kwargs(cfg: Config, args: dict[str, str]) -> dict:
-    return {arg: float_list(str(cfg[key])) if arg in _LIST_ARGS else cfg[key] for arg, key in args.items()}
+    return {arg: float_list(cfg[key]) if arg in _LIST_ARGS else cfg[key] for arg, key in args.items()}
 
 
 def build_rule(cfg: Config, settings):
     """The algorithm's server rule (strategies/) with its hyper-parameters from `cfg`."""
-    algo = ALGORITHMS[str(cfg["algorithm"])]
+    algo = ALGORITHMS[cfg["algorithm"]]
     return _load(algo.strategy)(settings, **_kwargs(cfg, algo.strategy_args))
 
 
 def build_client(cfg: Config, node):
-    algo = ALGORITHMS[str(cfg["algorithm"])]
+    algo = ALGORITHMS[cfg["algorithm"]]
     return _load(algo.client)(node, **_kwargs(cfg, algo.client_args))

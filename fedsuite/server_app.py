@@ -151,7 +151,7 @@ def _partition_text(cfg: Config) -> str:
     if cfg["partition"] == "dirichlet":
         kind = "balanced" if cfg["partition-balanced"] else "unbalanced"
         return f"dirichlet α={cfg['partition-alpha']:g} ({kind})"
-    return str(cfg["partition"])
+    return cfg.partitioning.scheme
 
 
 def _sampling_text(cfg: Config) -> str:

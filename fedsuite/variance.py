@@ -113,7 +113,7 @@ class NuclearShrink:
 
 def proximal_stage(cfg, module: torch.nn.Module):
     """The run config's Ψ (`prox-penalty`, `prox-lambda`) as a proximal stage for `module`'s flat parameters."""
-    penalty, lam = str(cfg["prox-penalty"]), float(cfg["prox-lambda"])
+    penalty, lam = cfg["prox-penalty"], cfg["prox-lambda"]
     if penalty == "l1":
         return SoftThreshold(lam)
     if penalty == "nuclear":
