@@ -1,0 +1,155 @@
+"""Plug-in algorithms: the registry that holds the built-ins and what other packages add.
+
+A package registers an algorithm (a `fedsuite.registry.Algorithm`: its server rule and client as "module:Class",
+its run-config keys as `fedsuite.config.Key`s) in one of two ways:
+
+    # its pyproject.toml: loaded by every process that uses the registry (the apps, simulation.*, tests)
+    [project.entry-points."fedsuite.algorithms"]
+    fedavgm = "fedavgm_plugin:algorithm"        # an Algorithm, or a callable returning one (or a tuple of them)
+
+    # or in code, before the registry is used for that algorithm (this process only)
+    fedsuite.registry.register(Algorithm(...))
+
+Entry points are loaded once, lazily, when the registry is first read. An entry point that fails (an import error,
+a callable that raises, something that is not an Algorithm) is named in one warning line and left out; the rest of
+the registry works. An algorithm that takes a built-in name, or declares a run-config key some other algorithm
+declares differently, or maps a constructor argument to a key nobody declares, is refused in one line (a warning
+for an entry point, a PluginError for `register`). Once registered, an algorithm is one more name in the registry:
+config validation, simulation.run/compare/sweep, presets, checkpoints and results see no difference.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedsuite.registry import Algorithm
+
+GROUP = "fedsuite.algorithms"
+log = logging.getLogger("fedsuite.plugins")
+
+
+class PluginError(ValueError):
+    """A plug-in algorithm the registry refuses (one line saying why)."""
+
+
+def installed_entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    return importlib.metadata.entry_points(group=GROUP)
+
+
+def _describe(entry_point: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(entry_point, "dist", None)
+    package = f" (package {dist.name})" if dist is not None else ""
+    return f"entry point {entry_point.name} = {entry_point.value}{package}"
+
+
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+
+
+class AlgorithmRegistry(Mapping[str, "Algorithm"]):
+    """name → Algorithm: the built-ins, then the entry points of group `fedsuite.algorithms` (read on first use),
+    then what `register` adds."""
+
+    def __init__(self, built_in: Iterable[Algorithm],
+                 discover: Callable[[], Iterable[importlib.metadata.EntryPoint]] = installed_entry_points
+                 ) -> None:  # fmt: skip
+        self._algorithms: dict[str, Algorithm] = {a.name: a for a in built_in}
+        self.built_in = frozenset(self._algorithms)
+        self._discover = discover
+        self._loaded = False
+
+    # ---- Mapping ---------------------------------------------------------------------------------------------
+    def _entries(self) -> dict[str, Algorithm]:
+        if not self._loaded:
+            self._loaded = True  # once, even when loading fails half-way
+            self._load_entry_points()
+        return self._algorithms
+
+    def __getitem__(self, name: str) -> Algorithm:
+        return self._entries()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+    def __repr__(self) -> str:
+        return f"AlgorithmRegistry({', '.join(self._entries())})"
+
+    # ---- adding and removing ---------------------------------------------------------------------------------
+    def register(self, algorithm: Algorithm) -> Algorithm:
+        """Add `algorithm` (again registering an equal one is a no-op); raises PluginError saying why not."""
+        problem = self.refusal(algorithm)
+        if problem is not None:
+            raise PluginError(problem)
+        self._entries()[algorithm.name] = algorithm
+        return algorithm
+
+    def unregister(self, name: str) -> None:
+        """Remove a plug-in algorithm (tests); built-ins stay."""
+        if name in self.built_in:
+            raise PluginError(f"{name!r} is a built-in algorithm and cannot be removed")
+        self._entries().pop(name, None)
+
+    def refusal(self, algorithm: Any) -> str | None:
+        """Why `algorithm` cannot join this registry, in one line, or None."""
+        from fedsuite.config import SCHEMA
+        from fedsuite.registry import Algorithm
+
+        if not isinstance(algorithm, Algorithm):
+            return f"expected a fedsuite.registry.Algorithm, got {type(algorithm).__name__}"
+        name = algorithm.name
+        if not isinstance(name, str) or not name or name != name.strip() or "," in name:
+            return f"algorithm name {name!r}: expected a non-empty name without spaces around it or commas"
+        if name in self.built_in:
+            return f"plug-in algorithm {name!r} refused: {name!r} is a built-in algorithm; choose another name"
+        present = self._entries().get(name)
+        if present is not None and present != algorithm:
+            return f"plug-in algorithm {name!r} refused: another algorithm of that name is registered"
+        for what, path in (("strategy", algorithm.strategy), ("client", algorithm.client)):
+            module, sep, cls = str(path).partition(":")
+            if not (isinstance(path, str) and sep and module and cls):
+                return f"plug-in algorithm {name!r} refused: {what}={path!r}, expected 'module:Class'"
+        declared = {k.name: (k, "a built-in key") for k in SCHEMA.values()}
+        for other in self._entries().values():
+            if other.name != name:
+                declared.update({k.name: (k, f"algorithm {other.name!r}") for k in other.keys if k.name not in SCHEMA})
+        own = {}
+        for key in algorithm.keys:
+            if key.name in declared and declared[key.name][0] != key:
+                return (f"plug-in algorithm {name!r} refused: run-config key {key.name!r} is declared differently by "
+                        f"{declared[key.name][1]}; use that declaration or another name")  # fmt: skip
+            if key.name in own and own[key.name] != key:
+                return f"plug-in algorithm {name!r} refused: run-config key {key.name!r} is declared twice"
+            own[key.name] = key
+        for arg, key_name in {**algorithm.strategy_args, **algorithm.client_args}.items():
+            if key_name not in declared and key_name not in own:
+                return (f"plug-in algorithm {name!r} refused: argument {arg!r} reads run-config key {key_name!r}, "
+                        "which no one declares; add a Key for it to the algorithm's keys")  # fmt: skip
+        return None
+
+    def _load_entry_points(self) -> None:
+        try:
+            entry_points = list(self._discover())
+        except Exception as err:  # a broken installation must not take the built-ins down
+            log.warning("fedsuite: plug-in algorithms not loaded: listing entry points failed (%s)", _one_line(err))
+            return
+        for entry_point in entry_points:
+            where = _describe(entry_point)
+            try:
+                found = entry_point.load()
+                found = found() if callable(found) else found
+            except Exception as err:
+                log.warning("fedsuite: plug-in %s failed to load (%s); it is left out", where, _one_line(err))
+                continue
+            for algorithm in found if isinstance(found, list | tuple) else (found,):
+                problem = self.refusal(algorithm)
+                if problem is not None:
+                    log.warning("fedsuite: plug-in %s: %s", where, problem)
+                else:
+                    self._algorithms[algorithm.name] = algorithm
