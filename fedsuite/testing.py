@@ -1,0 +1,291 @@
+"""The verification kit: what fedsuite's own tests check of every algorithm, as public API for plug-in algorithms.
+
+Every check runs the real thing (`fedsuite.inprocess.run_inprocess`: the ServerApp's strategy, the ClientApp's
+clients, Flower's round loop) on a small heterogeneous least-squares federation, and raises AssertionError with a
+one-line reason when the claim does not hold, so a plug-in's pytest file is a few calls:
+
+    from fedsuite import testing as kit
+
+    def test_beta_zero_is_fedavg():
+        kit.check_reduction("fedavgm", "fedavg", a_keys={"fedavgm-beta": 0.0}, knob={"fedavgm-beta": 0.5})
+
+The federation (`dataset='synthetic-lsq'`):
+
+    LSQ                     5 clients, all in every round, full-batch local steps: deterministic, with a closed-form
+                            optimum; where drift-free methods reach x* and FedAvg stalls at its drift bias
+    PARTIAL                 6 clients, 3 a round, minibatches, weight decay: partial participation and a data order,
+                            for reductions, checkpoints and communication
+    least_squares(cfg)      its clients' (A_i, b_i) in float64 and the numpy x* of f(x) = mean_i F_i(x) + (wd/2)‖x‖²,
+                            F_i(x) = (1/2n_i)‖A_i x − b_i‖², in closed form; `.relative_error(x)` = ‖x − x*‖ / ‖x*‖
+
+What the kit runs and checks:
+
+    run_algorithm(name, cfg, invariants=[...])   one run in process; returns a KitRun: the final x, and per round
+                            the model after aggregation and the results row (losses, relative error, d-vectors and
+                            bytes per client); each invariant is called with the strategy after every aggregation
+                            (`strategy.rule` is the algorithm's server rule with its declared state, `client_vector`
+                            reads a client's state) and may raise: the run stops and the error names the round
+    check_reduction(a, b, ...)   with these settings algorithm a equals algorithm b bit for bit, the model after
+                            every round; with `knob` added to a's settings they differ (the knob really acts)
+    check_checkpoint_round_trip(name, folder, ...)   a run stopped after round r and resumed to R ends bit-identical
+                            to the uninterrupted R-round run: model, declared server state, every client's state
+    check_communication(name, ...)   the d-vectors down/up per client measured in every round equal the registry's,
+                            which are derived from the rule's declarations (`sends`, `sends_each`, `uplink`, …)
+
+Nothing here imports tests/; fedsuite's own tests (tests/test_kit.py) check the kit on the built-ins.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsuite.config import resolve
+
+__all__ = [
+    "LSQ", "PARTIAL", "KitRun", "LeastSquares", "RoundObservation", "check_checkpoint_round_trip",
+    "check_communication", "check_reduction", "client_vector", "identical", "least_squares", "run_algorithm",
+]  # fmt: skip
+
+LSQ: dict[str, Any] = {
+    "dataset": "synthetic-lsq",
+    "num-clients": 5,
+    "clients-per-round": 5,
+    "synthetic-dim": 4,
+    "synthetic-samples": 20,
+    "synthetic-heterogeneity": 1.0,
+    "batch-size": 0,
+    "local-steps": 10,
+    "lr": 0.05,
+    "num-server-rounds": 20,
+    "eval-every": 1,
+}
+PARTIAL: dict[str, Any] = {
+    **LSQ,
+    "num-clients": 6,
+    "clients-per-round": 3,
+    "synthetic-dim": 5,
+    "synthetic-samples": 12,
+    "batch-size": 4,
+    "local-steps": 3,
+    "lr": 0.02,
+    "weight-decay": 0.01,
+    "num-server-rounds": 5,
+    "eval-every": 1000,
+}
+
+Invariant = Callable[[Any], None]
+
+
+# ---- the least-squares federation and its optimum -------------------------------------------------------------
+@dataclass(frozen=True)
+class LeastSquares:
+    clients: list[tuple[np.ndarray, np.ndarray]]  # (A_i, b_i), float64
+    weight_decay: float
+
+    @cached_property
+    def x_star(self) -> np.ndarray:
+        """argmin mean_i (1/2n_i)‖A_i x − b_i‖² + (wd/2)‖x‖², from the normal equations."""
+        dim = self.clients[0][0].shape[1]
+        hessian = np.mean([a.T @ a / len(b) for a, b in self.clients], axis=0) + self.weight_decay * np.eye(dim)
+        return np.linalg.solve(hessian, np.mean([a.T @ b / len(b) for a, b in self.clients], axis=0))
+
+    def relative_error(self, x: np.ndarray) -> float:
+        return float(np.linalg.norm(np.asarray(x, np.float64) - self.x_star) / np.linalg.norm(self.x_star))
+
+
+def least_squares(run_config: Mapping[str, Any] | None = None) -> LeastSquares:
+    """The federation `run_config` (default LSQ) trains on, as numpy data."""
+    from fedsuite.data import load_dataset
+
+    cfg = resolve({**LSQ, **(run_config or {})})
+    fed = load_dataset(cfg)
+    clients = [(np.asarray(fed.features_x[p], np.float64), np.asarray(fed.targets[p], np.float64))
+               for p in fed.client_parts]  # fmt: skip
+    return LeastSquares(clients, float(cfg["weight-decay"]))
+
+
+# ---- one run, observed ---------------------------------------------------------------------------------------
+@dataclass
+class RoundObservation:
+    round: int
+    x: np.ndarray  # the global model after this round's aggregation
+    row: dict[str, Any] = field(default_factory=dict)  # the round's results row
+
+
+@dataclass
+class KitRun:
+    x: np.ndarray  # the final global model
+    rounds: list[RoundObservation]
+    strategy: Any  # fedsuite.server.adapter.RuleStrategy (`.rule`, `.state_dict()`, `.plan`)
+
+
+def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], rows: list[dict]):
+    from fedsuite.server.observers import RoundObserver
+
+    class KitObserver(RoundObserver):
+        def aggregated(self, server_round, strategy, x_before, replies):
+            models[server_round] = np.array(strategy.x, copy=True)
+            for invariant in invariants:
+                try:
+                    invariant(strategy)
+                except Exception as err:
+                    name = getattr(invariant, "__name__", repr(invariant))
+                    raise AssertionError(f"invariant {name} fails after round {server_round}: {err}") from err
+
+        def recorded(self, row):
+            rows.append(dict(row))
+
+    return KitObserver()
+
+
+def run_algorithm(algorithm: str, run_config: Mapping[str, Any] | None = None, invariants: Iterable[Invariant] = (),
+                  **options) -> KitRun:  # fmt: skip
+    """Run `algorithm` in process on `run_config` (over LSQ's keys); `options` go to run_inprocess (record, …)."""
+    from fedsuite.inprocess import run_inprocess
+
+    models: dict[int, np.ndarray] = {}
+    rows: list[dict] = []
+    cfg = {**LSQ, **(run_config or {}), "algorithm": algorithm}
+    strategy = run_inprocess(cfg, observers=[_observer(tuple(invariants), models, rows)], **options)
+    by_round = {row["round"]: row for row in rows}
+    rounds = [RoundObservation(r, x, by_round.get(r, {})) for r, x in sorted(models.items())]
+    return KitRun(np.array(strategy.x, copy=True), rounds, strategy)
+
+
+def client_vector(strategy, partition: int, name: str) -> np.ndarray:
+    """Client `partition`'s declared state `name` as it will train with it next (zeros before its first
+    participation), for invariants: the state the server has accepted, never a rejected round's."""
+    from fedsuite.inprocess import client_store
+    from fedsuite.state import effective
+
+    view = effective(client_store(strategy, partition), strategy.accepted.get(partition, 0))
+    return np.asarray(view[name], np.float64) if name in view else np.zeros(strategy.dim)
+
+
+# ---- reductions ------------------------------------------------------------------------------------------------
+def _first_difference(a: KitRun, b: KitRun) -> str | None:
+    if [r.round for r in a.rounds] != [r.round for r in b.rounds]:
+        return f"rounds {[r.round for r in a.rounds]} vs {[r.round for r in b.rounds]}"
+    for ra, rb in zip(a.rounds, b.rounds, strict=True):
+        if not identical(ra.x, rb.x):
+            gap = float(np.max(np.abs(ra.x.astype(np.float64) - rb.x.astype(np.float64))))
+            return f"the models differ after round {ra.round} (max |Δ| = {gap:.3e})"
+    return None if identical(a.x, b.x) else "the final models differ"
+
+
+def check_reduction(a: str, b: str, run_config: Mapping[str, Any] | None = None, a_keys: Mapping | None = None,
+                    b_keys: Mapping | None = None, knob: Mapping | None = None) -> None:  # fmt: skip
+    """Algorithm `a` with `a_keys` equals `b` with `b_keys` bit for bit (every round's model) on `run_config`
+    (default PARTIAL); with `knob` given, `a` with `knob` added must differ from `b` (the reduction is not vacuous)."""
+    base = {**PARTIAL, **(run_config or {})}
+    run_a = run_algorithm(a, {**base, **(a_keys or {})})
+    run_b = run_algorithm(b, {**base, **(b_keys or {})})
+    problem = _first_difference(run_a, run_b)
+    assert problem is None, f"{a} {dict(a_keys or {})} is not {b} {dict(b_keys or {})} bit for bit: {problem}"
+    if knob:
+        turned = run_algorithm(a, {**base, **(a_keys or {}), **knob})
+        assert _first_difference(turned, run_b) is not None, (
+            f"{a} with {dict(knob)} still equals {b}: the knob is inert"
+        )
+
+
+# ---- checkpoint and resume -------------------------------------------------------------------------------------
+def identical(a: Any, b: Any) -> bool:
+    """Bitwise equality of checkpointable values (arrays by bytes, dtype and shape; containers recursively)."""
+    if isinstance(a, np.ndarray | np.generic):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
+    if isinstance(a, set | frozenset):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list | tuple | deque):
+        return type(a) is type(b) and len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+def _checkpointed_client_state(folder: Path) -> dict[str, dict[str, np.ndarray]]:
+    from fedsuite import checkpoint
+
+    out = {}
+    for path in sorted(checkpoint.load(folder).client_state.glob("partition-*.npz")):
+        with np.load(path) as z:
+            out[path.name] = {k: z[k] for k in z.files}
+    return out
+
+
+def check_checkpoint_round_trip(algorithm: str, folder: Path | str | None = None,
+                                run_config: Mapping[str, Any] | None = None, stop_after: int = 3,
+                                rounds: int = 5) -> None:  # fmt: skip
+    """A run of `algorithm` stopped after `stop_after` rounds and resumed to `rounds` equals the uninterrupted run bit
+    for bit: the model, the declared server state and every client's state file; the resumed run continues the
+    results rows. Runs are written under `folder` (default: a temporary folder)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="fedsuite-kit-") as tmp:
+            return check_checkpoint_round_trip(algorithm, tmp, run_config, stop_after, rounds)
+    from fedsuite.registry import ALGORITHMS
+
+    folder = Path(folder)
+    cfg = {**PARTIAL, "checkpoint-every": stop_after, **(run_config or {}), "out-dir": str(folder),
+           "num-server-rounds": rounds}  # fmt: skip
+    full = run_algorithm(algorithm, {**cfg, "run-name": "full"}, record=True).strategy
+    run_algorithm(algorithm, {**cfg, "run-name": "part", "num-server-rounds": stop_after}, record=True)
+    resume = {**cfg, "run-name": "resumed", "resume-from": str(folder / "part")}
+    resumed = run_algorithm(algorithm, resume, record=True).strategy
+    assert identical(resumed.x, full.x), f"{algorithm}: the resumed model differs from the uninterrupted run's"
+    state_full, state_resumed = full.state_dict(), resumed.state_dict()
+    assert state_full.keys() == state_resumed.keys(), (
+        f"{algorithm}: state {sorted(state_resumed)} vs {sorted(state_full)}"
+    )
+    differ = [k for k in state_full if not identical(state_full[k], state_resumed[k])]
+    assert not differ, f"{algorithm}: after resuming, the declared server state differs in {differ}"
+    clients_full, clients_resumed = (
+        _checkpointed_client_state(folder / "full"),
+        _checkpointed_client_state(folder / "part"),
+    )
+    assert identical(clients_full, clients_resumed), f"{algorithm}: after resuming, the client state differs"
+    if ALGORITHMS[algorithm].client_state_vectors(full.plan.run_config):
+        assert clients_full, f"{algorithm} declares client state but no client wrote any"
+    written = [json.loads(line)["round"] for line in (folder / "part" / "rounds.jsonl").read_text().splitlines()]
+    assert written == list(range(rounds + 1)), f"{algorithm}: the resumed run's rows are for rounds {written}"
+
+
+# ---- communication ---------------------------------------------------------------------------------------------
+def check_communication(algorithm: str, run_config: Mapping[str, Any] | None = None) -> tuple[int, int, int]:
+    """In every round, the d-vectors down and up per participating client (and bytes up) measured by the server
+    equal what the registry derives from the algorithm's declarations; returns the declaration (down, up, up_some)."""
+    from fedsuite.registry import ALGORITHMS
+    from fedsuite.sampling import Sampler
+
+    cfg = resolve({**PARTIAL, **(run_config or {}), "algorithm": algorithm})
+    down, up, up_some = ALGORITHMS[algorithm].communication(cfg)
+    run = run_algorithm(algorithm, dict(cfg))
+    sampler = Sampler.from_settings(cfg.sampling)
+    size = int(cfg["tracking-clients"]) if "tracking-clients" in cfg else 0
+    trained = [r for r in run.rounds if r.round > 0]
+    assert trained, f"{algorithm}: no round was aggregated"
+    for obs in trained:
+        row, cohort = obs.row, sampler.cohort(obs.round)
+        measured_up = up + up_some * len(sampler.tracking(obs.round, cohort, size)) / len(cohort)
+        where = f"{algorithm} round {obs.round}"
+        got_down, got_up, got_bytes = (
+            row["vectors_down_per_client"],
+            row["vectors_up_per_client"],
+            row["bytes_up_per_client"],
+        )
+        assert got_down == down, f"{where}: {got_down} d-vectors down per client, declared {down}"
+        assert abs(got_up - measured_up) < 1e-12, f"{where}: {got_up} d-vectors up per client, declared {measured_up}"
+        expected_bytes = measured_up * run.strategy.dim * 4
+        assert abs(got_bytes - expected_bytes) < 1e-6, (
+            f"{where}: {got_bytes} bytes up per client, not {measured_up} d-vectors"
+        )
+    return down, up, up_some
