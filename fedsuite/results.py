@@ -292,6 +292,9 @@ class RunRecorder:
         if self.status != "running":
             return
         self.write_summary(status, reason)
+        if reason and " is full: " in _plain_reason(self.folder, reason):
+            release_room(self.folder)
+            return  # no plot into a full out-dir (and no second line saying so)
         try:
             self.plot()
         except Exception as err:  # a missing plot must not hide the run's status

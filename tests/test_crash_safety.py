@@ -388,10 +388,11 @@ def run_to_end(disk: Path, config: str, timeout: float = 300) -> tuple[int, str]
 
 @pytest.mark.slow
 def test_a_checkpoint_larger_than_the_disk_fails_the_run_and_leaves_no_partial_checkpoint(tmp_path):
-    """SCAFFOLD with d=20 000 and checkpoint-every=1 on a 256 kB out-dir: the first checkpoint does not fit."""
-    with small_disk(tmp_path / "disk") as disk:
-        config = ("algorithm='scaffold' dataset='synthetic-lsq' synthetic-dim=20000 num-clients=4 clients-per-round=2 "
-                  "num-server-rounds=3 checkpoint-every=1")  # fmt: skip
+    """SCAFFOLD with 20 clients of d=1 000 and checkpoint-every=1 on a 128 kB out-dir: the first checkpoint (20
+    client-state files of 8 kB, copied from RAM) does not fit."""
+    with small_disk(tmp_path / "disk", "128k") as disk:
+        config = ("algorithm='scaffold' dataset='synthetic-lsq' synthetic-dim=1000 num-clients=20 clients-per-round=20 "
+                  "num-server-rounds=3 checkpoint-every=1 lr=0.001")  # fmt: skip
         code, text = run_to_end(disk, config)
         assert code == 1, text[-3000:]
         full = [line for line in text.splitlines() if "is full" in line]
