@@ -1,0 +1,144 @@
+"""Plug-in algorithms (fedsuite.plugins): the out-of-tree example examples/fedavgm, installed like any package, passes
+its own kit tests and runs through simulation.compare like a built-in; a bad value of its key is named with the
+allowed range; an entry point that fails to import is named in one warning; a name or key clash is refused.
+
+The example is installed from a temporary copy into a temporary folder (`pip install --target`), put on the path of
+the child processes only: this venv and this process's registry stay plain for every other test."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+
+from fedsuite import registry
+from fedsuite.config import ConfigError, Key, active_schema, resolve
+from fedsuite.plugins import GROUP, AlgorithmRegistry, PluginError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "fedavgm"
+CHILD_TIMEOUT = 240
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """Environment of child processes that see the example installed (its entry point and its package)."""
+    base = tmp_path_factory.mktemp("fedavgm")
+    source, site = base / "source", base / "site"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-input", "-q"]
+    subprocess.run([*pip, "--target", str(site), str(source)], check=True, capture_output=True, timeout=CHILD_TIMEOUT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    yield env, source
+    shutil.rmtree(base, ignore_errors=True)  # nothing was installed into the venv
+
+
+def child(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=CHILD_TIMEOUT)  # fmt: skip
+
+
+def test_the_installed_example_passes_its_kit_tests(installed):
+    env, source = installed
+    done = child(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], env, source)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "4 passed" in done.stdout
+
+
+def test_compare_runs_the_plugin_against_fedavg_like_a_built_in(installed, tmp_path):
+    env, _ = installed
+    settings = ("dataset='synthetic-lsq' num-clients=5 clients-per-round=5 synthetic-dim=4 synthetic-samples=20 "
+                "batch-size=0 local-steps=5 lr=0.05 num-server-rounds=4 seed=3 fedavgm-beta=0.5")  # fmt: skip
+    args = ["-m", "simulation.compare", "--algorithms", "fedavg,fedavgm", "--engine", "inprocess", "-c", settings]
+    done = child([*args, "--out", str(tmp_path)], env, ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    rows = {r["algorithm"]: r for r in csv.DictReader((tmp_path / "comparison.csv").open())}
+    assert set(rows) == {"fedavg", "fedavgm"} and {r["status"] for r in rows.values()} == {"completed"}
+    runs = {a: json.loads((tmp_path / "runs" / a / "config.json").read_text())["run_config"] for a in rows}
+    assert runs["fedavgm"]["fedavgm-beta"] == 0.5 and runs["fedavgm"]["seed"] == runs["fedavg"]["seed"] == 3
+    first = {a: json.loads((tmp_path / "runs" / a / "rounds.jsonl").read_text().splitlines()[1]) for a in rows}
+    assert first["fedavgm"]["relative_error"] == first["fedavg"]["relative_error"]  # round 1: v = mean Δ, as FedAvg
+    assert rows["fedavgm"]["final_rel_err"] != rows["fedavg"]["final_rel_err"]  # then the momentum acts
+    assert "fedavgm" in (tmp_path / "comparison.md").read_text()
+
+
+def test_a_bad_value_of_a_plugin_key_is_named_with_its_allowed_range(installed):
+    env, _ = installed
+    done = child(["-m", "simulation.compare", "--algorithms", "fedavgm", "--engine", "inprocess", "-c",
+                  "dataset='synthetic-lsq' fedavgm-beta=1.0"], env, ROOT)  # fmt: skip
+    assert done.returncode == 2
+    assert "fedavgm-beta=1.0: must be in [0, 1)" in done.stderr
+
+
+# ---- the registry's rules, on a registry of its own (this process's stays plain) ---------------------------------
+def built_ins() -> list[registry.Algorithm]:
+    return [registry.ALGORITHMS[name] for name in registry.ALGORITHMS.built_in]
+
+
+def entry_point(name: str, value: str) -> EntryPoint:
+    return EntryPoint(name, value, GROUP)
+
+
+def clashing_fedavg() -> registry.Algorithm:
+    return registry.Algorithm("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "")
+
+
+@pytest.fixture
+def with_example(monkeypatch):
+    """This process's registry with the example's entry point and one that fails to import; restored afterwards."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    found = [
+        entry_point("broken", "no_such_fedsuite_plugin:algorithm"),
+        entry_point("fedavgm", "fedavgm_plugin:algorithm"),
+    ]
+    plugged = AlgorithmRegistry(built_ins(), discover=lambda: found)
+    monkeypatch.setattr(registry, "ALGORITHMS", plugged)
+    return plugged
+
+
+def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_example, caplog):
+    with caplog.at_level(logging.WARNING, logger="fedsuite.plugins"):
+        names = list(with_example)
+        list(with_example)  # loaded once
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert "entry point broken = no_such_fedsuite_plugin:algorithm" in warnings[0]
+    assert "ModuleNotFoundError" in warnings[0]
+    assert set(with_example.built_in) < set(names) and "fedavgm" in names and "broken" not in names
+    cfg = resolve({"algorithm": "fedavgm"})
+    assert cfg["fedavgm-beta"] == 0.9 and active_schema()["fedavgm-beta"].default == 0.9
+    assert with_example["fedavgm"].communication(cfg) == (1, 1, 0)
+    assert with_example["fedavgm"].client_state_vectors(cfg) == 0
+    with pytest.raises(ConfigError, match=r"fedavgm-beta=-0\.1: must be in \[0, 1\)"):
+        resolve({"algorithm": "fedavgm", "fedavgm-beta": -0.1})
+    with pytest.raises(ConfigError, match=r"algorithm='fedavgn': allowed values are .*fedavgm"):
+        resolve({"algorithm": "fedavgn"})
+
+
+def test_a_clash_with_a_built_in_name_or_key_is_refused_in_one_line(caplog):
+    clash = [entry_point("clash", "tests.test_plugins:clashing_fedavg")]
+    plugged = AlgorithmRegistry(built_ins(), discover=lambda: clash)
+    with caplog.at_level(logging.WARNING, logger="fedsuite.plugins"):
+        assert plugged["fedavg"] == registry.ALGORITHMS["fedavg"]  # the built-in stays
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "'fedavg' is a built-in algorithm" in warning and "\n" not in warning
+    with pytest.raises(PluginError, match="'fedavg' is a built-in algorithm"):
+        plugged.register(clashing_fedavg())
+    other_lr = Key("server-lr", 0.5, "a server lr of its own", low=0.0)
+    rival = registry.Algorithm("rival", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "",
+                               {"server_lr": "server-lr"}, keys=(other_lr,))  # fmt: skip
+    with pytest.raises(PluginError, match="key 'server-lr' is declared differently by a built-in key"):
+        plugged.register(rival)
+    unknown = registry.Algorithm("loose", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "",
+                                 {"server_lr": "loose-lr"})  # fmt: skip
+    with pytest.raises(PluginError, match="reads run-config key 'loose-lr', which no one declares"):
+        plugged.register(unknown)
+    assert set(plugged) == set(plugged.built_in)
