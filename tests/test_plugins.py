@@ -99,9 +99,12 @@ def with_example(monkeypatch):
         entry_point("broken", "no_such_fedsuite_plugin:algorithm"),
         entry_point("fedavgm", "fedavgm_plugin:algorithm"),
     ]
-    plugged = AlgorithmRegistry(built_ins(), discover=lambda: found)
+    calls = []
+    plugged = AlgorithmRegistry(built_ins(), discover=lambda: calls.append(1) or found)
+    assert not calls  # lazily: nothing is imported before the registry is read
     monkeypatch.setattr(registry, "ALGORITHMS", plugged)
-    return plugged
+    yield plugged
+    assert len(calls) == 1  # once
 
 
 def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_example, caplog):
