@@ -9,6 +9,11 @@ vectors, loaded lazily from the node's store); it is saved only after the uplink
 the server then does not accept (a rejected or lost reply) is undone at the client's next participation
 (`fedsuite.state`), so no client's state runs ahead of the server's.
 
+The model's buffers (BatchNorm statistics) are handled here, beside every algorithm: with buffers='average' the
+client starts from the server's (the downlink array `buffers`) and returns its own after training (an extra uplink
+array the server averages outside the rule); with buffers='local' they are this client's declared state
+(`fedsuite.declared.model_state`). No algorithm hook sees them.
+
 A fit that fails (an exception, a non-finite uplink) does not raise into Flower: it returns an error reply
 (no arrays; metrics `error` = one line, `traceback` = the full text), which the server rejects, logs in one line
 and writes to the run's clients.log. So the console is not flooded and the server knows why.
@@ -22,7 +27,7 @@ import torch
 from flwr.client import NumPyClient
 
 from fedsuite.config import Config
-from fedsuite.declared import StateSpec
+from fedsuite.declared import BUFFERS, StateSpec, model_state
 from fedsuite.local import LocalResult, Transform, UpdateRule, prox_terms, train_local
 from fedsuite.node import ClientNode
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
@@ -34,7 +39,7 @@ MAX_TRACEBACK_CHARS = 8000
 class FedClient(NumPyClient):
     def __init__(self, node: ClientNode):
         self.node = node
-        specs = self.state_specs(node.cfg)
+        specs = self.state_specs(node.cfg) + model_state(node.cfg.buffers)
         self.state = node.client_state(specs) if specs else None
 
     # ---- algorithm hooks -------------------------------------------------------------------------
@@ -81,7 +86,9 @@ class FedClient(NumPyClient):
             self.state.accepted_round = int(config[STATE_ACCEPTED])
         torch.set_num_threads(local.client_threads)
         down = {k: torch.tensor(v, device=node.device) for k, v in unpack(parameters, str(config[ARRAYS_KEY])).items()}
+        self._load_buffers(down.pop(BUFFERS.name, None))
         self._check_match(config, down)
+        node.model.module.train()
         lr = float(config["lr"])
         rule = self.rule(down, config)
         if rule.batches is None and local.local_batches == "blocks":
@@ -101,7 +108,7 @@ class FedClient(NumPyClient):
             batch_size=local.batch_size,
             generator=node.generator(int(config["round"])),
         )
-        uplink = self.uplink(result, rule, down, config)
+        uplink = {**self.uplink(result, rule, down, config), **self._buffers_uplink()}
         for name, value in uplink.items():
             if not bool(torch.isfinite(value).all()):
                 raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")
@@ -117,6 +124,32 @@ class FedClient(NumPyClient):
             "compute-seconds": result.seconds,
         }
         return arrays, len(node.data), metrics
+
+    def _load_buffers(self, sent: torch.Tensor | None) -> None:
+        """The buffers this round trains from: the server's (buffers='average'), this client's own (buffers='local',
+        the initial ones before its first round); buffer-free models have none."""
+        node = self.node
+        buffers = node.model.buffers
+        if not buffers.numel():
+            return
+        if node.cfg.buffers == "local":
+            has = self.state is not None and self.state.has(BUFFERS.name)
+            buffers.copy_(self.state.get(BUFFERS.name) if has else node.initial_buffers())
+        elif sent is not None:
+            buffers.copy_(sent)
+        else:
+            raise ValueError("configuration mismatch: the model has buffers but the server sent none; give server and "
+                             "clients the same model and buffers setting")  # fmt: skip
+
+    def _buffers_uplink(self) -> dict[str, torch.Tensor]:
+        """buffers='average': the trained buffers go back beside the algorithm's arrays; 'local': they are kept."""
+        buffers = self.node.model.buffers
+        if not buffers.numel():
+            return {}
+        if self.node.cfg.buffers == "local":
+            self.state.set(BUFFERS.name, buffers)
+            return {}
+        return {BUFFERS.name: buffers.clone()}
 
     def _check_match(self, config, down: dict[str, torch.Tensor]) -> None:
         """Server and client must run the same algorithm and model: say so instead of failing on a shape."""
@@ -137,6 +170,9 @@ class FedClient(NumPyClient):
         node = self.node
         down = unpack(parameters, str(config.get(ARRAYS_KEY, "model")))
         node.model.x.copy_(torch.tensor(down["model"], device=node.device))
+        if BUFFERS.name in down:
+            node.model.buffers.copy_(torch.tensor(down[BUFFERS.name], device=node.device))
+        node.model.module.eval()
         with torch.no_grad():
             out = node.model.module(node.data.inputs)
             loss = float(node.loss_fn(out, node.data.targets))

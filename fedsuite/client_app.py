@@ -19,6 +19,8 @@ from flwr.common import Context
 
 from fedsuite import registry
 from fedsuite.config import resolve
+from fedsuite.data import with_data_clients
+from fedsuite.declared import model_state, units
 from fedsuite.node import ClientNode
 from fedsuite.payload import PARTITION_KEY
 from fedsuite.state import DiskStore, choose_backend, state_root
@@ -26,7 +28,7 @@ from fedsuite.state import DiskStore, choose_backend, state_root
 
 def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
     """The node of `partition_id` (default: the one in the node config) with its client-state store."""
-    nc, cfg = context.node_config, resolve(context.run_config)
+    nc, cfg = context.node_config, with_data_clients(resolve(context.run_config))
     if partition_id is None:
         if "partition-id" not in nc or "num-partitions" not in nc:
             raise KeyError("node config needs partition-id and num-partitions (SuperNode --node-config)")
@@ -38,10 +40,10 @@ def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
         raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
                          f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
-    vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
-    if vectors:
+    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
+    if specs:
         held = cfg.client_state
-        where = choose_backend(held.mode, cfg.num_clients, node.model.dim, vectors, held.budget_mb)
+        where = choose_backend(held.mode, cfg.num_clients, node.model.dim, units(specs), held.budget_mb)
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
         # run, so a run never starts from another run's vectors; a restarted SuperNode keeps the run id (issue 10)
         configured = f"{node_dir}/run-{context.run_id}" if node_dir else held.dir

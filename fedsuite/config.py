@@ -76,7 +76,10 @@ DATASETS = (
     "synthetic-lsq", "synthetic-logistic", "synthetic-lowrank",
 )  # fmt: skip
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear", "matrix")
-PARTITIONS = ("iid", "dirichlet", "shards", "mixture")
+# Own data in a standard layout (fedsuite/data/own.py); any other own data is `dataset='package.module:loader'`.
+DATA_FORMATS = ("imagefolder", "table", "hf")
+PARTITIONS = ("iid", "dirichlet", "shards", "mixture", "natural")
+BUFFERS = ("average", "local")
 LABEL_TRANSFORMS = ("none", "binary")
 # Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
 BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
@@ -99,7 +102,8 @@ DATASET_MODELS: dict[str, tuple[str, ...]] = {
 
 COMMON_KEYS: tuple[Key, ...] = (
     Key("algorithm", "fedavg", "federated optimiser (see the algorithm table)", ALGORITHMS),
-    Key("dataset", "fashion-mnist", "training data", DATASETS),
+    Key("dataset", "fashion-mnist", "training data: a built-in name, imagefolder / table / hf (own files in data-dir), "
+        "or 'package.module:loader' (README Your own data)"),
     Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location"),
     Key("download", False, "allow torchvision to download a missing dataset (needs a network)"),
     Key("label-transform", "none", "none = the dataset's classes; binary = the 2-class relabelling of "
@@ -110,7 +114,16 @@ COMMON_KEYS: tuple[Key, ...] = (
         "differs from its default"),
     Key("preset-expanded", False, "set by simulation.run/compare: the run config already holds the preset's "
         "values with the -c keys applied, so the apps do not apply the preset again"),
-    Key("model", "auto", "network; auto = the dataset's default (first in DATASET_MODELS)", MODELS),
+    Key("model", "auto", "network: a built-in name or 'package.module:factory' (README Your own model); auto = the "
+        "dataset's default (first in DATASET_MODELS; own data: cnn for images, else 2nn)"),
+    Key("model-args", "", "further keyword arguments of the model factory, a TOML inline table such as '{width=64}'"),
+    Key("buffers", "average", "model buffers (BatchNorm statistics): average = the cohort's, weighted as the model, "
+        "beside every algorithm; local = each client keeps its own (FedBN)", BUFFERS),
+    Key("image-size", 32, "dataset='imagefolder': images are resized to image-size × image-size", low=1),
+    Key("label-column", "label", "dataset='table' / 'hf': the label column"),
+    Key("feature-column", "", "dataset='hf': the feature column (empty: every numeric column but the label)"),
+    Key("partition-column", "", "partition='natural': the column (table/hf) whose values are the clients; own "
+        "loaders return it as `groups`"),
     Key("colour-perturbation", False, "FedMIM's per-client colour shift: client i draws b_i, s_i ~ U[0.6, 1.4] "
         "from (seed, partition) and applies adjust_brightness(b_i), then adjust_saturation(s_i) to its training "
         "images (ALGORITHMS.md §2.2); test set untouched; 3-channel image datasets only"),
@@ -118,7 +131,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("client-mapping", "logical", "logical = each message names its partition and any SuperNode trains it (the "
         "number of SuperNodes is a parallelism setting); fixed = one SuperNode per partition, tied to it by its "
         "--node-config partition-id (deployment)", ("logical", "fixed")),
-    Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2)", PARTITIONS),
+    Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2); natural = one "
+        "client per value of partition-column (num-clients comes from the data)", PARTITIONS),
     Key("partition-alpha", 0.3, "Dirichlet concentration α", low=0.0, low_open=True),
     Key("partition-balanced", True, "Dirichlet with equal client sizes (FedDyn routine) or per-class split"),
     Key("partition-mixture", 0.5, "c of the c % mixture partition (share of label-sorted data)", low=0.0, high=1.0),
@@ -292,6 +306,10 @@ class DataSource(Settings):
     download (download): may torchvision download a missing dataset.
     label_transform (label-transform): 'none' or 'binary' (ALGORITHMS.md §2.3).
     colour_perturbation (colour-perturbation): FedMIM's per-client brightness/saturation shift (§2.2).
+    image_size (image-size): imagefolder: the side images are resized to.
+    label_column (label-column): table/hf: the label column.
+    feature_column (feature-column): hf: the feature column ('' = every numeric column but label and partition).
+    partition_column (partition-column): partition='natural': the column whose values are the clients.
     """
 
     name: str = _key("dataset")
@@ -299,6 +317,10 @@ class DataSource(Settings):
     download: bool = _key("download")
     label_transform: str = _key("label-transform")
     colour_perturbation: bool = _key("colour-perturbation")
+    image_size: int = _key("image-size")
+    label_column: str = _key("label-column")
+    feature_column: str = _key("feature-column")
+    partition_column: str = _key("partition-column")
 
 
 @dataclass(frozen=True)
@@ -491,8 +513,9 @@ class Config(Mapping):
     `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is built once, here.
     """
 
-    def __init__(self, values: Mapping[str, Scalar]):
+    def __init__(self, values: Mapping[str, Scalar], explicit: frozenset[str] = frozenset()):
         self._values = dict(values)
+        self.explicit = explicit  # keys the run config gave with a value other than the default
         v = self._values
         self._data = DataSource.from_values(v)
         self._synthetic = SyntheticData.from_values(v)
@@ -581,9 +604,19 @@ class Config(Mapping):
 
     @property
     def model(self) -> str:
-        """The concrete model name (resolves model='auto')."""
+        """The model name (resolves model='auto' for built-in datasets; own data resolves it from its shape)."""
         name = str(self._values["model"])
-        return DATASET_MODELS[self.dataset][0] if name == "auto" else name
+        return DATASET_MODELS[self.dataset][0] if name == "auto" and self.dataset in DATASET_MODELS else name
+
+    @property
+    def model_args(self) -> str:
+        """`model-args`, the factory's further keyword arguments as a TOML inline table ('' = none)."""
+        return str(self._values["model-args"])
+
+    @property
+    def buffers(self) -> str:
+        """'average' or 'local': what happens to the model's buffers (BatchNorm statistics)."""
+        return str(self._values["buffers"])
 
     @property
     def targets(self) -> list[float]:
@@ -621,14 +654,63 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     errors += _cross_checks(values)
     if errors:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(errors))
-    return Config(values)
+    explicit = frozenset(k for k in run_config if k in schema and run_config[k] != schema[k].default)
+    return Config(values, explicit)
+
+
+def with_num_clients(cfg: Config, num_clients: int, why: str) -> Config:
+    """`cfg` with num-clients set by the data (partition='natural'); an explicit different value is an error."""
+    if cfg.num_clients == num_clients:
+        return cfg
+    if "num-clients" in cfg.explicit:
+        raise ConfigError(f"num-clients={cfg.num_clients}: {why} makes {num_clients} clients; leave num-clients out "
+                          f"or set it to {num_clients}")  # fmt: skip
+    new = resolve({**dict(cfg), "num-clients": num_clients, "preset-expanded": True})  # the preset is applied
+    return Config({**dict(new), "preset-expanded": cfg["preset-expanded"]}, cfg.explicit)
+
+
+def is_import_path(name: str) -> bool:
+    """'package.module:callable' (a user model or data loader)."""
+    module, sep, attr = name.partition(":")
+    return bool(sep and module and attr and " " not in name)
+
+
+def _model_and_data_errors(v: dict[str, Scalar]) -> list[str]:
+    """Names that are neither built-in nor an import path; natural partitions and their column."""
+    errors = []
+    if "dataset" in v and v["dataset"] not in DATASETS + DATA_FORMATS and not is_import_path(str(v["dataset"])):
+        errors.append(f"dataset={v['dataset']!r}: allowed values are {', '.join(DATASETS + DATA_FORMATS)}, or "
+                      "'package.module:loader'")  # fmt: skip
+    if "model" in v and v["model"] not in MODELS and not is_import_path(str(v["model"])):
+        errors.append(f"model={v['model']!r}: allowed values are {', '.join(MODELS)}, or 'package.module:factory'")
+    if "model-args" in v and str(v["model-args"]).strip():
+        import tomllib
+
+        try:
+            tomllib.loads(f"args = {v['model-args']}")["args"].items()
+        except (tomllib.TOMLDecodeError, AttributeError) as err:
+            errors.append(f"model-args={v['model-args']!r}: expected a TOML inline table such as '{{width=64}}' "
+                          f"({err})")  # fmt: skip
+    if v.get("partition") == "natural":
+        if not str(v.get("partition-column", "")).strip():
+            errors.append("partition='natural': give partition-column=<the column whose values are the clients>")
+        if str(v.get("dataset", "")).startswith("synthetic-"):
+            errors.append("partition='natural': the synthetic federations bring their own clients")
+    return errors
 
 
 def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     """Checks that relate keys; each runs only when the keys it reads passed their own checks."""
-    errors = []
+    errors = _model_and_data_errors(v)
     fits = DATASET_MODELS.get(str(v.get("dataset")), ())
-    if "model" in v and "dataset" in v and v["model"] != "auto" and v["model"] not in fits:
+    builtin_model = v.get("model") in MODELS
+    if (
+        builtin_model
+        and "dataset" in v
+        and v["dataset"] in DATASETS
+        and v["model"] != "auto"
+        and v["model"] not in fits
+    ):
         errors.append(
             f"model={v['model']!r} does not fit dataset={v['dataset']!r}: allowed are auto, {', '.join(fits)}"
         )

@@ -9,6 +9,7 @@ may hand out), the memory estimate printed before a run (`units`, in multiples o
     History("history", 2)       the newest `length` d-vectors, newest first (FedMIM's δ's)
     Counter("accepted")         one integer per partition (the server's acceptance ledger)
     Value("initial_loss")       one number or None
+    Buffers("buffers")          the model's own buffers (BatchNorm statistics), kept per client (buffers='local')
 
 No Flower and no torch here: the specs are plain data, read by light code (the registry, the preflight).
 """
@@ -127,6 +128,24 @@ class Value(StateSpec):
     def check(self, value: Any, dim: int) -> str | None:
         ok = value is None or isinstance(value, int | float | np.floating | np.integer)
         return None if ok else f"{self.name}: expected a number or None"
+
+
+@dataclass(frozen=True)
+class Buffers(StateSpec):
+    """The model's floating-point buffers (BatchNorm statistics) a client keeps for itself (buffers='local',
+    FedBN-style): one vector of the buffers' size, not of d, so it adds nothing to the d-multiples of the estimate.
+    A client without it yet starts from the model's initial buffers."""
+
+    dtype: str = "float32"
+
+
+BUFFERS = Buffers("buffers")  # also the payload name of the averaged buffers (buffers='average')
+
+
+def model_state(buffers: str) -> tuple[StateSpec, ...]:
+    """The client state every algorithm's client keeps for the model itself under `buffers` (the run config's
+    'average' or 'local'), besides the algorithm's own declaration."""
+    return (BUFFERS,) if buffers == "local" else ()
 
 
 def units(specs: Iterable[StateSpec]) -> int:

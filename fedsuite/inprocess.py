@@ -23,6 +23,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
+from fedsuite.data import with_data_clients
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
@@ -91,7 +92,7 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
                   ) -> RuleStrategy:  # fmt: skip
     """Train with `run_config` (defaults filled in); returns the strategy (`strategy.rule` is the algorithm's
     server rule, `strategy.x` the final model). `observers` watch every round (fedsuite.server.observers)."""
-    cfg = resolve(run_config)
+    cfg = with_data_clients(resolve(run_config))
     run_id = new_run_id() if run_id is None else run_id
     plan = build_plan(cfg, record=record, run_id=run_id)
     plan.query_workers = 1  # every exchange one client at a time: deterministic, no lost replies

@@ -6,8 +6,13 @@ one vector `grad`), so algorithm state, corrections and updates are single flat-
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 import threading
+import tomllib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,33 +61,185 @@ class MatrixInner(nn.Module):
         return inputs.reshape(inputs.shape[0], -1) @ self.weight.reshape(-1, 1)
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, task: str) -> nn.Module:
+# Built-in models are short names of the import-path mechanism: `model='cnn'` is `model='fedsuite.models:cnn'`.
+BUILTIN_MODELS: dict[str, str] = {
+    "cnn": "fedsuite.models:cnn",
+    "2nn": "fedsuite.models:two_nn",
+    "logreg": "fedsuite.models:logreg",
+    "resnet18-gn": "fedsuite.models:resnet18_gn",
+    "linear": "fedsuite.models:linear",
+    "matrix": "fedsuite.models:matrix",
+}
+
+
+class ModelError(ValueError):
+    """The model named by the run config cannot be built or does not fit the data (one line, names the key)."""
+
+
+def _regression_head(input_shape: tuple[int, ...], task: str) -> nn.Module | None:
+    """Synthetic federations: x ∈ R^d, one output, no bias (x* is over d weights), whatever the name."""
+    return None if task == "classification" else nn.Linear(math.prod(input_shape), 1, bias=False)
+
+
+def cnn(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
+    return _regression_head(input_shape, task) or _cnn(input_shape[0], (input_shape[1], input_shape[2]), num_classes)
+
+
+def two_nn(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
+    return _regression_head(input_shape, task) or _two_nn(math.prod(input_shape), num_classes)
+
+
+def logreg(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
     features = math.prod(input_shape)
-    if name == "matrix":
-        return MatrixInner(features)
-    if task != "classification":  # synthetic federations: x ∈ R^d, one output, no bias (x* is over d weights)
-        return nn.Linear(features, 1, bias=False)
-    if name == "cnn":
-        return _cnn(input_shape[0], (input_shape[1], input_shape[2]), num_classes)
-    if name == "2nn":
-        return _two_nn(features, num_classes)
-    if name == "logreg":
-        return nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
-    if name == "resnet18-gn":
-        return _resnet18_gn(input_shape[0], num_classes)
-    raise ValueError(f"model={name!r}: allowed values are cnn, 2nn, logreg, resnet18-gn, linear, matrix")
+    return _regression_head(input_shape, task) or nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
+
+
+def resnet18_gn(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
+    return _regression_head(input_shape, task) or _resnet18_gn(input_shape[0], num_classes)
+
+
+def linear(input_shape: tuple[int, ...], num_classes: int, task: str = "classification") -> nn.Module:
+    head = _regression_head(input_shape, task)
+    if head is None:
+        raise ValueError("model='linear' is the synthetic federations' regression model; use logreg for classes")
+    return head
+
+
+def matrix(input_shape: tuple[int, ...], num_classes: int = 1, task: str = "regression") -> nn.Module:
+    return MatrixInner(math.prod(input_shape))
+
+
+def default_model(input_shape: tuple[int, ...]) -> str:
+    """model='auto' for data without a default model (own datasets): the CNN for images, else the 2NN."""
+    return "cnn" if len(input_shape) == 3 else "2nn"
+
+
+def factory(name: str) -> Callable[..., nn.Module]:
+    """The callable `name` stands for: a built-in short name or 'package.module:callable'."""
+    path = BUILTIN_MODELS.get(name, name)
+    if ":" not in path:
+        allowed = ", ".join(BUILTIN_MODELS)
+        raise ModelError(f"model={name!r}: allowed values are {allowed}, or 'package.module:factory'")
+    module_name, _, attr = path.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except Exception as err:  # ImportError, AttributeError, or whatever the module raises while importing
+        raise ModelError(f"model={name!r}: cannot import it ({type(err).__name__}: {err})") from err
+    if not callable(target):
+        raise ModelError(f"model={name!r}: {type(target).__name__} is not callable; name a function or class")
+    return target
+
+
+def parse_model_args(text: str) -> dict[str, Any]:
+    """`model-args`: a TOML inline table such as '{width=64, depth=2}' ('' = none)."""
+    if not text.strip():
+        return {}
+    try:
+        return dict(tomllib.loads(f"args = {text}")["args"])
+    except (tomllib.TOMLDecodeError, TypeError, ValueError) as err:
+        raise ModelError(f"model-args={text!r}: not a TOML inline table such as '{{width=64}}' ({err})") from err
+
+
+def _call_factory(make: Callable[..., nn.Module], offered: dict[str, Any], extra: dict[str, Any]) -> Any:
+    """`make(**offered ∩ its parameters, **extra)`: a factory gets input_shape/num_classes/task only if it names
+    them (or takes **kwargs)."""
+    try:
+        params = inspect.signature(make).parameters
+        takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        kwargs = {k: v for k, v in offered.items() if takes_all or k in params}
+    except (TypeError, ValueError):  # a builtin without a signature: offer nothing
+        kwargs = {}
+    return make(**kwargs, **extra)
+
+
+def build_model(
+    name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str,
+    model_args: dict[str, Any] | str | None = None,
+) -> nn.Module:
+    """The module `name` builds for this data (one path for built-in and user models); raises ModelError."""
+    if name == "auto":
+        name = default_model(input_shape)
+    make = factory(name)
+    extra = parse_model_args(model_args) if isinstance(model_args, str) else dict(model_args or {})
+    offered = {"input_shape": tuple(input_shape), "num_classes": num_classes, "task": task}
+    try:
+        net = _call_factory(make, offered, extra)
+    except ModelError:
+        raise
+    except Exception as err:
+        raise ModelError(f"model={name!r}: the factory raised {type(err).__name__}: {err}".splitlines()[0]) from err
+    if not isinstance(net, nn.Module):
+        raise ModelError(f"model={name!r}: the factory returned {type(net).__name__}, not a torch.nn.Module")
+    return net
 
 
 _INIT_LOCK = threading.Lock()
 
 
-def initial_vector(name: str, input_shape: tuple[int, ...], num_classes: int, task: str, seed: int) -> torch.Tensor:
-    """x^0: the flat parameters of a freshly built model under torch.manual_seed(seed), the same in every
-    process; the global RNG is forked, so callers' random streams are untouched."""
+def seeded_model(
+    name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str,
+    seed: int,
+    model_args: dict[str, Any] | str | None = None,
+) -> nn.Module:
+    """The module built under torch.manual_seed(seed): the same in every process (x^0, frozen parameters and
+    initial buffers all come from it); the global RNG is forked, so callers' random streams are untouched."""
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        net = build_model(name, input_shape, num_classes, task)
-        return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+        return build_model(name, input_shape, num_classes, task, model_args)
+
+
+def trainable(module: nn.Module) -> list[nn.Parameter]:
+    """The federated parameters: those with requires_grad=True, in module order (frozen ones are never sent)."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def float_buffers(module: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    """(owner, name, tensor) of every floating-point buffer (BatchNorm running statistics …); integer buffers such
+    as num_batches_tracked stay with the module."""
+    return [
+        (owner, name, buf)
+        for owner in module.modules()
+        for name, buf in owner._buffers.items()
+        if buf is not None and buf.is_floating_point()
+    ]
+
+
+def initial_vector(
+    name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str,
+    seed: int,
+    model_args: dict[str, Any] | str | None = None,
+) -> torch.Tensor:
+    """x^0: the flat trainable parameters of the model built under torch.manual_seed(seed)."""
+    net = seeded_model(name, input_shape, num_classes, task, seed, model_args)
+    params = trainable(net)
+    if not params:
+        raise ModelError(f"model={name!r}: the model has no trainable parameter (every requires_grad is False)")
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def initial_buffers(
+    name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str,
+    seed: int,
+    model_args: dict[str, Any] | str | None = None,
+) -> torch.Tensor:
+    """The model's floating-point buffers at start, flat float32 (empty for buffer-free models)."""
+    net = seeded_model(name, input_shape, num_classes, task, seed, model_args)
+    bufs = [b.detach().float().reshape(-1) for _, _, b in float_buffers(net)]
+    return torch.cat(bufs) if bufs else torch.zeros(0)
 
 
 def loss_function(task: str):
@@ -105,10 +262,10 @@ class FlatModel:
         if autocast not in ("none", "bf16"):
             raise ValueError(f"autocast={autocast!r}: allowed values are none, bf16")
         self.autocast, self.channels_last = autocast, channels_last
-        if any(True for _ in module.buffers()):
-            raise ValueError("models with buffers (e.g. BatchNorm statistics) cannot be averaged as flat vectors")
         self.module = module.to(device)
-        params = list(self.module.parameters())
+        params = trainable(self.module)
+        if not params:
+            raise ModelError("the model has no trainable parameter (every requires_grad is False): nothing to federate")
         self.x = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
         self.grad = torch.zeros_like(self.x)
         offset = 0
@@ -116,6 +273,19 @@ class FlatModel:
             n = p.numel()
             p.data = self.x[offset : offset + n].view_as(p)
             p.grad = self.grad[offset : offset + n].view_as(p)
+            offset += n
+        # floating-point buffers (BatchNorm running statistics) as views into one float32 vector, outside x: they
+        # are averaged beside every algorithm (buffers='average') or kept per client (buffers='local')
+        owned = float_buffers(self.module)
+        self.buffers = (
+            torch.cat([b.detach().float().reshape(-1) for _, _, b in owned]).contiguous()
+            if owned
+            else (torch.zeros(0, device=self.x.device))
+        )
+        offset = 0
+        for owner, name, buf in owned:
+            n = buf.numel()
+            owner._buffers[name] = self.buffers[offset : offset + n].view_as(buf)
             offset += n
 
     @property

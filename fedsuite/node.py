@@ -21,7 +21,7 @@ from fedsuite.data import client_inputs, client_partition, load_dataset
 from fedsuite.declared import StateSpec
 from fedsuite.device import pick_device
 from fedsuite.local import LocalData
-from fedsuite.models import FlatModel, build_model, initial_vector, loss_function
+from fedsuite.models import FlatModel, initial_buffers, initial_vector, loss_function, seeded_model
 from fedsuite.state import ClientState
 
 _MODELS: dict[tuple, FlatModel] = {}
@@ -67,15 +67,31 @@ class ClientNode:
 
     @property
     def model(self) -> FlatModel:
-        """This thread's model for the run's architecture (never cached on the node: nodes cross threads)."""
-        ds = self.dataset
-        speed = (self.cfg.local.autocast, self.cfg.local.channels_last)
-        key = (self.cfg.model, ds.input_shape, ds.num_classes, ds.task, str(self.device), *speed, threading.get_ident())
+        """This thread's model for the run's architecture (never cached on the node: nodes cross threads). Built
+        under the run seed, so frozen parameters are the server's and every other client's."""
+        cfg, ds = self.cfg, self.dataset
+        speed = (cfg.local.autocast, cfg.local.channels_last)
+        key = (*self._model_key(), str(self.device), *speed, threading.get_ident())
         with _CACHE_LOCK:
             if key not in _MODELS:
-                net = build_model(self.cfg.model, ds.input_shape, ds.num_classes, ds.task)
+                net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
                 _MODELS[key] = FlatModel(net, self.device, *speed)
             return _MODELS[key]
+
+    def _model_key(self) -> tuple:
+        ds = self.dataset
+        return (self.cfg.model, self.cfg.model_args, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed)
+
+    def initial_buffers(self) -> torch.Tensor:
+        """The model's floating-point buffers at start (BatchNorm statistics; empty for buffer-free models), the
+        same in every process: where buffers='local' clients start from before their first round."""
+        key = ("buffers", *self._model_key())
+        with _CACHE_LOCK:
+            if key not in _MODELS:
+                cfg, ds = self.cfg, self.dataset
+                _MODELS[key] = initial_buffers(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
+                                               cfg.model_args)  # fmt: skip
+            return _MODELS[key].to(self.device)
 
     def client_state(self, specs: Sequence[StateSpec]) -> ClientState:
         """This partition's declared persistent vectors (fedsuite.declared), from the node's store."""
@@ -86,7 +102,8 @@ class ClientNode:
     def initial_x(self) -> torch.Tensor:
         """x^0, rebuilt from the run seed exactly as the server builds it (FedADMM's x̂_i starts there)."""
         ds = self.dataset
-        return initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed).to(self.device)
+        x0 = initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed, self.cfg.model_args)
+        return x0.to(self.device)
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""

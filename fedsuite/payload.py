@@ -43,3 +43,19 @@ def unpack(arrays: Sequence[np.ndarray], names: str) -> dict[str, np.ndarray]:
 
 def nbytes(arrays: Sequence[np.ndarray]) -> int:
     return int(sum(a.nbytes for a in arrays))
+
+
+def split_off(arrays: Sequence[np.ndarray], names: str, name: str) -> tuple[list[np.ndarray], str, np.ndarray | None]:
+    """(the other arrays, their names, the array called `name` or None): how the model's buffers, which travel beside
+    an algorithm's arrays, are taken out before the algorithm's reply is validated."""
+    named = unpack(arrays, names)
+    extra = named.pop(name, None)
+    return list(named.values()), ",".join(named), extra
+
+
+def weighted_mean(vectors: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
+    """Σ w_i v_i / Σ w_i in float64, in the given order, as float32."""
+    total = np.zeros(vectors[0].shape, np.float64)
+    for vector, weight in zip(vectors, weights, strict=True):
+        total += float(weight) * np.asarray(vector, np.float64)
+    return (total / float(sum(weights))).astype(np.float32)

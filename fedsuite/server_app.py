@@ -16,10 +16,11 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedsuite import checkpoint, registry, state
 from fedsuite.config import Config, resolve
-from fedsuite.data import client_partition, load_dataset
+from fedsuite.data import client_partition, load_dataset, with_data_clients
+from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator
-from fedsuite.models import initial_vector
+from fedsuite.models import initial_buffers, initial_vector
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.sampling import Sampler
 from fedsuite.server.adapter import RuleStrategy
@@ -32,8 +33,19 @@ log = logging.getLogger("flwr.fedsuite")
 
 
 def initial_model(cfg: Config, dataset) -> np.ndarray:
-    x0 = initial_vector(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task, cfg.seed)
+    """x^0: the model's trainable parameters, built under the run seed."""
+    x0 = initial_vector(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task, cfg.seed, cfg.model_args)
     return x0.numpy().astype(np.float32)
+
+
+def averaged_buffers(cfg: Config, dataset) -> np.ndarray | None:
+    """The model's initial buffers when the server averages them (buffers='average'), else None (none, or kept by
+    the clients)."""
+    if cfg.buffers != "average":
+        return None
+    ds = dataset
+    buffers = initial_buffers(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
+    return buffers.numpy().astype(np.float32) if buffers.numel() else None
 
 
 def results_folder(cfg: Config) -> Path:
@@ -50,11 +62,11 @@ def results_folder(cfg: Config) -> Path:
 
 def client_state_root(cfg: Config, dim: int, run_id: int) -> Path | None:
     """Where this run's client-state files are (clients compute the same from the run config), or None."""
-    vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
-    if not vectors:
+    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
+    if not specs:
         return None
     held = cfg.client_state
-    where = state.choose_backend(held.mode, cfg.num_clients, dim, vectors, held.budget_mb)
+    where = state.choose_backend(held.mode, cfg.num_clients, dim, units(specs), held.budget_mb)
     return state.state_root(where, held.dir, run_id)
 
 
@@ -94,7 +106,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         settings=settings,
         num_rounds=run.num_rounds,
         eval_every=cfg.evaluation.eval_every,
-        evaluate=Evaluator(dataset, cfg.model, device, cfg.evaluation.eval_batch_size),
+        evaluate=Evaluator(dataset, cfg.model, device, cfg.evaluation.eval_batch_size, cfg.seed, cfg.model_args),
         recorder=recorder,
         min_replies=run.min_replies,
         divergence_factor=run.divergence_factor,
@@ -112,7 +124,10 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
 def build_strategy(cfg: Config, plan: RunPlan, observers: list[RoundObserver] | tuple = ()) -> RuleStrategy:
     """The algorithm's server rule as a Flower strategy for `plan`, set to the checkpoint's state when the run
     resumes."""
-    strategy = RuleStrategy(registry.build_rule(cfg, plan.settings), plan, observers)
+    buffers = averaged_buffers(cfg, load_dataset(cfg))
+    strategy = RuleStrategy(
+        registry.build_rule(cfg, plan.settings), plan, observers, buffers, cfg.aggregation.weighting
+    )
     if plan.resume is not None:
         checkpoint.restore(strategy, plan.resume, plan.client_state_root)
     return strategy
@@ -169,7 +184,7 @@ def quiet_flower_logs() -> None:
 
 def server_fn(context: Context) -> ServerAppComponents:
     quiet_flower_logs()
-    cfg = resolve(context.run_config)
+    cfg = with_data_clients(resolve(context.run_config))
     plan = build_plan(cfg, run_id=int(context.run_id))
     strategy = build_strategy(cfg, plan)
     return ServerAppComponents(

@@ -40,11 +40,11 @@ def test_small_models_shapes_and_sizes():
         assert out.shape == (4, 100)
 
 
-def test_unknown_model_and_buffers_are_refused():
+def test_unknown_model_is_refused_and_buffers_are_kept_beside_x():
     with pytest.raises(ValueError, match="model='vgg'"):
         build_model("vgg", (1, 28, 28), 10, "classification")
-    with pytest.raises(ValueError, match="buffers"):
-        FlatModel(nn.BatchNorm1d(3))
+    model = FlatModel(nn.BatchNorm1d(3))  # buffers travel beside x (buffers='average' / 'local'), never inside it
+    assert model.dim == 6 and model.buffers.numel() == 6  # weight, bias | running_mean, running_var
 
 
 @pytest.mark.skipif(not FMNIST.is_dir(), reason="Debian dataset-fashion-mnist not installed")

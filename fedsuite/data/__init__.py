@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedsuite.config import Config
+from fedsuite.config import DATA_FORMATS, Config, ConfigError, is_import_path, with_num_clients
 from fedsuite.data.colour import client_coefficients
 from fedsuite.data.datasets import (
     DatasetNotFound,
@@ -19,14 +19,21 @@ from fedsuite.data.datasets import (
 )
 from fedsuite.data.esr import load_esr
 from fedsuite.data.har import load_har
+from fedsuite.data.hf import load_hf
+from fedsuite.data.imagefolder import load_imagefolder
 from fedsuite.data.labels import apply_label_transform
-from fedsuite.data.partition import make_partition
+from fedsuite.data.own import DataError, LoadedData, OwnDataset, load_from_loader
+from fedsuite.data.partition import make_partition, natural
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
+from fedsuite.data.table import load_table
 from fedsuite.data.tabular import Tabular
 
-Dataset = Images | Tabular | SyntheticFederation
+Dataset = Images | Tabular | SyntheticFederation | OwnDataset
 
-__all__ = ["Dataset", "DatasetNotFound", "load_dataset", "client_partition", "partition_sizes", "client_inputs"]
+__all__ = [
+    "Dataset", "DatasetNotFound", "DataError", "LoadedData", "load_dataset", "client_partition", "partition_sizes",
+    "client_inputs", "with_data_clients",
+]  # fmt: skip
 
 
 def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
@@ -39,7 +46,22 @@ def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
         return _synthetic(source.name.removeprefix("synthetic-"), syn.num_clients, syn.samples, syn.dim,
                           syn.heterogeneity, syn.noise, syn.weight_decay, syn.seed)  # fmt: skip
     data_dir = source.data_dir if data_dir is None else data_dir
+    if source.name in DATA_FORMATS or is_import_path(source.name):
+        return _own(source.name, data_dir, source.image_size, source.label_column, source.feature_column,
+                    source.partition_column, cfg.seed)  # fmt: skip
     return _labelled(source.name, data_dir, source.download, source.label_transform)
+
+
+@lru_cache(maxsize=2)
+def _own(name: str, data_dir: str, image_size: int, label: str, feature: str, group: str, seed: int) -> Dataset:
+    """Own data: a standard layout in data-dir, or a loader's (fedsuite.data.own)."""
+    if name == "imagefolder":
+        return load_imagefolder(data_dir, image_size)
+    if name == "table":
+        return load_table(data_dir, label, group)
+    if name == "hf":
+        return load_hf(data_dir, label, feature, group)
+    return load_from_loader(name, data_dir, seed)
 
 
 @lru_cache(maxsize=2)
@@ -83,6 +105,11 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
         return dataset.client_parts
     labels = dataset.train.y.numpy()
     split = cfg.partitioning
+    if split.scheme == "natural":
+        parts = natural(_groups(cfg, dataset))
+        if len(parts) != split.num_clients:
+            with_num_clients(cfg, len(parts), f"partition='natural' on {cfg.data.partition_column!r}")  # explicit?
+        return parts
     # keyed by the labels themselves: two copies of a dataset with equal names and sizes may differ (files, transforms)
     key = (dataset.name, hashlib.sha1(labels.tobytes()).hexdigest(), split)
     if key not in _PARTITIONS:
@@ -90,6 +117,25 @@ def client_partition(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
             labels, split.scheme, split.num_clients, split.seed, split.alpha, split.balanced, split.mixture
         )
     return _PARTITIONS[key]
+
+
+def _groups(cfg: Config, dataset: Dataset) -> np.ndarray:
+    column = cfg.data.partition_column
+    columns = getattr(dataset, "columns", {})
+    if column not in columns:
+        have = ", ".join(columns) or "none"
+        raise ConfigError(f"partition='natural': dataset={dataset.name!r} has no column partition-column={column!r} "
+                          f"(its columns: {have})")  # fmt: skip
+    return columns[column]
+
+
+def with_data_clients(cfg: Config) -> Config:
+    """`cfg` with num-clients from the data under partition='natural' (one client per distinct value), else `cfg`;
+    an explicit num-clients that differs is a ConfigError."""
+    if cfg.partitioning.scheme != "natural":
+        return cfg
+    count = len(np.unique(_groups(cfg, load_dataset(cfg))))
+    return with_num_clients(cfg, count, f"partition='natural' on partition-column={cfg.data.partition_column!r}")
 
 
 def partition_sizes(cfg: Config, dataset: Dataset) -> list[int]:

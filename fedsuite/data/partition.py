@@ -123,6 +123,13 @@ def mixture(labels: np.ndarray, num_clients: int, share: float, seed: int) -> li
     ]
 
 
+def natural(groups: np.ndarray) -> list[np.ndarray]:
+    """One client per distinct value of `groups` (one value per training sample), in sorted value order."""
+    values, inverse = np.unique(np.asarray(groups), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    return [np.sort(part) for part in np.split(order, np.cumsum(np.bincount(inverse, minlength=len(values)))[:-1])]
+
+
 def make_partition(
     labels: np.ndarray,
     scheme: str,
@@ -145,4 +152,6 @@ def make_partition(
         return shards(labels, num_clients)
     if scheme == "mixture":
         return mixture(labels, num_clients, share, seed)
-    raise ValueError(f"partition={scheme!r}: allowed values are iid, dirichlet, shards, mixture")
+    if scheme == "natural":
+        raise ValueError("partition='natural' is made from the data's partition-column (fedsuite.data.natural)")
+    raise ValueError(f"partition={scheme!r}: allowed values are iid, dirichlet, shards, mixture, natural")

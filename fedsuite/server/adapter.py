@@ -8,6 +8,11 @@ One round, as data flows (the Flower calls in order):
 - `evaluate`: the centralised test metrics (§2.7: clients do not evaluate) and the round's figures make the row;
   the guard checks the test loss; a checkpoint is written when due.
 The strategy's state for checkpoints is the rule's declared state, the acceptance ledger and the guard's.
+
+Model buffers (BatchNorm statistics, buffers='average') are kept here, outside every rule: they go down beside the
+model as the array `buffers`, come back as an extra array that is taken out before a reply is validated, and are
+averaged over the accepted replies with the rule's weighting (uniform or by samples), so no correction, momentum,
+control variate or clip of any algorithm touches them. With buffers='local' (or a buffer-free model) there are none.
 """
 
 from __future__ import annotations
@@ -17,13 +22,23 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters
+from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from fedsuite.declared import Counter
-from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, nbytes, pack
+from fedsuite.declared import BUFFERS, Counter
+from fedsuite.payload import (
+    ALGORITHM_KEY,
+    ARRAYS_KEY,
+    PARTITION_KEY,
+    STATE_ACCEPTED,
+    PayloadError,
+    nbytes,
+    pack,
+    split_off,
+    weighted_mean,
+)
 from fedsuite.rounds import Reply
 from fedsuite.server import checkpointing
 from fedsuite.server.accounting import RoundLog
@@ -40,8 +55,14 @@ ACCEPTED = Counter("accepted")  # partition → last round its reply was aggrega
 
 
 class RuleStrategy(Strategy):
-    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = ()):
+    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (),
+                 buffers: np.ndarray | None = None, weighting: str = "uniform"):  # fmt: skip
+        """`buffers`: the model's initial buffers when the server averages them (buffers='average'), else None;
+        `weighting`: the rule's cohort weights ('uniform' or 'samples'), used for them too."""
         super().__init__()
+        self.buffers = None if buffers is None else np.asarray(buffers, np.float32).copy()
+        self.weighting = weighting
+        self._replied_buffers: dict[int, np.ndarray] = {}
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
@@ -60,11 +81,22 @@ class RuleStrategy(Strategy):
 
     # ---- declared state (checkpoints) ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
+        state = {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
+        if self.buffers is not None:
+            state[BUFFERS.name] = self.buffers
+        return state
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
-        if set(values) != {"rule", ACCEPTED.name, "guard"}:
-            raise ValueError(f"strategy state has {sorted(values)}, expected accepted, guard, rule")
+        expected = {"rule", ACCEPTED.name, "guard"} | ({BUFFERS.name} if self.buffers is not None else set())
+        if set(values) != expected:
+            raise ValueError(f"strategy state has {sorted(values)}, expected {', '.join(sorted(expected))}")
+        if self.buffers is not None:
+            buffers = values[BUFFERS.name]
+            if not isinstance(buffers, np.ndarray) or buffers.shape != self.buffers.shape:
+                raise ValueError(
+                    f"buffers: expected a {self.buffers.shape} array, got {getattr(buffers, 'shape', '?')}"
+                )
+            self.buffers = np.asarray(buffers, np.float32)
         if (problem := ACCEPTED.check(values[ACCEPTED.name], self.dim)) is not None:
             raise ValueError(problem)
         self.rule.load_state_dict(values["rule"])
@@ -99,8 +131,10 @@ class RuleStrategy(Strategy):
         downlink = rule.downlink(server_round)
         for observer in self.observers:
             observer.sent(server_round, rule.x, downlink)
-        shared_arrays, shared_names = pack({"model": rule.x, **downlink})
+        buffers = {} if self.buffers is None else {BUFFERS.name: self.buffers}
+        shared_arrays, shared_names = pack({"model": rule.x, **downlink, **buffers})
         shared_params = ndarrays_to_parameters(shared_arrays)
+        buffer_bytes = nbytes(list(buffers.values()))  # communication figures count the federated vectors only
         instructions, sizes = [], []
         for pid in sorted(self._sampled):
             params, names, arrays = shared_params, shared_names, shared_arrays
@@ -111,7 +145,7 @@ class RuleStrategy(Strategy):
                 params = ndarrays_to_parameters(arrays)
             fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid}
             instructions.append((nodes[pid], FitIns(params, fit_config)))
-            sizes.append((nbytes(arrays), len(arrays)))
+            sizes.append((nbytes(arrays) - buffer_bytes, len(arrays) - len(buffers)))
         self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)
         if query is not None:
             self.rounds.queried(server_round, query[0], query[1], query[2])
@@ -121,6 +155,7 @@ class RuleStrategy(Strategy):
         for observer in self.observers:
             observer.failed(server_round, failures)
         replies, rejected, diverged = [], 0, 0
+        self._replied_buffers = {}
         for proxy, res in results:
             try:
                 replies.append(self._accept(server_round, res))
@@ -151,6 +186,9 @@ class RuleStrategy(Strategy):
         new_x = np.asarray(self.rule.aggregate(server_round, replies), dtype=np.float32)
         self._stop_if(server_round, self.guard.model(server_round, bool(np.all(np.isfinite(new_x)))))
         self.rule.x = new_x
+        if self.buffers is not None:
+            weights = [r.num_examples if self.weighting == "samples" else 1.0 for r in replies]
+            self.buffers = weighted_mean([self._replied_buffers[r.partition_id] for r in replies], weights)
         for reply in replies:
             self.accepted[reply.partition_id] = server_round
         for observer in self.observers:
@@ -166,7 +204,8 @@ class RuleStrategy(Strategy):
     def evaluate(self, server_round: int, parameters: Parameters):
         plan = self.plan
         due = server_round == 0 or server_round % plan.eval_every == 0 or server_round == plan.num_rounds
-        metrics = plan.evaluate(self.rule.x) if (due and plan.evaluate) else {}
+        extra = () if self.buffers is None else (self.buffers,)
+        metrics = plan.evaluate(self.rule.x, *extra) if (due and plan.evaluate) else {}
         row = self.rounds.row(server_round, metrics)
         verdict = self.guard.test_loss(server_round, metrics.get("loss"))
         if verdict is not None:
@@ -184,11 +223,34 @@ class RuleStrategy(Strategy):
 
     # ---- internals -------------------------------------------------------------------------------
     def _accept(self, server_round: int, res: FitRes) -> Reply:
+        res, buffers = self._without_buffers(res)
         reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim)
+        if buffers is not None:
+            self._replied_buffers[reply.partition_id] = buffers
         for observer in self.observers:
             if (reason := observer.screen(server_round, reply)) is not None:
                 raise RejectedReply(reason)
         return reply
+
+    def _without_buffers(self, res: FitRes) -> tuple[FitRes, np.ndarray | None]:
+        """The reply without its `buffers` array (checked here: present, of the model's buffers' size, finite), and
+        that array; replies carry none unless the server averages buffers."""
+        metrics = dict(res.metrics or {})
+        if self.buffers is None or "error" in metrics:
+            return res, None
+        try:
+            arrays, names, buffers = split_off(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")),
+                                               BUFFERS.name)  # fmt: skip
+        except PayloadError as err:
+            raise RejectedReply(str(err)) from err
+        if buffers is None or buffers.shape != self.buffers.shape:
+            got = "none" if buffers is None else f"shape {buffers.shape}"
+            raise RejectedReply(f"array 'buffers': expected the model's {self.buffers.shape} buffers, got {got}")
+        if not np.all(np.isfinite(buffers)):
+            raise RejectedReply("array 'buffers' has non-finite values", diverged=True)
+        metrics[ARRAYS_KEY] = names
+        stripped = FitRes(res.status, ndarrays_to_parameters(arrays), res.num_examples, metrics)
+        return stripped, np.asarray(buffers, np.float32)
 
     def _stop_if(self, server_round: int, verdict: Verdict) -> None:
         """Record the round with the verdict's status and stop the run (RunAborted), if there is a verdict."""
