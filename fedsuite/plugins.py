@@ -16,6 +16,11 @@ the registry works. An algorithm that takes a built-in name, or declares a run-c
 declares differently, or maps a constructor argument to a key nobody declares, is refused in one line (a warning
 for an entry point, a PluginError for `register`). Once registered, an algorithm is one more name in the registry:
 config validation, simulation.run/compare/sweep, presets, checkpoints and results see no difference.
+
+One limit is Flower's: `flwr run` (and so simulation.run's default engine) passes only run-config keys that the app's
+pyproject.toml [tool.flwr.app.config] lists; the SuperLink refuses a run that overrides any other key ("Key '…' is
+not present in the main dictionary"). A plug-in algorithm runs there at its keys' defaults; to set its keys, use
+the in-process engine (`--engine inprocess` of simulation.compare/sweep) or fedsuite.inprocess.
 """
 
 from __future__ import annotations

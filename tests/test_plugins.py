@@ -120,6 +120,8 @@ def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_e
     assert cfg["fedavgm-beta"] == 0.9 and active_schema()["fedavgm-beta"].default == 0.9
     assert with_example["fedavgm"].communication(cfg) == (1, 1, 0)
     assert with_example["fedavgm"].client_state_vectors(cfg) == 0
+    preset = resolve({"algorithm": "fedavgm", "preset": "fedcm-cifar10-100x10", "fedavgm-beta": 0.5})
+    assert (preset["dataset"], preset["fedavgm-beta"]) == ("cifar10", 0.5)  # a preset's common keys apply to it
     with pytest.raises(ConfigError, match=r"fedavgm-beta=-0\.1: must be in \[0, 1\)"):
         resolve({"algorithm": "fedavgm", "fedavgm-beta": -0.1})
     with pytest.raises(ConfigError, match=r"algorithm='fedavgn': allowed values are .*fedavgm"):
