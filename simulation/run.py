@@ -351,20 +351,11 @@ _CHECKPOINTS: dict[Path, object] = {}
 
 
 def _load_checkpoint(folder: Path):
-    """fedsuite.checkpoint.load (which verifies the files against the checkpoint's manifest), once per process;
-    every failure is a ConfigError naming the folder or file."""
-    from fedsuite import checkpoint, checkpoint_files
+    """fedsuite.checkpoint.load (which verifies every file against the checkpoint's manifest first,
+    fedsuite.checkpoint_files), once per process; every failure is a ConfigError naming the folder or file."""
+    from fedsuite import checkpoint
 
     if folder not in _CHECKPOINTS:
-        try:
-            latest = json.loads((folder / checkpoint.FOLDER / checkpoint.LATEST).read_text())
-            sealed = folder / checkpoint.FOLDER / str(latest["folder"])
-            if (sealed / checkpoint_files.MANIFEST).is_file():  # a sealed checkpoint: every file checked first
-                checkpoint_files.verify(sealed)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # load says what is missing
-        except checkpoint.CheckpointError as err:
-            raise ConfigError(f"resume-from={str(folder)!r}: {err}") from None
         try:
             _CHECKPOINTS[folder] = checkpoint.load(folder)
         except Exception as err:  # a file load cannot read (BadZipFile, JSONDecodeError …)
