@@ -212,6 +212,31 @@ def float_buffers(module: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]
     ]
 
 
+def check_output(net: nn.Module, sample: torch.Tensor, num_classes: int, task: str, name: str) -> None:
+    """ModelError unless `net` maps a batch of `sample` to one row of num_classes logits per sample (one output for
+    regression and binary tasks)."""
+    if not trainable(net):
+        raise ModelError(f"model={name!r}: the model has no trainable parameter (every requires_grad is False)")
+    was_training = net.training
+    try:
+        with torch.no_grad():
+            out = net.eval()(sample)
+    except Exception as err:
+        raise ModelError(f"model={name!r}: a forward pass on inputs of shape {tuple(sample.shape)} raised "
+                         f"{type(err).__name__}: {err}".splitlines()[0]) from err  # fmt: skip
+    finally:
+        net.train(was_training)
+    if not isinstance(out, torch.Tensor):
+        raise ModelError(f"model={name!r}: forward returned {type(out).__name__}, not a tensor of outputs (wrap the "
+                         "model so that it returns its logits)")  # fmt: skip
+    n = sample.shape[0]
+    fits = tuple(out.shape) == (n, num_classes) if task == "classification" else tuple(out.shape) in ((n, 1), (n,))
+    if not fits:
+        want = f"({n}, {num_classes})" if task == "classification" else f"({n}, 1)"
+        raise ModelError(f"model={name!r}: outputs of shape {tuple(out.shape)} for {n} samples; the data needs {want} "
+                         f"({task}, num_classes={num_classes})")  # fmt: skip
+
+
 def initial_vector(
     name: str,
     input_shape: tuple[int, ...],

@@ -20,7 +20,7 @@ from fedsuite.data import client_partition, load_dataset, with_data_clients
 from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator
-from fedsuite.models import initial_buffers, initial_vector
+from fedsuite.models import check_output, initial_buffers, initial_vector, seeded_model
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.sampling import Sampler
 from fedsuite.server.adapter import RuleStrategy
@@ -36,6 +36,15 @@ def initial_model(cfg: Config, dataset) -> np.ndarray:
     """x^0: the model's trainable parameters, built under the run seed."""
     x0 = initial_vector(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task, cfg.seed, cfg.model_args)
     return x0.numpy().astype(np.float32)
+
+
+def check_model(cfg: Config, dataset) -> None:
+    """Before anything trains: the model builds, has trainable parameters and maps two test samples to outputs
+    that fit the data (ModelError, one line naming `model`, otherwise)."""
+    ds = dataset
+    net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
+    sample = ds.features(ds.test, np.arange(min(2, len(ds.test))), "cpu")
+    check_output(net, sample, ds.num_classes, ds.task, cfg.model)
 
 
 def averaged_buffers(cfg: Config, dataset) -> np.ndarray | None:
@@ -77,6 +86,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         checkpoint.check_compatible(resume, dict(cfg))
         log.info("fedsuite │ resuming from %s (after round %d)", resume.folder, resume.server_round)
     dataset = load_dataset(cfg)
+    check_model(cfg, dataset)
     x0 = initial_model(cfg, dataset)
     parts = client_partition(cfg, dataset)
     device = pick_device(run.device)

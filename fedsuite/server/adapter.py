@@ -62,7 +62,7 @@ class RuleStrategy(Strategy):
         super().__init__()
         self.buffers = None if buffers is None else np.asarray(buffers, np.float32).copy()
         self.weighting = weighting
-        self._replied_buffers: dict[int, np.ndarray] = {}
+        self.round_buffers: dict[int, np.ndarray] = {}  # partition → the buffers it returned this round
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
@@ -155,7 +155,7 @@ class RuleStrategy(Strategy):
         for observer in self.observers:
             observer.failed(server_round, failures)
         replies, rejected, diverged = [], 0, 0
-        self._replied_buffers = {}
+        self.round_buffers = {}
         for proxy, res in results:
             try:
                 replies.append(self._accept(server_round, res))
@@ -188,7 +188,7 @@ class RuleStrategy(Strategy):
         self.rule.x = new_x
         if self.buffers is not None:
             weights = [r.num_examples if self.weighting == "samples" else 1.0 for r in replies]
-            self.buffers = weighted_mean([self._replied_buffers[r.partition_id] for r in replies], weights)
+            self.buffers = weighted_mean([self.round_buffers[r.partition_id] for r in replies], weights)
         for reply in replies:
             self.accepted[reply.partition_id] = server_round
         for observer in self.observers:
@@ -226,7 +226,7 @@ class RuleStrategy(Strategy):
         res, buffers = self._without_buffers(res)
         reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim)
         if buffers is not None:
-            self._replied_buffers[reply.partition_id] = buffers
+            self.round_buffers[reply.partition_id] = buffers
         for observer in self.observers:
             if (reason := observer.screen(server_round, reply)) is not None:
                 raise RejectedReply(reason)
