@@ -33,6 +33,18 @@ def read_frame(path: Path):
         raise DataError(f"{path}: cannot be read as a table ({type(err).__name__}: {err})".splitlines()[0]) from err
 
 
+def is_numeric_dtype(column) -> bool:
+    from pandas.api.types import is_numeric_dtype as numeric
+
+    return bool(numeric(column))
+
+
+def is_bool_dtype(column) -> bool:
+    from pandas.api.types import is_bool_dtype as boolean
+
+    return bool(boolean(column))
+
+
 def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path, Path]) -> OwnDataset:
     """Checked, standardised data from two pandas frames (also used by dataset='hf')."""
     for frame, path in zip((train, test), where, strict=True):
@@ -49,7 +61,7 @@ def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path
         missing = [c for c in features if c not in frame.columns]
         if missing:
             raise DataError(f"{path}: lacks the feature column(s) {missing[:5]}")
-        bad = [c for c in features if not np.issubdtype(frame[c].dtype, np.number) or frame[c].dtype == bool]
+        bad = [c for c in features if not is_numeric_dtype(frame[c]) or is_bool_dtype(frame[c])]
         if bad:
             raise DataError(f"{path}: column(s) {bad[:5]} are not numeric; every column but label-column="
                             f"{label!r} must be a number")  # fmt: skip
@@ -73,7 +85,7 @@ def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path
 
 def _labels(train, test, label: str, where: tuple[Path, Path]):
     """(train, test labels, task, classes): strings → sorted class numbers; integers → classes; floats → regression."""
-    if not np.issubdtype(train.dtype, np.number) or not np.issubdtype(test.dtype, np.number):
+    if not is_numeric_dtype(train) or not is_numeric_dtype(test):
         names = sorted(set(map(str, train)) | set(map(str, test)))
         index = {n: i for i, n in enumerate(names)}
         return (np.array([index[str(v)] for v in train]), np.array([index[str(v)] for v in test]),
