@@ -20,7 +20,7 @@ from fedsuite.data import client_partition, load_dataset, with_data_clients
 from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator
-from fedsuite.models import check_output, initial_buffers, initial_vector, seeded_model
+from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.sampling import Sampler
 from fedsuite.server.adapter import RuleStrategy
@@ -34,27 +34,40 @@ log = logging.getLogger("flwr.fedsuite")
 
 def initial_model(cfg: Config, dataset) -> np.ndarray:
     """x^0: the model's trainable parameters, built under the run seed."""
-    x0 = initial_vector(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task, cfg.seed, cfg.model_args)
-    return x0.numpy().astype(np.float32)
+    return initial_state(cfg, dataset)[0].copy()
 
 
 def check_model(cfg: Config, dataset) -> None:
     """Before anything trains: the model builds, has trainable parameters and maps two test samples to outputs
     that fit the data (ModelError, one line naming `model`, otherwise)."""
+    initial_state(cfg, dataset)
+
+
+_INITIAL: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def initial_state(cfg: Config, dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(x^0, the initial buffers) as float32 arrays, from one build of the model under the run seed, checked first
+    (check_model); kept per process for the latest model, as a large model takes a while to build."""
     ds = dataset
-    net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
-    sample = ds.features(ds.test, np.arange(min(2, len(ds.test))), "cpu")
-    check_output(net, sample, ds.num_classes, ds.task, cfg.model)
+    key = (cfg.model, cfg.model_args, ds.name, ds.input_shape, ds.num_classes, ds.task, cfg.seed)
+    if key not in _INITIAL:
+        net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
+        sample = ds.features(ds.test, np.arange(min(2, len(ds.test))), "cpu")
+        check_output(net, sample, ds.num_classes, ds.task, cfg.model)
+        x0 = torch.cat([p.detach().reshape(-1) for p in trainable(net)]).numpy().astype(np.float32)
+        owned = [b.detach().float().reshape(-1) for _, _, b in float_buffers(net)]
+        buffers = torch.cat(owned).numpy().astype(np.float32) if owned else np.zeros(0, np.float32)
+        _INITIAL.clear()
+        _INITIAL[key] = (x0, buffers)
+    return _INITIAL[key]
 
 
 def averaged_buffers(cfg: Config, dataset) -> np.ndarray | None:
     """The model's initial buffers when the server averages them (buffers='average'), else None (none, or kept by
     the clients)."""
-    if cfg.buffers != "average":
-        return None
-    ds = dataset
-    buffers = initial_buffers(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
-    return buffers.numpy().astype(np.float32) if buffers.numel() else None
+    buffers = initial_state(cfg, dataset)[1]
+    return buffers.copy() if cfg.buffers == "average" and buffers.size else None
 
 
 def results_folder(cfg: Config) -> Path:
@@ -86,8 +99,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         checkpoint.check_compatible(resume, dict(cfg))
         log.info("fedsuite │ resuming from %s (after round %d)", resume.folder, resume.server_round)
     dataset = load_dataset(cfg)
-    check_model(cfg, dataset)
-    x0 = initial_model(cfg, dataset)
+    x0 = initial_model(cfg, dataset)  # checked first (check_model)
     parts = client_partition(cfg, dataset)
     device = pick_device(run.device)
     vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
