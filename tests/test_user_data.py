@@ -178,3 +178,23 @@ def test_non_numeric_features_are_refused(tmp_path):
 def test_natural_partition_needs_its_column():
     with pytest.raises(ConfigError, match="partition='natural': give partition-column"):
         resolve({"partition": "natural"})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (f"dataset='{HERE}:nan_features'", "features hold NaN or inf values"),
+        (f"dataset='{HERE}:labels_out_of_range'", "outside [0, 3)"),
+        ("dataset='table' data-dir='{tmp}' label-column='label'", "label-column='label'"),
+        ("dataset='table' data-dir='{tmp}' label-column='y' partition='natural' partition-column='site' "
+         "num-clients=12 clients-per-round=2", "num-clients=12: partition='natural'"),
+    ],
+)  # fmt: skip
+def test_simulation_run_check_exits_2_with_one_line(tmp_path, capsys, overrides, message):
+    from simulation.run import main
+
+    write_table(tmp_path)
+    out = tmp_path / "results"
+    code = main(["--check", "-c", overrides.format(tmp=tmp_path) + f" out-dir='{out}'"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err
