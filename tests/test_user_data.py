@@ -198,3 +198,27 @@ def test_simulation_run_check_exits_2_with_one_line(tmp_path, capsys, overrides,
     code = main(["--check", "-c", overrides.format(tmp=tmp_path) + f" out-dir='{out}'"])
     err = capsys.readouterr().err
     assert code == 2 and message in err
+
+
+def test_hf_reads_save_to_disk_folders_and_local_files(tmp_path):
+    import datasets
+
+    rng = np.random.default_rng(2)
+    splits = {
+        split: datasets.Dataset.from_dict({"pixels": rng.normal(size=(n, 2, 3)).astype(np.float32).tolist(),
+                                           "label": rng.integers(0, 4, n).tolist(), "user": [i % 2 for i in range(n)]})
+        for split, n in (("train", 8), ("test", 4))
+    }  # fmt: skip
+    splits = {k: v.cast_column("label", datasets.ClassLabel(num_classes=4)) for k, v in splits.items()}
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "saved"))
+    cfg = {"dataset": "hf", "data-dir": str(tmp_path / "saved"), "feature-column": "pixels", "partition": "natural",
+           "partition-column": "user", "clients-per-round": 2}  # fmt: skip
+    ds = load_dataset(resolve(cfg))
+    assert ds.input_shape == (2, 3) and len(ds.train) == 8 and ds.num_classes == 4
+    assert with_data_clients(resolve(cfg)).num_clients == 2
+    for split, frame in splits.items():
+        frame.remove_columns("pixels").add_column("f", [1.0, 2.0, 4.0, 8.0] * (len(frame) // 4)).to_parquet(
+            str(tmp_path / f"{split}.parquet")
+        )
+    flat = load_dataset(resolve({"dataset": "hf", "data-dir": str(tmp_path), "partition-column": "user"}))
+    assert flat.input_shape == (1,) and abs(float(flat.train.x.mean())) < 1e-6  # standardised as for tables

@@ -1,9 +1,9 @@
 """dataset='hf': a Hugging Face `datasets` folder written by `save_to_disk` (a DatasetDict with train and test), or
 train.* / test.* files (parquet, csv, json, jsonl) in data-dir, read with the `datasets` library, no network.
 
-`label-column` is the label; `feature-column` names one column of numbers or arrays (images, token ids) used as
-the features as they are; left empty, every other numeric column is a feature, standardised as dataset='table'
-does. `partition-column` (partition='natural') says whose row it is.
+`label-column` is the label (a ClassLabel column gives the number of classes); `feature-column` names one column of
+numbers or arrays (images, token ids) used as the features as they are; left empty, every other numeric column is a
+feature, standardised as dataset='table' does. `partition-column` (partition='natural') says whose row it is.
 """
 
 from __future__ import annotations
@@ -68,4 +68,5 @@ def load_hf(data_dir: str, label: str, feature: str, group: str) -> OwnDataset:
         raise DataError(f"partition-column={group!r}: {where[0]} has no such column")
     task = "classification" if np.issubdtype(arrays[0][1].dtype, np.integer) else "regression"
     columns = {group: np.asarray(train.with_format("numpy")[group])} if group else {}
-    return checked("hf", LoadedData(arrays[0], arrays[1], task, columns=columns))
+    classes = getattr(train.features.get(label), "num_classes", None)  # a ClassLabel column knows its classes
+    return checked("hf", LoadedData(arrays[0], arrays[1], task, classes, columns))
