@@ -206,3 +206,29 @@ def test_bad_models_fail_in_one_line_naming_the_key(model, args, message):
         check_model(cfg, load_dataset(cfg))
     text = str(err.value)
     assert message in text and f"model={model!r}" in text and "\n" not in text
+
+
+def small_bn(input_shape, num_classes) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(input_shape[0], 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * input_shape[1] * input_shape[2], num_classes))  # fmt: skip
+
+
+@pytest.mark.parametrize("buffers", ["average", "local"])
+def test_a_resumed_run_with_buffers_equals_the_uninterrupted_one(buffers, tmp_path):
+    cfg = {**BASE, "num-clients": 4, "dataset": f"{HERE}:gray_images", "model": f"{HERE}:small_bn",
+           "buffers": buffers, "num-server-rounds": 3, "checkpoint-every": 1, "out-dir": str(tmp_path)}  # fmt: skip
+    full = run_inprocess({**cfg, "run-name": "full"}, record=True)
+    run_inprocess({**cfg, "run-name": "part", "num-server-rounds": 2}, record=True)
+    resumed = run_inprocess({**cfg, "run-name": "x", "resume-from": str(tmp_path / "part")}, record=True)
+    assert resumed.x.tobytes() == full.x.tobytes()
+    if buffers == "average":
+        assert full.buffers is not None and resumed.buffers.tobytes() == full.buffers.tobytes()
+    else:
+        assert full.buffers is None and resumed.buffers is None
+        from fedsuite import checkpoint
+
+        def kept(folder):
+            files = sorted(checkpoint.load(folder).client_state.glob("partition-*.npz"))
+            return [np.load(f)["buffers"].tobytes() for f in files]
+
+        assert kept(tmp_path / "full") and kept(tmp_path / "full") == kept(tmp_path / "part")
