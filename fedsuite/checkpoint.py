@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from fedsuite import checkpoint_files
+from fedsuite.checkpoint_files import CheckpointError
 
 FOLDER = "checkpoints"
 LATEST = "latest.json"
@@ -40,10 +41,6 @@ FREE_KEYS = frozenset({
     "client-threads", "client-state", "client-state-budget-mb", "client-state-dir", "client-mapping", "eval-every",
     "eval-batch-size", "min-replies", "divergence-factor", "data-dir", "download", "targets",
 })  # fmt: skip
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written or does not fit the run that wants to resume from it."""
 
 
 @dataclass

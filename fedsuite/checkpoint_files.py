@@ -29,10 +29,12 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _error(message: str) -> Exception:
-    """fedsuite.checkpoint.CheckpointError (imported late: fedsuite.checkpoint imports this module)."""
-    from fedsuite.checkpoint import CheckpointError
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written, is damaged, or does not fit the run that wants to resume from it
+    (fedsuite.checkpoint raises it too)."""
 
+
+def _error(message: str) -> Exception:
     return CheckpointError(message)
 
 

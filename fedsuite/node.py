@@ -97,7 +97,7 @@ class ClientNode:
         """This partition's declared persistent vectors (fedsuite.declared), from the node's store."""
         if self.store is None:
             raise RuntimeError("this algorithm keeps client state but the node was built without a state store")
-        return ClientState(self.store, self.model.dim, self.device)
+        return ClientState(self.store, self.model.dim, self.device, names=[spec.name for spec in specs])
 
     def initial_x(self) -> torch.Tensor:
         """x^0, rebuilt from the run seed exactly as the server builds it (FedADMM's x̂_i starts there)."""

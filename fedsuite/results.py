@@ -19,6 +19,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -327,7 +328,7 @@ class RunRecorder:
             },
             "total_seconds": round(time.time() - self.started, 3),
             "first_round_seconds": trained[0].get("round_seconds") if trained else None,
-            "steady_round_seconds": _median([r.get("round_seconds") for r in trained[1:]]),
+            "steady_round_seconds": steady_seconds(self.rows),
             "communication_bytes_per_client": sum(
                 (r.get("bytes_down_per_client") or 0) + (r.get("bytes_up_per_client") or 0) for r in trained
             ),
@@ -441,8 +442,15 @@ def progress_line(row: dict[str, Any], num_rounds: int) -> str:
     return "fedsuite │ " + " │ ".join(parts)
 
 
-def _median(values: list[float]) -> float | None:
-    values = sorted(v for v in values if v is not None and math.isfinite(v))
+def steady_seconds(rows: Iterable[dict[str, Any]], key: str = "round_seconds", skip_last: bool = False) -> float | None:
+    """THE steady time per round, used by summary.json, the study reports and the benchmark: the median (mean of the
+    middle two for an even count) of `key` over every trained round (round > 0) but the first, which is the cold
+    start (imports, data loads, Ray start). `skip_last` also leaves out the last round, for runs that evaluate on the
+    test set only there (simulation.benchmark). Missing and non-finite values are ignored; None when no round is
+    left."""
+    trained = [r for r in rows if r["round"] > 0]
+    steady = trained[1:-1] if skip_last else trained[1:]
+    values = sorted(v for v in (r.get(key) for r in steady) if v is not None and math.isfinite(v))
     if not values:
         return None
     mid = len(values) // 2

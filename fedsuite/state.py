@@ -191,16 +191,23 @@ class ClientState:
     """One client's persistent d-vectors as tensors on the training device.
 
     `accepted_round`: the last round whose reply from this client the server accepted (0: none yet), as the
-    server sent it; None skips the check (a client used outside a federation)."""
+    server sent it; None skips the check (a client used outside a federation). `names`: the client's declared
+    state (fedsuite.declared); a name outside it is a programming error, refused (None: any name)."""
 
-    def __init__(self, store: MutableMapping, dim: int, device: torch.device | str = "cpu"):
+    def __init__(self, store: MutableMapping, dim: int, device: torch.device | str = "cpu", names=None):
         self.store, self.dim, self.device = store, dim, device
+        self.names = frozenset(names) if names is not None else None
         self.accepted_round: int | None = None
         self._tensors: dict[str, torch.Tensor] = {}
         self._reconciled = False
 
+    def _declared(self, name: str) -> None:
+        if self.names is not None and name not in self.names:
+            raise KeyError(f"client state {name!r} is not declared (state_specs declares {sorted(self.names)})")
+
     def get(self, name: str) -> torch.Tensor:
         """The stored vector, or zeros on first use (ALGORITHMS.md: every client state starts at 0)."""
+        self._declared(name)
         self._reconcile()
         if name not in self._tensors:
             if name in self.store:
@@ -210,6 +217,7 @@ class ClientState:
         return self._tensors[name]
 
     def set(self, name: str, value: torch.Tensor) -> None:
+        self._declared(name)
         self._reconcile()
         self._tensors[name] = value.detach().clone()
 

@@ -14,7 +14,7 @@ per-round generator), then take the plain mean of the client models (FedAvg with
 Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
 discovery: the federation has as many SuperNodes as workers, whatever N, issue 9) and the last round
 also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path
-(simulation.report.steady_seconds with skip_last=True). The last line,
+(fedsuite.results.steady_seconds with skip_last=True). The last line,
 `overhead_ratio x`, is suite steady round / bare 2-proc steady round: 1.00 = no overhead, 1.10 = 10 % overhead.
 `train_loss_max_abs_diff` checks that the paths did the same work: round-1 losses agree up to float rounding
 (the 2-thread path sums in another order), later rounds drift a little (about 1e-3) as rounding compounds.
@@ -40,9 +40,9 @@ from fedsuite.data import load_dataset
 from fedsuite.local import minibatches
 from fedsuite.models import build_model
 from fedsuite.node import ClientNode
+from fedsuite.results import steady_seconds
 from fedsuite.sampling import Sampler
 from fedsuite.server_app import initial_model
-from simulation.report import steady_seconds
 from simulation.run import PROJECT, pyproject_defaults, run
 
 _state: dict = {}  # per process: cfg, model, optimiser, loss function

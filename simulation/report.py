@@ -12,22 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedsuite.results import steady_seconds  # the one definition (summary.json, reports, benchmark)
+
 # --- one run ------------------------------------------------------------------------------------------------------
-
-
-def steady_seconds(rows: Iterable[dict], key: str = "round_seconds", skip_last: bool = False) -> float | None:
-    """THE steady time per round: the median (mean of the middle two for an even count) of `key` over every trained
-    round (round > 0) but the first, which is the cold start (imports, data loads, Ray start). `skip_last` also
-    leaves out the last round, for runs that evaluate on the test set only there (simulation.benchmark). Missing
-    and non-finite values are ignored; None when no round is left. fedsuite.results' summary
-    (`steady_round_seconds`) is this with skip_last=False."""
-    trained = [r for r in rows if r["round"] > 0]
-    steady = trained[1:-1] if skip_last else trained[1:]
-    values = sorted(v for v in (r.get(key) for r in steady) if v is not None and math.isfinite(v))
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
 
 
 def read_summary(folder: Path) -> dict:
