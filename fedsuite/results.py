@@ -155,7 +155,9 @@ def remove_temporaries(folder: Path, older_than: float | None = None) -> list[Pa
 
 
 def default_run_name(algorithm: str, dataset: str) -> str:
-    """<algorithm>-<dataset>-<date-time>-<random>: unique across processes started in the same second."""
+    """<algorithm>-<dataset>-<date-time>-<random>: unique across processes started in the same second. An import
+    path ('pkg.module:loader') contributes its last name only, so the folder name stays a plain word."""
+    dataset = dataset.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
     return f"{algorithm}-{dataset}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 

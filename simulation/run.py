@@ -146,10 +146,12 @@ def client_state_folder(cfg: Config) -> Path | None:
 
 
 def preflight(cfg: Config, quiet: bool = False) -> None:
-    """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible;
-    print the client-state estimate of stateful algorithms. Raises ConfigError / DatasetNotFound / ValueError."""
+    """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible, the
+    model builds and fits the data; print the client-state estimate of stateful algorithms. Raises ConfigError /
+    DatasetNotFound / ValueError (ModelError is one)."""
     from fedsuite import registry, state
-    from fedsuite.data import DatasetNotFound, client_partition, load_dataset
+    from fedsuite.data import DatasetNotFound, client_partition, load_dataset, with_data_clients
+    from fedsuite.server_app import check_model
 
     check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
     try:
@@ -158,7 +160,9 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
         if not cfg["preset"]:
             raise
         raise DatasetNotFound(f"preset={cfg['preset']!r}: {err}") from None
+    cfg = with_data_clients(cfg)  # partition='natural': N comes from the data
     client_partition(cfg, dataset)
+    check_model(cfg, dataset)
     folder = client_state_folder(cfg)
     if folder is not None:
         check_writable(folder, "client-state-dir")
