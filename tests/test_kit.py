@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedsuite import registry
 from fedsuite import testing as kit
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
+from fedsuite.plugins import AlgorithmRegistry
+from strategies.scaffold import Scaffold
 
 
 def test_the_closed_form_optimum_is_the_generators():
@@ -58,8 +61,16 @@ def test_checkpoint_round_trip_of_an_algorithm_with_server_and_client_state(tmp_
 def test_communication_is_the_declared(monkeypatch):
     assert kit.check_communication("scaffold") == (2, 2, 0)
     assert kit.check_communication("fadamet", {"sampling": "bernoulli", "participation": 0.5}) == (2, 1, 1)
-    from strategies.scaffold import Scaffold
+    leaky = registry.Algorithm("leaky", "tests.test_kit:LeakyScaffold", "clients.scaffold:ScaffoldClient", "", "")
+    plugged = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=list)
+    plugged.register(leaky)
+    monkeypatch.setattr(registry, "ALGORITHMS", plugged)  # a registry of its own: this process's stays plain
+    with pytest.raises(AssertionError, match=r"leaky round 1: 3\.0 d-vectors down per client, declared 2"):
+        kit.check_communication("leaky")
 
-    monkeypatch.setattr(Scaffold, "downlink", lambda self, server_round: {"c": self.c, "undeclared": self.c})
-    with pytest.raises(AssertionError, match=r"scaffold round 1: 3\.0 d-vectors down per client, declared 2"):
-        kit.check_communication("scaffold")
+
+class LeakyScaffold(Scaffold):
+    """SCAFFOLD that sends an array it does not declare: the communication check must notice."""
+
+    def downlink(self, server_round):
+        return {"c": self.c, "undeclared": self.c}
