@@ -4,12 +4,12 @@ resumed to R ends bit-identical to the uninterrupted R-round run (model, algorit
 from __future__ import annotations
 
 import json
-from collections import deque
 
 import numpy as np
 import pytest
 
 from fedsuite import checkpoint
+from fedsuite import testing as kit
 from fedsuite.inprocess import run_inprocess
 from fedsuite.registry import ALGORITHMS
 
@@ -28,18 +28,7 @@ TINY = {
 }
 
 
-def same(a, b) -> bool:
-    """Bitwise equality of checkpointable values (arrays by bytes, dtype and shape)."""
-    if isinstance(a, np.ndarray | np.generic):
-        a, b = np.asarray(a), np.asarray(b)
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, set | frozenset):
-        return type(a) is type(b) and a == b
-    if isinstance(a, list | tuple | deque):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and (a == b or (a != a and b != b))
+same = kit.identical  # bitwise equality of checkpointable values (fedsuite.testing)
 
 
 def client_files(folder) -> dict[str, dict[str, np.ndarray]]:

@@ -9,22 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedsuite import testing as kit
 from fedsuite.inprocess import run_inprocess
 from tests import reference as ref
 
 # Heterogeneous least squares: 5 clients with their own optima and curvatures, closed-form x*.
-FED = {
-    "dataset": "synthetic-lsq",
-    "num-clients": 5,
-    "clients-per-round": 5,
-    "synthetic-dim": 4,
-    "synthetic-samples": 20,
-    "synthetic-heterogeneity": 1.0,
-    "batch-size": 0,
-    "local-steps": 10,
-    "lr": 0.05,
-    "eval-every": 100000,
-}
+FED = {**kit.LSQ, "eval-every": 100000}  # num-server-rounds 20, the schema default
 # Partial participation, lr decay and weight decay for trajectory checks against the numpy references.
 PARTIAL = {**FED, "num-clients": 6, "clients-per-round": 3, "local-steps": 4, "num-server-rounds": 8,
            "lr-decay": 0.97, "weight-decay": 0.01, "lr": 0.03}  # fmt: skip

@@ -236,5 +236,5 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
     if mode == "disk":
         shutil.rmtree(tmp_path / "state")
     inprocess = run_inprocess(cfg)
-    np.testing.assert_allclose(ckpt.state["x"], inprocess.x, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(ckpt.state["rule"]["x"], inprocess.x, atol=1e-6, rtol=0)
     assert _invariant_gap(algorithm, ckpt, 40) < 1e-6
