@@ -9,10 +9,8 @@ One round, as data flows (the Flower calls in order):
   the guard checks the test loss; a checkpoint is written when due.
 The strategy's state for checkpoints is the rule's declared state, the acceptance ledger and the guard's.
 
-Model buffers (BatchNorm statistics, buffers='average') are kept here, outside every rule: they go down beside the
-model as the array `buffers`, come back as an extra array that is taken out before a reply is validated, and are
-averaged over the accepted replies with the rule's weighting (uniform or by samples), so no correction, momentum,
-control variate or clip of any algorithm touches them. With buffers='local' (or a buffer-free model) there are none.
+Model buffers (BatchNorm statistics, buffers='average') travel and are averaged beside the rule, never in it
+(fedsuite.server.buffers).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
@@ -33,15 +31,13 @@ from fedsuite.payload import (
     ARRAYS_KEY,
     PARTITION_KEY,
     STATE_ACCEPTED,
-    PayloadError,
     nbytes,
     pack,
-    split_off,
-    weighted_mean,
 )
 from fedsuite.rounds import Reply
 from fedsuite.server import checkpointing
 from fedsuite.server.accounting import RoundLog
+from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
@@ -60,9 +56,7 @@ class RuleStrategy(Strategy):
         """`buffers`: the model's initial buffers when the server averages them (buffers='average'), else None;
         `weighting`: the rule's cohort weights ('uniform' or 'samples'), used for them too."""
         super().__init__()
-        self.buffers = None if buffers is None else np.asarray(buffers, np.float32).copy()
-        self.weighting = weighting
-        self.round_buffers: dict[int, np.ndarray] = {}  # partition → the buffers it returned this round
+        self.averaged = None if buffers is None else AveragedBuffers(buffers, weighting)
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
@@ -79,24 +73,29 @@ class RuleStrategy(Strategy):
     def dim(self) -> int:
         return self.rule.dim
 
+    @property
+    def buffers(self) -> np.ndarray | None:
+        """The server's averaged model buffers (buffers='average'), or None."""
+        return None if self.averaged is None else self.averaged.vector
+
+    @property
+    def round_buffers(self) -> dict[int, np.ndarray]:
+        """This round's buffers as each client returned them (buffers='average')."""
+        return {} if self.averaged is None else self.averaged.returned
+
     # ---- declared state (checkpoints) ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state = {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
-        if self.buffers is not None:
-            state[BUFFERS.name] = self.buffers
+        if self.averaged is not None:
+            state[BUFFERS.name] = self.averaged.vector
         return state
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
-        expected = {"rule", ACCEPTED.name, "guard"} | ({BUFFERS.name} if self.buffers is not None else set())
+        expected = {"rule", ACCEPTED.name, "guard"} | ({BUFFERS.name} if self.averaged is not None else set())
         if set(values) != expected:
             raise ValueError(f"strategy state has {sorted(values)}, expected {', '.join(sorted(expected))}")
-        if self.buffers is not None:
-            buffers = values[BUFFERS.name]
-            if not isinstance(buffers, np.ndarray) or buffers.shape != self.buffers.shape:
-                raise ValueError(
-                    f"buffers: expected a {self.buffers.shape} array, got {getattr(buffers, 'shape', '?')}"
-                )
-            self.buffers = np.asarray(buffers, np.float32)
+        if self.averaged is not None:
+            self.averaged.load(values[BUFFERS.name])
         if (problem := ACCEPTED.check(values[ACCEPTED.name], self.dim)) is not None:
             raise ValueError(problem)
         self.rule.load_state_dict(values["rule"])
@@ -131,7 +130,7 @@ class RuleStrategy(Strategy):
         downlink = rule.downlink(server_round)
         for observer in self.observers:
             observer.sent(server_round, rule.x, downlink)
-        buffers = {} if self.buffers is None else {BUFFERS.name: self.buffers}
+        buffers = {} if self.averaged is None else self.averaged.downlink()
         shared_arrays, shared_names = pack({"model": rule.x, **downlink, **buffers})
         shared_params = ndarrays_to_parameters(shared_arrays)
         buffer_bytes = nbytes(list(buffers.values()))  # communication figures count the federated vectors only
@@ -155,7 +154,8 @@ class RuleStrategy(Strategy):
         for observer in self.observers:
             observer.failed(server_round, failures)
         replies, rejected, diverged = [], 0, 0
-        self.round_buffers = {}
+        if self.averaged is not None:
+            self.averaged.start_round()
         for proxy, res in results:
             try:
                 replies.append(self._accept(server_round, res))
@@ -186,9 +186,8 @@ class RuleStrategy(Strategy):
         new_x = np.asarray(self.rule.aggregate(server_round, replies), dtype=np.float32)
         self._stop_if(server_round, self.guard.model(server_round, bool(np.all(np.isfinite(new_x)))))
         self.rule.x = new_x
-        if self.buffers is not None:
-            weights = [r.num_examples if self.weighting == "samples" else 1.0 for r in replies]
-            self.buffers = weighted_mean([self.round_buffers[r.partition_id] for r in replies], weights)
+        if self.averaged is not None:
+            self.averaged.average(replies)
         for reply in replies:
             self.accepted[reply.partition_id] = server_round
         for observer in self.observers:
@@ -204,7 +203,7 @@ class RuleStrategy(Strategy):
     def evaluate(self, server_round: int, parameters: Parameters):
         plan = self.plan
         due = server_round == 0 or server_round % plan.eval_every == 0 or server_round == plan.num_rounds
-        extra = () if self.buffers is None else (self.buffers,)
+        extra = () if self.averaged is None else (self.averaged.vector,)
         metrics = plan.evaluate(self.rule.x, *extra) if (due and plan.evaluate) else {}
         row = self.rounds.row(server_round, metrics)
         verdict = self.guard.test_loss(server_round, metrics.get("loss"))
@@ -223,34 +222,14 @@ class RuleStrategy(Strategy):
 
     # ---- internals -------------------------------------------------------------------------------
     def _accept(self, server_round: int, res: FitRes) -> Reply:
-        res, buffers = self._without_buffers(res)
+        res, buffers = (res, None) if self.averaged is None else self.averaged.take(res)
         reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim)
-        if buffers is not None:
-            self.round_buffers[reply.partition_id] = buffers
+        if self.averaged is not None:
+            self.averaged.keep(reply.partition_id, buffers)
         for observer in self.observers:
             if (reason := observer.screen(server_round, reply)) is not None:
                 raise RejectedReply(reason)
         return reply
-
-    def _without_buffers(self, res: FitRes) -> tuple[FitRes, np.ndarray | None]:
-        """The reply without its `buffers` array (checked here: present, of the model's buffers' size, finite), and
-        that array; replies carry none unless the server averages buffers."""
-        metrics = dict(res.metrics or {})
-        if self.buffers is None or "error" in metrics:
-            return res, None
-        try:
-            arrays, names, buffers = split_off(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")),
-                                               BUFFERS.name)  # fmt: skip
-        except PayloadError as err:
-            raise RejectedReply(str(err)) from err
-        if buffers is None or buffers.shape != self.buffers.shape:
-            got = "none" if buffers is None else f"shape {buffers.shape}"
-            raise RejectedReply(f"array 'buffers': expected the model's {self.buffers.shape} buffers, got {got}")
-        if not np.all(np.isfinite(buffers)):
-            raise RejectedReply("array 'buffers' has non-finite values", diverged=True)
-        metrics[ARRAYS_KEY] = names
-        stripped = FitRes(res.status, ndarrays_to_parameters(arrays), res.num_examples, metrics)
-        return stripped, np.asarray(buffers, np.float32)
 
     def _stop_if(self, server_round: int, verdict: Verdict) -> None:
         """Record the round with the verdict's status and stop the run (RunAborted), if there is a verdict."""
