@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from pathlib import Path
+
+from fedsuite.results import write_atomic
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -62,16 +63,7 @@ def seal(folder: Path) -> Path:
         files[rel] = {"size": path.stat().st_size, "sha256": digest(path)}
     text = json.dumps({"format": FORMAT, "files": files}, indent=1)
     target = folder / MANIFEST
-    tmp = folder / f".{MANIFEST}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(target, text)  # temporary .manifest.json.<hex>.tmp, flushed, renamed; removed on failure
     return target
 
 
