@@ -36,6 +36,7 @@ class Key:
     low: float | None = None  # inclusive lower bound
     high: float | None = None  # inclusive upper bound
     low_open: bool = False  # lower bound is strict (value > low)
+    high_open: bool = False  # upper bound is strict (value < high)
 
     def check(self, value: Any) -> tuple[Scalar | None, str | None]:
         """Return (converted value, None) or (None, error message)."""
@@ -58,10 +59,11 @@ class Key:
             return None, f"{self.name}={value!r}: allowed values are {', '.join(self.choices)}"
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             op = ">" if self.low_open else ">="
-            rng = f"{op} {self.low:g}" + (f" and <= {self.high:g}" if self.high is not None else "")
+            upper = f" and {'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else ""
+            rng = f"{op} {self.low:g}{upper}"
             return None, f"{self.name}={value!r}: must be {rng}"
-        if self.high is not None and value > self.high:
-            return None, f"{self.name}={value!r}: must be <= {self.high:g}"
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return None, f"{self.name}={value!r}: must be {'<' if self.high_open else '<='} {self.high:g}"
         return value, None
 
 
@@ -80,6 +82,8 @@ MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear", "matrix")
 DATA_FORMATS = ("imagefolder", "table", "hf")
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture", "natural")
 BUFFERS = ("average", "local")
+EVALUATIONS = ("central", "federated", "both")
+TARGET_METRICS = ("auto", "accuracy", "fed-accuracy", "val-accuracy", "fed-val-accuracy")
 LABEL_TRANSFORMS = ("none", "binary")
 # Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
 BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
@@ -163,6 +167,24 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("eval-every", 1, "centralised evaluation every r rounds (the last round always)", low=1),
     Key("eval-batch-size", 1000, "batch size of server-side evaluation", low=1),
     Key("targets", "0.7,0.75,0.8", "comma-separated accuracy targets for rounds-to-target"),
+    Key("evaluation", "central", "who evaluates the global model: central = the server on its test set; federated "
+        "= clients on their own held-out data in Flower's evaluate round; both", EVALUATIONS),
+    Key("eval-clients", 0, "evaluation federated/both: clients that evaluate per round, drawn by seed from all N; 0 = "
+        "the round's cohort", low=0),
+    Key("local-test-fraction", 0.2, "evaluation federated/both: the share of a client's training data held out, "
+        "drawn by seed, as its test data when the data has no per-client test split", low=0.0, high=1.0,
+        low_open=True, high_open=True),
+    Key("validation-fraction", 0.0, "share of each client's training data held out by seed as validation data, "
+        "evaluated as the test data is (centrally on the union, federatedly per client); 0 = none", low=0.0,
+        high=1.0, high_open=True),
+    Key("target-metric", "auto", "the accuracy rounds-to-target reads: accuracy (central test), fed-accuracy, "
+        "val-accuracy, fed-val-accuracy; auto = accuracy, or fed-accuracy when evaluation='federated'",
+        TARGET_METRICS),
+    Key("server-data", True, "the server holds the dataset (for x^0's shapes, the partition and central evaluation); "
+        "false = data lives only on the nodes: the model is built from input-shape and num-classes, evaluation "
+        "must be federated"),
+    Key("input-shape", "", "server-data=false: one sample's shape, comma-separated (e.g. '8' or '3,32,32')"),
+    Key("num-classes", 0, "server-data=false: number of classes (1 = regression)", low=0),
     Key("out-dir", "results", "results root; relative paths are taken from the project directory"),
     Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>-<random>"),
     Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)"),
@@ -297,6 +319,10 @@ def float_list(text: str) -> tuple[float, ...]:
     return tuple(float(t) for t in text.split(",") if t.strip())
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in text.split(",") if t.strip())
+
+
 @dataclass(frozen=True)
 class DataSource(Settings):
     """Which dataset a node loads and how (fedsuite/data).
@@ -310,6 +336,9 @@ class DataSource(Settings):
     label_column (label-column): table/hf: the label column.
     feature_column (feature-column): hf: the feature column ('' = every numeric column but label and partition).
     partition_column (partition-column): partition='natural': the column whose values are the clients.
+    on_server (server-data): the server holds the dataset; False = only the nodes do.
+    input_shape (input-shape): server-data=false: one sample's shape ('3,32,32' → (3, 32, 32)); () when unset.
+    num_classes (num-classes): server-data=false: number of classes (1 = regression); 0 when unset.
     """
 
     name: str = _key("dataset")
@@ -321,6 +350,9 @@ class DataSource(Settings):
     label_column: str = _key("label-column")
     feature_column: str = _key("feature-column")
     partition_column: str = _key("partition-column")
+    on_server: bool = _key("server-data")
+    input_shape: tuple[int, ...] = _key("input-shape", parse=int_list)
+    num_classes: int = _key("num-classes")
 
 
 @dataclass(frozen=True)
@@ -439,16 +471,42 @@ class Aggregation(Settings):
 
 @dataclass(frozen=True)
 class Evaluation(Settings):
-    """Centralised evaluation on the server (fedsuite/evaluation.py).
+    """Who evaluates the global model, on what, and when (fedsuite/evaluation.py, the clients' evaluate).
 
     eval_every (eval-every): evaluate every r rounds (the last round always).
     eval_batch_size (eval-batch-size): batch size of the evaluation passes.
     targets (targets): the accuracy targets for rounds-to-target, parsed ('0.7,0.8' → (0.7, 0.8)).
+    mode (evaluation): 'central', 'federated' or 'both'.
+    eval_clients (eval-clients): clients evaluating per round; 0 = the round's cohort.
+    local_test_fraction (local-test-fraction): a client's held-out test share when its data has no test split.
+    validation_fraction (validation-fraction): each client's held-out validation share; 0.0 = no validation split.
+    target_metric (target-metric): the accuracy rounds-to-target reads, 'auto' resolved (see `target_column`).
     """
 
     eval_every: int = _key("eval-every")
     eval_batch_size: int = _key("eval-batch-size")
     targets: tuple[float, ...] = _key("targets", parse=float_list)
+    mode: str = _key("evaluation")
+    eval_clients: int = _key("eval-clients")
+    local_test_fraction: float = _key("local-test-fraction")
+    validation_fraction: float = _key("validation-fraction")
+    target_metric: str = _key("target-metric")
+
+    @property
+    def central(self) -> bool:
+        return self.mode in ("central", "both")
+
+    @property
+    def federated(self) -> bool:
+        return self.mode in ("federated", "both")
+
+    @property
+    def target_column(self) -> str:
+        """The rounds.jsonl column rounds-to-target reads: accuracy, fed_accuracy, val_accuracy, fed_val_accuracy."""
+        metric = self.target_metric
+        if metric == "auto":
+            metric = "fed-accuracy" if self.mode == "federated" else "accuracy"
+        return metric.replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -699,9 +757,40 @@ def _model_and_data_errors(v: dict[str, Scalar]) -> list[str]:
     return errors
 
 
+def _evaluation_errors(v: dict[str, Scalar]) -> list[str]:
+    """Who can evaluate what: a server without data cannot evaluate centrally; targets need their metric."""
+    errors = []
+    if v.get("server-data") is False:
+        if v.get("evaluation") in ("central", "both"):
+            errors.append(f"evaluation={v['evaluation']!r} needs a test set on the server, but server-data=false: "
+                          "use evaluation='federated'")  # fmt: skip
+        if "input-shape" in v:
+            try:
+                shape = int_list(str(v["input-shape"]))
+                if not shape or min(shape) < 1:
+                    raise ValueError
+            except ValueError:
+                errors.append(f"input-shape={v['input-shape']!r}: server-data=false needs one sample's shape as "
+                              "positive comma-separated integers, such as '8' or '3,32,32'")  # fmt: skip
+        if v.get("num-classes") == 0:
+            errors.append("num-classes=0: server-data=false needs the number of classes (1 = regression)")
+        if str(v.get("dataset", "")).startswith("synthetic-"):
+            errors.append("server-data=false: the synthetic federations are generated on the server too")
+    metric = v.get("target-metric")
+    if metric in ("accuracy", "val-accuracy") and v.get("evaluation") == "federated":
+        errors.append(f"target-metric={metric!r} is a central metric, but evaluation='federated': allowed are auto, "
+                      "fed-accuracy, fed-val-accuracy")  # fmt: skip
+    if metric in ("fed-accuracy", "fed-val-accuracy") and v.get("evaluation") == "central":
+        errors.append(f"target-metric={metric!r} is a federated metric, but evaluation='central': allowed are auto, "
+                      "accuracy, val-accuracy")  # fmt: skip
+    if metric in ("val-accuracy", "fed-val-accuracy") and v.get("validation-fraction") == 0.0:
+        errors.append(f"target-metric={metric!r} needs a validation split: set validation-fraction > 0")
+    return errors
+
+
 def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     """Checks that relate keys; each runs only when the keys it reads passed their own checks."""
-    errors = _model_and_data_errors(v)
+    errors = _model_and_data_errors(v) + _evaluation_errors(v)
     fits = DATASET_MODELS.get(str(v.get("dataset")), ())
     builtin_model = v.get("model") in MODELS
     if (

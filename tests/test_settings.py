@@ -30,6 +30,8 @@ CONFIGS = [
     {"dataset": "synthetic-lowrank", "lowrank-rank": 2, "local-batches": "blocks", "losac-blocks": 3},
     {"sampling": "bernoulli", "participation": 0.5, "targets": " 0.6 , 0.9 ", "autocast": "bf16"},
     {"targets": "", "client-state": "disk", "client-state-dir": "/tmp/x", "device": "cpu", "overwrite": True},
+    {"server-data": False, "evaluation": "federated", "input-shape": "3, 8,8", "num-classes": 4, "eval-clients": 3},
+    {"evaluation": "both", "validation-fraction": 0.1, "target-metric": "val-accuracy", "local-test-fraction": 0.3},
     *({"preset": name} for name in sorted(PRESETS)),
 ]
 
@@ -50,6 +52,8 @@ def test_every_field_is_its_key_with_the_declared_type(run_config, attribute, cl
         if key == "targets":
             assert value == tuple(cfg.targets) and all(type(t) is float for t in value)
             assert type(value) is tuple
+        elif key == "input-shape":
+            assert value == tuple(int(t) for t in cfg[key].split(",") if t.strip()) and type(value) is tuple
         else:
             assert value == cfg[key] and type(value) is type(cfg[key]) is types[name], (attribute, name)
 
@@ -78,6 +82,11 @@ def test_the_groups_named_in_the_brief_hold_these_keys():
         "eval_every": "eval-every",
         "eval_batch_size": "eval-batch-size",
         "targets": "targets",
+        "mode": "evaluation",
+        "eval_clients": "eval-clients",
+        "local_test_fraction": "local-test-fraction",
+        "validation_fraction": "validation-fraction",
+        "target_metric": "target-metric",
     }
     assert set(C.RunControl.keys().values()) >= {
         "min-replies",
@@ -93,7 +102,9 @@ def test_values_of_a_changed_config():
     cfg = resolve({**local, **server, "client-state": "memory", "client-state-budget-mb": 10})
     assert (cfg.local.epochs, cfg.local.lr, cfg.local.clip_scope) == (3, 1.0, "reference")
     assert type(cfg.local.lr) is float
-    assert cfg.evaluation == C.Evaluation(eval_every=5, eval_batch_size=1000, targets=(0.5, 0.6))
+    assert cfg.evaluation == C.Evaluation(eval_every=5, eval_batch_size=1000, targets=(0.5, 0.6), mode="central",
+                                         eval_clients=0, local_test_fraction=0.2, validation_fraction=0.0,
+                                         target_metric="auto")  # fmt: skip
     assert cfg.client_state == C.ClientStateSettings(mode="memory", budget_mb=10.0, dir="")
     assert (cfg.run_control.min_replies, cfg.run_control.round_timeout) == (0.0, 2.0)
     assert cfg.sampling == C.ClientSampling(mode="fixed", num_clients=100, clients_per_round=10, participation=0.1,
