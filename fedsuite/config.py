@@ -188,6 +188,11 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("out-dir", "results", "results root; relative paths are taken from the project directory"),
     Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>-<random>"),
     Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)"),
+    Key("tensorboard", False, "also write TensorBoard event files (per-round scalars, the run config) into the "
+        "results folder; needs the tracking extra"),
+    Key("wandb-mode", "off", "log to Weights & Biases: offline = a local run folder for `wandb sync`, online = live; "
+        "needs the tracking extra", ("off", "offline", "online")),
+    Key("wandb-project", "fedsuite", "the Weights & Biases project runs are logged to"),
     Key("min-replies", 0.5, "share of each round's cohort that must reply validly, else the run stops as failed "
         "(0 = go on with any number, a round without replies keeps x)", low=0.0, high=1.0),
     Key("round-timeout", 0.0, "seconds a round waits for a client's reply before counting it as failed (Flower's "
@@ -541,11 +546,17 @@ class Output(Settings):
     out_dir (out-dir): results root; relative paths are taken from the project directory.
     run_name (run-name): results sub-folder; '' = <algorithm>-<dataset>-<timestamp>-<random>.
     overwrite (overwrite): replace an earlier run's results in that folder.
+    tensorboard (tensorboard): also write TensorBoard event files.
+    wandb_mode (wandb-mode): 'off', 'offline' or 'online' Weights & Biases logging.
+    wandb_project (wandb-project): the W&B project.
     """
 
     out_dir: str = _key("out-dir")
     run_name: str = _key("run-name")
     overwrite: bool = _key("overwrite")
+    tensorboard: bool = _key("tensorboard")
+    wandb_mode: str = _key("wandb-mode")
+    wandb_project: str = _key("wandb-project")
 
 
 @dataclass(frozen=True)
