@@ -63,7 +63,7 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
                  discover: Callable[[], Iterable[importlib.metadata.EntryPoint]] = installed_entry_points
                  ) -> None:  # fmt: skip
         self._algorithms: dict[str, Algorithm] = {a.name: a for a in built_in}
-        self.built_in = frozenset(self._algorithms)
+        self.built_in = tuple(self._algorithms)  # the shipped names, in the registry's order
         self._discover = discover
         self._loaded = False
 

@@ -22,7 +22,7 @@ def algorithm_table() -> str:
         "| algorithm | spec | server half | client half | hyper-parameters | what it does |",
         "|---|---|---|---|---|---|",
     ]
-    for a in ALGORITHMS.values():
+    for a in (ALGORITHMS[name] for name in ALGORITHMS.built_in):  # installed plug-ins are not the suite's
         keys = ", ".join(f"`{k}`" for k in {**a.strategy_args, **a.client_args}.values()) or "—"
         rows.append(
             f"| `{a.name}` | ALGORITHMS.md {a.section} | `{a.strategy.replace(':', '.')}` | "
@@ -37,7 +37,7 @@ def _allowed(k: Key) -> str:
     if k.low is None and k.high is None:
         return "" if not isinstance(k.default, bool) else "true, false"
     low = "" if k.low is None else f"{'>' if k.low_open else '≥'} {k.low:g}"
-    high = "" if k.high is None else f"≤ {k.high:g}"
+    high = "" if k.high is None else f"{'<' if k.high_open else '≤'} {k.high:g}"
     return ", ".join(p for p in (low, high) if p)
 
 

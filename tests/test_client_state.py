@@ -240,7 +240,7 @@ COMMUNICATION = {**{k: v for k, v in SUMMARY_TABLE.items() if not ALGORITHMS[k].
 
 
 def test_registry_declares_the_summary_table_communication():
-    assert {name: a.vectors for name, a in ALGORITHMS.items()} == SUMMARY_TABLE
+    assert {name: ALGORITHMS[name].vectors for name in ALGORITHMS.built_in} == SUMMARY_TABLE
 
 
 @pytest.mark.parametrize("name", list(COMMUNICATION))

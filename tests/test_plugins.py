@@ -147,3 +147,18 @@ def test_a_clash_with_a_built_in_name_or_key_is_refused_in_one_line(caplog):
     with pytest.raises(PluginError, match="reads run-config key 'loose-lr', which no one declares"):
         plugged.register(unknown)
     assert set(plugged) == set(plugged.built_in)
+
+
+def test_readme_tables_list_the_shipped_algorithms_only(monkeypatch):
+    from simulation import algorithms
+
+    before = algorithms.algorithm_table()
+    plugged = AlgorithmRegistry(built_ins(), discover=lambda: [])
+    plugged.register(registry.Algorithm("mine", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", ""))
+    monkeypatch.setattr(algorithms, "ALGORITHMS", plugged)
+    assert "mine" in plugged and algorithms.algorithm_table() == before
+    assert plugged.built_in == tuple(registry.ALGORITHMS.built_in) == tuple(name for name in before_names(before))
+
+
+def before_names(table: str) -> list[str]:
+    return [row.split("`")[1] for row in table.splitlines()[2:]]
