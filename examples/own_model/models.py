@@ -28,3 +28,15 @@ def frozen_features(input_shape: tuple[int, ...], num_classes: int, hidden: int 
     features = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU())
     features.requires_grad_(False)
     return nn.Sequential(features, nn.Linear(hidden, num_classes))
+
+
+def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The built-in `cnn` written as user code (two 5×5 convolutions with pooling, two linear layers): the same
+    layers in the same order give the same seeded initial model, so `simulation.benchmark --model
+    examples.own_model.models:small_cnn` measures what the factory path costs against the built-in name."""
+    channels, height, width = input_shape
+    return nn.Sequential(
+        nn.Conv2d(channels, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * (height // 4) * (width // 4), 128), nn.ReLU(), nn.Linear(128, num_classes),
+    )  # fmt: skip
