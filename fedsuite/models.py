@@ -144,11 +144,12 @@ def parse_model_args(text: str) -> dict[str, Any]:
 
 def _call_factory(make: Callable[..., nn.Module], offered: dict[str, Any], extra: dict[str, Any]) -> Any:
     """`make(**offered ∩ its parameters, **extra)`: a factory gets input_shape/num_classes/task only if it names
-    them (or takes **kwargs)."""
+    them; one that takes **kwargs without naming them gets num_classes (the PyTorch convention: torchvision's and
+    timm's builders take it that way, and would refuse the others)."""
     try:
         params = inspect.signature(make).parameters
-        takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        kwargs = {k: v for k, v in offered.items() if takes_all or k in params}
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        kwargs = {k: v for k, v in offered.items() if k in params or (takes_any and k == "num_classes")}
     except (TypeError, ValueError):  # a builtin without a signature: offer nothing
         kwargs = {}
     return make(**kwargs, **extra)

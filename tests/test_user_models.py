@@ -115,6 +115,20 @@ def test_import_path_factory_of_the_builtin_cnn_gives_the_same_numbers():
     assert short.buffers is None  # the built-in CNN has no buffer: nothing travels beside x
 
 
+def test_factories_taking_kwargs_get_num_classes_only(monkeypatch):
+    """torchvision's builders take num_classes through **kwargs and refuse input_shape: named directly, they work."""
+    from fedsuite import models
+
+    net = models.build_model("torchvision.models:resnet18", (3, 32, 32), 7, "classification")
+    assert net.fc.out_features == 7
+
+    def named(input_shape, num_classes, **kwargs):  # a factory naming them gets both, as before
+        return nn.Linear(input_shape[0], num_classes, **kwargs)
+
+    monkeypatch.setattr(models, "factory", lambda name: named)
+    assert tuple(models.build_model("mine:named", (5,), 3, "classification").weight.shape) == (3, 5)
+
+
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
 def test_batchnorm_buffers_are_averaged_beside_the_rule_or_kept_per_client(algorithm):
     cfg = {key: value for key, value in BASE.items() if key != "num-clients"}  # natural: N comes from the data
