@@ -8,8 +8,9 @@ and models are cached per process (fedsuite.node, bounded), client state is in p
 Node config keys: `partition-id`, `num-partitions` (Flower fills them in simulation; a deployed SuperNode tied to
 one partition, client-mapping='fixed', gets them with --node-config and reports them when the server asks),
 optionally `data-dir` (a folder with the node's own copy of the dataset files; the node then trains on all of
-it instead of a partition of the run's dataset) and `client-state-dir` (where on-disk client state goes, in a
-`run-<run id>` subfolder).
+it instead of a partition of the run's dataset), `client-state-dir` (where on-disk client state goes, in a
+`run-<run id>` subfolder) and `allowed-modules` (the modules whose import-path models and loaders this node runs,
+fedsuite.node_trust; a run naming another is refused before anything is imported, with an error reply).
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from fedsuite.config import resolve
 from fedsuite.data import with_data_clients
 from fedsuite.declared import model_state, units
 from fedsuite.node import ClientNode
+from fedsuite.node_trust import NodeConfigError, NodeRefused, check
 from fedsuite.payload import PARTITION_KEY
 from fedsuite.state import DiskStore, choose_backend, state_root
 
 
 def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
     """The node of `partition_id` (default: the one in the node config) with its client-state store."""
-    nc, cfg = context.node_config, with_data_clients(resolve(context.run_config))
+    nc, cfg = context.node_config, resolve(context.run_config)
+    check(cfg, nc)  # the operator's allow-list, before any of the run's code or data is touched
+    cfg = with_data_clients(cfg)
     if partition_id is None:
         if "partition-id" not in nc or "num-partitions" not in nc:
             raise KeyError("node config needs partition-id and num-partitions (SuperNode --node-config)")
@@ -62,14 +66,36 @@ class Worker(NumPyClient):
         node = node_for(self.context, None if pid is None else int(pid))
         return registry.build_client(node.cfg, node)
 
+    def _partition(self, config) -> int:
+        """The partition a message is for (its config's, else the node config's; -1 if neither names one)."""
+        pid = config.get(PARTITION_KEY) if config else None
+        pid = self.context.node_config.get("partition-id", -1) if pid is None else pid
+        return int(pid)
+
     def get_properties(self, config):
-        return self._client(config).get_properties(config)
+        try:
+            return self._client(config).get_properties(config)
+        except (
+            NodeRefused,
+            NodeConfigError,
+        ):  # still say which partition this node is, so that its fit messages carry the refusal
+            nc = self.context.node_config
+            if "partition-id" not in nc or "num-partitions" not in nc:
+                raise
+            return {"partition-id": int(nc["partition-id"]), "num-partitions": int(nc["num-partitions"])}
 
     def get_parameters(self, config):
         return self._client(config).get_parameters(config)
 
     def fit(self, parameters, config):
-        return self._client(config).fit(parameters, config)
+        try:
+            client = self._client(config)
+        except (
+            NodeRefused,
+            NodeConfigError,
+        ) as err:  # an error reply, as a failed fit: the server logs it and writes clients.log
+            return [], 0, {"partition-id": self._partition(config), "error": f"{type(err).__name__}: {err}"}
+        return client.fit(parameters, config)
 
     def evaluate(self, parameters, config):
         return self._client(config).evaluate(parameters, config)
