@@ -1,0 +1,105 @@
+"""The client half for a user's Flower app: a fedsuite algorithm's FedClient on the user's module and data.
+
+The algorithm's own client class (the registry's, clients/) trains on an OwnNode (fedsuite.app.node); OwnClient wraps
+it to check, before it trains, that the message is for this node's partition and that the server runs with the same
+settings, and to evaluate on the user's test data. A check that fails, like a failed fit, becomes an error reply,
+which the server rejects and logs in one line; it never raises into Flower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from flwr.client import NumPyClient
+
+from fedsuite import registry
+from fedsuite.app.node import Data, OwnNode, materialise
+from fedsuite.app.settings import SETTINGS_KEY, mismatch, run_config
+from fedsuite.config import ConfigError
+from fedsuite.declared import BUFFERS, model_state
+from fedsuite.device import pick_device
+from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, unpack
+from fedsuite.state import DiskStore
+
+DEVICES = ("auto", "cpu", "cuda")
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class OwnClient(NumPyClient):
+    def __init__(self, fed: NumPyClient, node: OwnNode, test: Data | None = None):
+        self.fed, self.node, self.test = fed, node, test
+
+    def get_properties(self, config):
+        return self.fed.get_properties(config)
+
+    def get_parameters(self, config):
+        return self.fed.get_parameters(config)
+
+    def fit(self, parameters, config):
+        problem = self._refusal(config)
+        if problem is not None:
+            return [], 0, {"partition-id": self.node.partition_id, "error": f"ValueError: {problem}", "traceback": ""}
+        return self.fed.fit(parameters, config)
+
+    def _refusal(self, config) -> str | None:
+        sent = config.get(PARTITION_KEY)
+        if sent is not None and int(sent) != self.node.partition_id:
+            return (f"this node is partition {self.node.partition_id} but was sent partition {sent}: the server must "
+                    "use client-mapping='fixed' (fedsuite.app.strategy does)")  # fmt: skip
+        shared = config.get(SETTINGS_KEY)
+        return None if shared is None else mismatch(str(shared), self.node.cfg)
+
+    def evaluate(self, parameters, config):
+        """Loss (and accuracy for integer targets) of the received model on the test data (else the training data)."""
+        node = self.node
+        data = materialise(self.test, node.device, "test") if self.test is not None else node.data
+        down = unpack(parameters, str(config.get(ARRAYS_KEY, "model")))
+        node.model.x.copy_(torch.as_tensor(down["model"], device=node.device))
+        if BUFFERS.name in down:
+            node.model.buffers.copy_(torch.as_tensor(down[BUFFERS.name], device=node.device))
+        node.model.module.eval()
+        with torch.no_grad():
+            out = node.model.module(data.inputs)
+            loss = float(node.loss_fn(out, data.targets))
+            metrics = {}
+            if not data.targets.dtype.is_floating_point and out.dim() == 2 and out.shape[1] > 1:
+                metrics["accuracy"] = float((out.argmax(1) == data.targets).float().mean())
+        return loss, len(data), metrics
+
+
+def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id: int, num_partitions: int,
+           test: Data | None = None, state_dir: str | Path | None = None, device: str | torch.device = "auto",
+           loss_fn: Loss = F.cross_entropy, **settings: Any) -> OwnClient:  # fmt: skip
+    """The NumPyClient of `algorithm` for one partition of a user's federation (call `.to_client()` in a client_fn).
+
+    `model`: the user's nn.Module, built as on the server (same architecture; seed it, as FedADMM starts x̂_i at it
+    and frozen parts are never sent); `train` / `test`: a DataLoader, a Dataset or a pair (inputs, targets) of
+    tensors, materialised once onto `device` ('auto', 'cpu', 'cuda' or a torch.device); fedsuite's local loop draws
+    the minibatches (`batch_size`, `local_epochs` or `local_steps` among the settings); `partition_id` /
+    `num_partitions`: this SuperNode's place in the federation (Flower's node config); `state_dir`: the folder of
+    this run's client state (one file per partition; needed by stateful algorithms such as SCAFFOLD and FedSpeed;
+    use a fresh folder per run, e.g. named after the run id); `loss_fn(outputs, targets)`: the training loss;
+    `settings`: run-config keys as keywords, the same as the server's strategy() gets (it checks them)."""
+    partition_id, num_partitions = int(partition_id), int(num_partitions)
+    if not 0 <= partition_id < num_partitions:
+        raise ConfigError(f"partition_id={partition_id}: must be in 0..{num_partitions - 1} (num_partitions)")
+    cfg = run_config(algorithm, settings)
+    given = settings.get("num_clients", settings.get("num-clients"))
+    if given is not None and int(given) != num_partitions:
+        raise ConfigError(f"num_clients={given}: this client is one of num_partitions={num_partitions}; give both the "
+                          "same number")  # fmt: skip
+    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
+    if specs and state_dir is None:
+        names = ", ".join(spec.name for spec in specs)
+        raise ConfigError(f"state_dir: algorithm={algorithm!r} keeps client state ({names}) between rounds; give "
+                          "client(..., state_dir=<a folder for this run's state>)")  # fmt: skip
+    if not isinstance(device, torch.device) and device not in DEVICES:
+        raise ConfigError(f"device={device!r}: allowed values are {', '.join(DEVICES)}, or a torch.device")
+    where = device if isinstance(device, torch.device) else pick_device(device)
+    store = DiskStore(Path(state_dir).expanduser(), partition_id) if specs else None
+    node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, store)
+    return OwnClient(registry.build_client(cfg, node), node, test)

@@ -1,0 +1,139 @@
+"""The server half for a user's Flower app: a fedsuite algorithm's server rule as a Flower Strategy.
+
+Composition of the suite's own pieces: the registry's rule (strategies/) with its hyper-parameters from the settings,
+a RunPlan, and fedsuite.server.adapter.RuleStrategy (routing, reply validation, the run guard, the per-round row);
+x^0 is the user's model's trainable parameters, its floating-point buffers (BatchNorm statistics) are averaged
+beside the rule unless buffers='local'. Each SuperNode is one partition: client-mapping='fixed', found by asking
+every node once for the partition-id it was started with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.server import ServerAppComponents, ServerConfig
+
+from fedsuite import registry
+from fedsuite.app.node import evaluation_copy
+from fedsuite.app.settings import SETTINGS_KEY, run_config, shared_settings
+from fedsuite.config import Config, ConfigError
+from fedsuite.models import float_buffers, trainable
+from fedsuite.results import RunRecorder
+from fedsuite.sampling import Sampler
+from fedsuite.server.adapter import RuleStrategy
+from fedsuite.server.loop import RecordingServer
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server.plan import RunPlan
+from strategies.base import RuleSettings
+
+Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
+
+
+class AppStrategy(RuleStrategy):
+    """RuleStrategy that also tells every client the settings it must share with the server (SETTINGS_KEY), so a
+    client made with other settings refuses to train (one line naming the keys) instead of training differently."""
+
+    def __init__(self, *args, shared: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shared = shared
+
+    def configure_fit(self, server_round, parameters, client_manager):
+        instructions = super().configure_fit(server_round, parameters, client_manager)
+        for _, ins in instructions:
+            ins.config[SETTINGS_KEY] = self.shared
+        return instructions
+
+
+class CentralEvaluation:
+    """The user's `evaluate(module) -> metrics` called on a copy of their model holding the global parameters (and
+    averaged buffers), in eval mode without gradients; metrics must be numbers (a 'loss' feeds the run guard)."""
+
+    def __init__(self, module: torch.nn.Module, evaluate: Evaluate):
+        self.model, self.evaluate = evaluation_copy(module), evaluate
+
+    def __call__(self, x: np.ndarray, buffers: np.ndarray | None = None) -> dict[str, float]:
+        model = self.model
+        model.x.copy_(torch.as_tensor(x, device=model.device))
+        if buffers is not None:
+            model.buffers.copy_(torch.as_tensor(buffers, device=model.device))
+        model.module.eval()
+        with torch.no_grad():
+            metrics = self.evaluate(model.module)
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"evaluate returned {type(metrics).__name__}; return a dict of metrics such as "
+                            "{'loss': 0.5, 'accuracy': 0.8}")  # fmt: skip
+        return {str(k): float(v) for k, v in metrics.items()}
+
+
+def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | None = None,
+             results: str | Path | None = None, observers: tuple[RoundObserver, ...] = (), **settings: Any
+             ) -> RuleStrategy:  # fmt: skip
+    """The Flower Strategy that runs `algorithm` (a registry name, plug-ins included) from `model`'s parameters.
+
+    `settings`: run-config keys as keywords (`lr=0.05`, `clients_per_round=5` is 'clients-per-round'), checked by
+    fedsuite.config.resolve; `num_clients` (the number of SuperNodes, one partition each) is required. `evaluate`:
+    optional `evaluate(module) -> {'loss': …, 'accuracy': …}` called on the global model every `eval_every` rounds
+    and after the last; `results`: optional folder for the run's rounds.jsonl, rounds.csv and summary.json (an
+    existing run there is refused unless overwrite=True); `observers`: fedsuite round observers."""
+    if "num_clients" not in settings and "num-clients" not in settings:
+        raise ConfigError("num_clients: give the number of partitions, one per SuperNode (their --node-config "
+                          "num-partitions)")  # fmt: skip
+    cfg = run_config(algorithm, settings)
+    x0, buffers = initial_state(model)
+    rule_settings = RuleSettings(initial_x=x0, sampler=Sampler.from_settings(cfg.sampling), lr=cfg.local.lr,
+                                 lr_decay=cfg.local.lr_decay, weighting=cfg.aggregation.weighting,
+                                 agg_scale=cfg.aggregation.agg_scale)  # fmt: skip
+    run = cfg.run_control
+    plan = RunPlan(
+        settings=rule_settings,
+        num_rounds=run.num_rounds,
+        eval_every=cfg.evaluation.eval_every,
+        evaluate=CentralEvaluation(model, evaluate) if evaluate is not None else None,
+        recorder=_recorder(cfg, results, model, x0) if results is not None else None,
+        min_replies=run.min_replies,
+        divergence_factor=run.divergence_factor,
+        algorithm=cfg.algorithm,
+        client_mapping="fixed",
+        run_config=dict(cfg),
+    )
+    averaged = buffers if cfg.buffers == "average" and buffers.size else None
+    rule = registry.build_rule(cfg, rule_settings)
+    return AppStrategy(rule, plan, observers, averaged, cfg.aggregation.weighting, shared=shared_settings(cfg))
+
+
+def server_components(strategy: RuleStrategy) -> ServerAppComponents:
+    """What a ServerApp's server_fn returns for `strategy`: fedsuite's round loop (which writes the results folder's
+    final status also when the run fails) and the number of rounds and round timeout of its settings."""
+    run = Config(strategy.plan.run_config).run_control
+    return ServerAppComponents(
+        server=RecordingServer(strategy, strategy.plan.recorder, remove_client_state=False),
+        config=ServerConfig(num_rounds=run.num_rounds, round_timeout=run.round_timeout or None),
+    )
+
+
+def initial_state(model: torch.nn.Module) -> tuple[np.ndarray, np.ndarray]:
+    """(x^0, the initial floating-point buffers) of the user's module, flat float32."""
+    params = trainable(model)
+    if not params:
+        raise ConfigError("model: it has no trainable parameter (every requires_grad is False): nothing to federate")
+    x0 = torch.cat([p.detach().float().reshape(-1).cpu() for p in params]).numpy()
+    owned = [b.detach().float().reshape(-1).cpu() for _, _, b in float_buffers(model)]
+    buffers = torch.cat(owned).numpy() if owned else np.zeros(0, np.float32)
+    return x0.astype(np.float32), buffers.astype(np.float32)
+
+
+def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.ndarray) -> RunRecorder:
+    import flwr
+
+    meta = {
+        "model": f"{type(model).__module__}.{type(model).__qualname__}",
+        "num_parameters": int(x0.size),
+        "versions": {"flwr": flwr.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        "surface": "fedsuite.app",
+    }
+    folder = Path(results).expanduser().absolute()
+    return RunRecorder(folder, dict(cfg), meta, cfg.targets, cfg.run_control.num_rounds, cfg.output.overwrite)

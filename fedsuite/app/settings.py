@@ -1,0 +1,99 @@
+"""Keyword settings of fedsuite.app → a validated run config, and the settings a client must share with the server.
+
+`lr=0.05, clients_per_round=5` are the run-config keys `lr` and `clients-per-round` (an underscore is a hyphen;
+hyphenated names may be given through `**{"clients-per-round": 5}`); fedsuite.config.resolve checks them and fills in
+every default, so a default is still written only in fedsuite.config. Keys about the suite's own data, model,
+results and evaluation have no meaning when the app brings its own: they are refused, each with what to do instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fedsuite import registry
+from fedsuite.config import Config, ConfigError, active_schema, resolve
+
+# Keys the user's own app replaces, with what replaces them (the message of the one-line error).
+_REPLACED = {
+    "algorithm": "give it as the first argument of strategy() and client()",
+    "device": "use client(device=...); the server evaluates on your model's device",
+    "client-mapping": "each SuperNode is its own partition (client-mapping='fixed')",
+    "client-state": "use client(state_dir=...)",
+    "client-state-dir": "use client(state_dir=...)",
+    "client-state-budget-mb": "use client(state_dir=...)",
+    "out-dir": "use strategy(results=...)",
+    "run-name": "use strategy(results=...)",
+    "eval-batch-size": "use strategy(evaluate=...), your own evaluation",
+    "checkpoint-every": "fedsuite.app runs do not checkpoint",
+    "resume-from": "fedsuite.app runs do not checkpoint",
+}
+_OWN_DATA_AND_MODEL = (
+    "dataset", "data-dir", "download", "label-transform", "preset", "preset-expanded", "model", "model-args",
+    "image-size", "label-column", "feature-column", "partition-column", "colour-perturbation", "partition",
+    "partition-alpha", "partition-balanced", "partition-mixture", "evaluation", "eval-clients", "local-test-fraction",
+    "validation-fraction", "target-metric", "server-data", "input-shape", "num-classes", "tensorboard", "wandb-mode",
+    "wandb-project", "synthetic-dim", "synthetic-samples", "synthetic-heterogeneity", "synthetic-noise",
+    "lowrank-size", "lowrank-rank",
+)  # fmt: skip
+REFUSED: dict[str, str] = {
+    **{key: "your app brings its own data, model and evaluation" for key in _OWN_DATA_AND_MODEL},
+    **_REPLACED,
+}
+
+# What a client reads from its settings besides its algorithm's own keys (the rest it is sent: lr, the arrays).
+_CLIENT_READS = (
+    "local-epochs", "local-steps", "batch-size", "weight-decay", "clip-norm", "clip-scope", "local-batches",
+    "losac-blocks", "loss-reduction", "buffers", "seed", "prox-penalty", "prox-lambda",
+)  # fmt: skip
+SETTINGS_KEY = "fedsuite.app-settings"  # fit-config entry: the server's values of the keys its clients read
+
+
+def allowed_keys() -> list[str]:
+    """The run-config keys fedsuite.app takes as settings (plug-in algorithms' keys included)."""
+    return [name for name in active_schema() if name not in REFUSED]
+
+
+def key_name(setting: str) -> str:
+    return setting.replace("_", "-")
+
+
+def run_config(algorithm: str, settings: Mapping[str, Any], fixed: Mapping[str, Any] | None = None) -> Config:
+    """The resolved run config of `algorithm` with the keyword `settings` (and `fixed`, set by fedsuite.app itself);
+    ConfigError naming the key for a refused or unknown setting or a bad value."""
+    values: dict[str, Any] = {}
+    for setting, value in settings.items():
+        name = key_name(setting)
+        if name in values:
+            raise ConfigError(f"{name}: given twice ({setting!r} and another spelling)")
+        if name in REFUSED:
+            raise ConfigError(f"{setting}: not a fedsuite.app setting ({REFUSED[name]})")
+        values[name] = value
+    unknown = sorted(set(values) - set(active_schema()))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown setting; allowed are {', '.join(allowed_keys())}")
+    if not isinstance(algorithm, str) or algorithm not in registry.ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r}: allowed values are {', '.join(registry.ALGORITHMS)}")
+    return resolve({**values, **(fixed or {}), "algorithm": algorithm, "client-mapping": "fixed"})
+
+
+def client_keys(cfg: Config) -> list[str]:
+    """The keys a client of cfg's algorithm reads from its own settings, which must equal the server's."""
+    algo = registry.ALGORITHMS[cfg.algorithm]
+    return sorted({"algorithm", *_CLIENT_READS, *algo.client_args.values()})
+
+
+def shared_settings(cfg: Config) -> str:
+    """The values of client_keys(cfg) as JSON (sent to every client with its fit instructions)."""
+    return json.dumps({key: cfg[key] for key in client_keys(cfg)}, sort_keys=True)
+
+
+def mismatch(server_json: str, cfg: Config) -> str | None:
+    """One line naming every shared setting in which this client differs from the server, or None."""
+    server = json.loads(server_json)
+    differ = [key for key in sorted(server) if key in cfg and cfg[key] != server[key]]
+    if not differ:
+        return None
+    pairs = ", ".join(f"{key}: server {server[key]!r}, client {cfg[key]!r}" for key in differ)
+    return f"configuration mismatch ({pairs}); give strategy() and client() the same settings"

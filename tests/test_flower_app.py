@@ -1,0 +1,218 @@
+"""fedsuite.app, the surface for a user's own Flower app: it runs the suite's real algorithms (bit for bit the suite's
+own run of the same algorithm, model and data), refuses bad input in one line, and the example app in
+examples/flower_app runs under `flwr run` (Ray simulation)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from flwr.common import Code, GetPropertiesRes, Status
+from flwr.server.client_proxy import ClientProxy
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from fedsuite import app as fedsuite_app
+from fedsuite import testing as kit
+from fedsuite.config import ConfigError, resolve
+from fedsuite.data import client_partition, load_dataset
+from fedsuite.inprocess import Strict, run_inprocess
+from fedsuite.server.guard import RunAborted
+from simulation import run as sim
+from simulation.processes import new_token, stop_tagged, tagged_processes
+from tests.conftest import SESSION
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flower_app"
+SURFACE_KEYS = ("num-clients", "clients-per-round", "batch-size", "local-steps", "lr", "weight-decay",
+                "num-server-rounds")  # fmt: skip
+
+
+class Node(ClientProxy):
+    """One SuperNode in process: every message builds the user's client anew, as Flower's client_fn does."""
+
+    def __init__(self, cid: str, make_client):
+        super().__init__(cid)
+        self.make_client = make_client
+
+    def get_properties(self, ins, timeout, group_id):
+        return self.make_client().to_client().get_properties(ins)
+
+    def get_parameters(self, ins, timeout, group_id):
+        return self.make_client().to_client().get_parameters(ins)
+
+    def fit(self, ins, timeout, group_id):
+        return self.make_client().to_client().fit(ins)
+
+    def evaluate(self, ins, timeout, group_id):
+        return self.make_client().to_client().evaluate(ins)
+
+    def reconnect(self, ins, timeout, group_id):
+        return GetPropertiesRes(Status(Code.OK, ""), {})
+
+
+def user_model(dim: int) -> nn.Module:
+    torch.manual_seed(0)  # the user builds the same model on the server and on every client
+    return nn.Linear(dim, 1, bias=False)
+
+
+def half_squared_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return 0.5 * F.mse_loss(out.squeeze(-1), y)
+
+
+def user_federation(run_config: dict):
+    """The kit's least-squares federation as a user holds it: per partition a shuffling DataLoader of tensors."""
+    cfg = resolve(run_config)
+    ds = load_dataset(cfg)
+    loaders = []
+    for part in client_partition(cfg, ds):
+        idx = torch.as_tensor(part, dtype=torch.long)
+        loaders.append(DataLoader(TensorDataset(ds.train.x[idx], ds.train.y[idx]), batch_size=7, shuffle=True))
+    return cfg, loaders
+
+
+def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settings: dict | None = None,
+                **strategy_options):  # fmt: skip
+    """A user's federation through fedsuite.app, in process: strategy + one client per partition, Flower's loop."""
+    cfg, loaders = user_federation(run_config)
+    settings = {key.replace("-", "_"): cfg[key] for key in SURFACE_KEYS}
+    dim = int(cfg["synthetic-dim"])
+    strategy = fedsuite_app.strategy(algorithm, user_model(dim), observers=(Strict(),), **strategy_options,
+                                     **settings)  # fmt: skip
+    server = fedsuite_app.server_components(strategy).server
+    server.set_max_workers(1)
+    n = cfg.num_clients
+
+    def maker(pid: int):
+        def make():
+            return fedsuite_app.client(algorithm, user_model(dim), loaders[pid], partition_id=pid, num_partitions=n,
+                                       state_dir=state_dir, loss_fn=half_squared_error,
+                                       **{**settings, **(client_settings or {})})  # fmt: skip
+
+        return make
+
+    for pid in range(n):
+        server.client_manager().register(Node(str(100 + pid), maker(pid)))
+    server.fit(num_rounds=int(cfg["num-server-rounds"]), timeout=None)
+    return strategy
+
+
+@pytest.mark.parametrize("algorithm", ["scaffold", "fedspeed", "fedadmm"])
+def test_the_surface_runs_the_suites_algorithm_bit_for_bit(algorithm, tmp_path):
+    """Partial participation, minibatches, weight decay, client state over rounds: the user's module, loaders and
+    loss through fedsuite.app give the very model of the suite's own run (SCAFFOLD's c_i, FedSpeed's duals and
+    FedADMM's x̂_i, which starts at the user's x^0, all live in the user's state folder)."""
+    run_config = {**kit.PARTIAL, "algorithm": algorithm}
+    suite = run_inprocess(run_config)
+    surface = run_surface(algorithm, run_config, tmp_path / "state")
+    assert kit.identical(surface.x, suite.x), np.max(np.abs(surface.x - suite.x))
+    for name, value in suite.rule.state_dict().items():
+        assert kit.identical(np.asarray(surface.rule.state_dict()[name]), np.asarray(value)), name
+    assert len(list((tmp_path / "state").glob("partition-*.npz"))) == run_config["num-clients"]
+
+
+def test_scaffold_through_the_surface_reaches_the_federations_optimum(tmp_path):
+    run_config = {**kit.LSQ, "algorithm": "scaffold", "num-server-rounds": 60}
+    strategy = run_surface("scaffold", run_config, tmp_path)
+    assert kit.least_squares(run_config).relative_error(strategy.x) < 1e-3
+
+
+def test_results_folder_and_central_evaluation(tmp_path):
+    run_config = {**kit.PARTIAL, "num-server-rounds": 3}
+    cfg, loaders = user_federation(run_config)
+    inputs, targets = loaders[0].dataset.tensors
+
+    def evaluate(module):
+        return {"loss": float(half_squared_error(module(inputs), targets)), "seen": float(module.training)}
+
+    run_surface("fedavg", run_config, tmp_path / "state", evaluate=evaluate, results=tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert [row["round"] for row in rows] == [0, 1, 2, 3]
+    assert rows[-1]["loss"] < rows[0]["loss"] and rows[-1]["seen"] == 0.0  # evaluated in eval mode
+    assert rows[-1]["replies"] == cfg["clients-per-round"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_client_with_other_settings_is_refused_with_the_keys_named(tmp_path, caplog):
+    run_config = {**kit.PARTIAL, "num-server-rounds": 1}
+    with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"), pytest.raises(RunAborted):
+        run_surface("scaffold", run_config, tmp_path, client_settings={"batch_size": 2})
+    assert "configuration mismatch (batch-size: server 4, client 2)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: fedsuite_app.strategy("scaffold", m, num_clients=3, dataset="cifar10"), "dataset: not a fedsuite"),
+        (lambda m: fedsuite_app.strategy("scaffold", m, num_clients=3, lr_rate=0.1), "lr-rate: unknown setting"),
+        (lambda m: fedsuite_app.strategy("scaffold", m, num_clients=3, clients_per_round=2, lr=-1), "lr=-1.0: must"),
+        (lambda m: fedsuite_app.strategy("scafold", m, num_clients=3), "algorithm='scafold': allowed values are"),
+        (lambda m: fedsuite_app.strategy("scaffold", m), "num_clients: give the number of partitions"),
+        (lambda m: fedsuite_app.client("scaffold", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
+                                       partition_id=0, num_partitions=2), "state_dir: algorithm='scaffold' keeps"),
+        (lambda m: fedsuite_app.client("fedavg", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
+                                       partition_id=2, num_partitions=2), "partition_id=2: must be in 0..1"),
+        (lambda m: fedsuite_app.client("fedavg", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
+                                       partition_id=0, num_partitions=2, device="gpu"), "device='gpu': allowed"),
+        (lambda m: fedsuite_app.client("fedavg", m, [1, 2, 3], partition_id=0, num_partitions=2),
+         "train: expected a DataLoader, a Dataset or a pair"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_naming_the_argument(call, message):
+    with pytest.raises((ConfigError, fedsuite_app.DataError)) as err:
+        call(nn.Linear(3, 2))
+    assert message in str(err.value), str(err.value)
+
+
+def test_client_evaluates_on_its_test_data():
+    torch.manual_seed(1)
+    x, y = torch.randn(40, 3), torch.randint(0, 2, (40,))
+    made = fedsuite_app.client("fedavg", nn.Linear(3, 2), (x, y), test=(x[:10], y[:10]), partition_id=0,
+                               num_partitions=1)  # fmt: skip
+    params = made.get_parameters({})
+    loss, n, metrics = made.evaluate(params, {})
+    with torch.no_grad():
+        net = nn.Linear(3, 2)
+        torch.nn.utils.vector_to_parameters(torch.as_tensor(params[0]), net.parameters())
+        out = net(x[:10])
+    assert n == 10 and loss == pytest.approx(float(F.cross_entropy(out, y[:10])), rel=1e-6)
+    assert metrics["accuracy"] == pytest.approx(float((out.argmax(1) == y[:10]).float().mean()))
+
+
+# ---- the example app under `flwr run` (Ray simulation) -----------------------------------------------------------
+def flwr_run_example(tmp_path: Path, overrides: str, supernodes: int = 3) -> tuple[dict, list[dict], str]:
+    token, home, ray_dir = new_token(), tmp_path / "flwr-home", sim.private_ray_dir()
+    results = tmp_path / "results"
+    cmd = [sim.flwr_executable(), "run", str(EXAMPLE), "--stream",
+           "--federation-config", f"num-supernodes={supernodes} client-resources-num-cpus=1",
+           "-c", f"{overrides} results-dir='{results}' state-dir='{tmp_path / 'state'}'"]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, env=sim.flower_env(token, home, ray_dir), cwd=tmp_path, capture_output=True,
+                              text=True, timeout=500)  # fmt: skip
+    finally:
+        stop_tagged(token, private_dir=ray_dir)  # the detached local SuperLink and Ray
+    assert not tagged_processes(token, env=SESSION)
+    runs = sorted(results.glob("*/summary.json"))
+    assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (runs[0].parent / "rounds.jsonl").read_text().splitlines()]
+    return json.loads(runs[0].read_text()), rows, proc.stdout + proc.stderr
+
+
+def test_example_app_runs_scaffold_under_flwr_run(tmp_path):
+    summary, rows, log = flwr_run_example(tmp_path, "algorithm='scaffold' num-server-rounds=2")
+    assert summary["status"] == "completed", log[-3000:]
+    assert [row["round"] for row in rows] == [0, 1, 2]
+    assert rows[-1]["replies"] == rows[-1]["cohort"] == 3 and rows[-1]["accuracy"] > rows[0]["accuracy"]
+    assert len(list((tmp_path / "state").rglob("partition-*.npz"))) == 3  # c_i of every SuperNode's partition
+
+
+@pytest.mark.slow
+def test_example_app_runs_fedspeed_for_longer_under_flwr_run(tmp_path):
+    summary, rows, log = flwr_run_example(tmp_path, "algorithm='fedspeed' num-server-rounds=5", supernodes=4)
+    assert summary["status"] == "completed", log[-3000:]
+    assert rows[-1]["accuracy"] > 0.8 and rows[-1]["replies"] == 3  # 3 of the 4 SuperNodes a round
