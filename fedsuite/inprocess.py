@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status
@@ -64,11 +64,15 @@ class InProcessProxy(ClientProxy):
         return GetPropertiesRes(Status(Code.OK, ""), {})
 
 
-def node_contexts(run_config: Mapping, num_nodes: int, run_id: int = 0) -> list[Context]:
-    """Nodes as Flower's simulation makes them (node config partition-id 0..num_nodes-1)."""
+def node_contexts(run_config: Mapping, num_nodes: int, run_id: int = 0,
+                  node_configs: Sequence[Mapping] | None = None) -> list[Context]:  # fmt: skip
+    """Nodes as Flower's simulation makes them (node config partition-id 0..num_nodes-1), or one node per entry of
+    `node_configs` with that node config (a deployment's --node-config: partition-id, num-partitions, data-dir)."""
+    if node_configs is None:
+        node_configs = [{"partition-id": nid, "num-partitions": num_nodes} for nid in range(num_nodes)]
     return [
-        Context(run_id, nid, {"partition-id": nid, "num-partitions": num_nodes}, RecordDict(), dict(run_config))
-        for nid in range(num_nodes)
+        Context(run_id, nid, dict(node_config), RecordDict(), dict(run_config))
+        for nid, node_config in enumerate(node_configs)
     ]
 
 
@@ -88,10 +92,12 @@ def remove_client_state(strategy) -> None:
 
 
 def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable[RoundObserver] = (),
-                  num_nodes: int = 2, keep_client_state: bool = False, run_id: int | None = None
-                  ) -> RuleStrategy:  # fmt: skip
+                  num_nodes: int = 2, keep_client_state: bool = False, run_id: int | None = None,
+                  node_configs: Sequence[Mapping] | None = None) -> RuleStrategy:  # fmt: skip
     """Train with `run_config` (defaults filled in); returns the strategy (`strategy.rule` is the algorithm's
-    server rule, `strategy.x` the final model). `observers` watch every round (fedsuite.server.observers)."""
+    server rule, `strategy.x` the final model). `observers` watch every round (fedsuite.server.observers).
+    `node_configs`: one node per entry with that node config (e.g. partition-id, num-partitions and a data-dir of
+    the node's own), instead of `num_nodes` simulation-style nodes."""
     cfg = with_data_clients(resolve(run_config))
     run_id = new_run_id() if run_id is None else run_id
     plan = build_plan(cfg, record=record, run_id=run_id)
@@ -101,7 +107,7 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     server.set_max_workers(1)
     if cfg.run_control.client_mapping == "fixed":
         num_nodes = cfg.num_clients
-    for context in node_contexts(run_config, num_nodes, run_id):
+    for context in node_contexts(run_config, num_nodes, run_id, node_configs):
         server.client_manager().register(InProcessProxy(str(context.node_id), context))
     server.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
     return strategy

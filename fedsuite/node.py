@@ -18,6 +18,7 @@ import torch
 
 from fedsuite.config import Config
 from fedsuite.data import client_inputs, client_partition, load_dataset
+from fedsuite.data.shape_only import shape_only
 from fedsuite.declared import StateSpec
 from fedsuite.device import pick_device
 from fedsuite.local import LocalData
@@ -46,9 +47,18 @@ class ClientNode:
     def dataset(self):
         return load_dataset(self.cfg, self.data_dir)
 
+    @cached_property
+    def shapes(self):
+        """What the model is built for (input_shape, num_classes, task): the data's, or with server-data=false the
+        run config's input-shape and num-classes, as the server builds it (a node's own labels may not show every
+        class)."""
+        if self.cfg.data.on_server:
+            return self.dataset
+        return shape_only(self.cfg.data.name, self.cfg.data.input_shape, self.cfg.data.num_classes)
+
     @property
     def loss_fn(self):
-        return loss_function(self.dataset.task)
+        return loss_function(self.shapes.task)
 
     @cached_property
     def data(self) -> LocalData:
@@ -69,7 +79,7 @@ class ClientNode:
     def model(self) -> FlatModel:
         """This thread's model for the run's architecture (never cached on the node: nodes cross threads). Built
         under the run seed, so frozen parameters are the server's and every other client's."""
-        cfg, ds = self.cfg, self.dataset
+        cfg, ds = self.cfg, self.shapes
         speed = (cfg.local.autocast, cfg.local.channels_last)
         key = (*self._model_key(), str(self.device), *speed, threading.get_ident())
         with _CACHE_LOCK:
@@ -79,7 +89,7 @@ class ClientNode:
             return _MODELS[key]
 
     def _model_key(self) -> tuple:
-        ds = self.dataset
+        ds = self.shapes
         return (self.cfg.model, self.cfg.model_args, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed)
 
     def initial_buffers(self) -> torch.Tensor:
@@ -88,7 +98,7 @@ class ClientNode:
         key = ("buffers", *self._model_key())
         with _CACHE_LOCK:
             if key not in _MODELS:
-                cfg, ds = self.cfg, self.dataset
+                cfg, ds = self.cfg, self.shapes
                 _MODELS[key] = initial_buffers(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
                                                cfg.model_args)  # fmt: skip
             return _MODELS[key].to(self.device)
@@ -101,7 +111,7 @@ class ClientNode:
 
     def initial_x(self) -> torch.Tensor:
         """x^0, rebuilt from the run seed exactly as the server builds it (FedADMM's x̂_i starts there)."""
-        ds = self.dataset
+        ds = self.shapes
         x0 = initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed, self.cfg.model_args)
         return x0.to(self.device)
 

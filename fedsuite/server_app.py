@@ -16,7 +16,7 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedsuite import checkpoint, registry, state
 from fedsuite.config import Config, resolve
-from fedsuite.data import client_partition, load_dataset, with_data_clients
+from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator
@@ -98,9 +98,9 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     if resume is not None:
         checkpoint.check_compatible(resume, dict(cfg))
         log.info("fedsuite │ resuming from %s (after round %d)", resume.folder, resume.server_round)
-    dataset = load_dataset(cfg)
+    dataset = server_dataset(cfg)  # server-data=false: shapes only, no file read
     x0 = initial_model(cfg, dataset)  # checked first (check_model)
-    parts = client_partition(cfg, dataset)
+    parts = client_partition(cfg, dataset) if cfg.data.on_server else None
     device = pick_device(run.device)
     vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
     if vectors:
@@ -128,7 +128,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         settings=settings,
         num_rounds=run.num_rounds,
         eval_every=cfg.evaluation.eval_every,
-        evaluate=Evaluator(dataset, cfg.model, device, cfg.evaluation.eval_batch_size, cfg.seed, cfg.model_args),
+        evaluate=central_evaluator(cfg, dataset, device),
         recorder=recorder,
         min_replies=run.min_replies,
         divergence_factor=run.divergence_factor,
@@ -146,7 +146,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
 def build_strategy(cfg: Config, plan: RunPlan, observers: list[RoundObserver] | tuple = ()) -> RuleStrategy:
     """The algorithm's server rule as a Flower strategy for `plan`, set to the checkpoint's state when the run
     resumes."""
-    buffers = averaged_buffers(cfg, load_dataset(cfg))
+    buffers = averaged_buffers(cfg, server_dataset(cfg))
     strategy = RuleStrategy(
         registry.build_rule(cfg, plan.settings), plan, observers, buffers, cfg.aggregation.weighting
     )
@@ -160,17 +160,29 @@ def resume_folder(cfg: Config) -> Path:
     return folder if folder.is_absolute() else Path(os.getcwd()) / folder
 
 
-def run_meta(cfg: Config, dataset, parts: list[np.ndarray], x0: np.ndarray, device) -> dict[str, Any]:
+def central_evaluator(cfg: Config, dataset, device) -> Evaluator | None:
+    """The server's test-set evaluation (evaluation central/both), else None."""
+    if not cfg.evaluation.central:
+        return None
+    return Evaluator(dataset, cfg.model, device, cfg.evaluation.eval_batch_size, cfg.seed, cfg.model_args)
+
+
+def run_meta(cfg: Config, dataset, parts: list[np.ndarray] | None, x0: np.ndarray, device) -> dict[str, Any]:
+    """What the run was: model, versions, and the partition's sizes and label mixes (or, with server-data=false,
+    that the data is on the nodes)."""
     import flwr
 
-    sizes = np.array([len(p) for p in parts])
     meta: dict[str, Any] = {
         "model": cfg.model,
         "num_parameters": int(x0.size),
         "device": str(device),
         "versions": {"flwr": flwr.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        "client_sizes": {"min": int(sizes.min()), "median": float(np.median(sizes)), "max": int(sizes.max())},
     }
+    if parts is None:
+        meta["data"] = "on the nodes (server-data=false)"
+        return meta
+    sizes = np.array([len(p) for p in parts])
+    meta["client_sizes"] = {"min": int(sizes.min()), "median": float(np.median(sizes)), "max": int(sizes.max())}
     if dataset.task == "classification":
         labels = dataset.train.y.numpy()
         classes = [len(np.unique(labels[p])) for p in parts]

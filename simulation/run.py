@@ -150,18 +150,19 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     model builds and fits the data; print the client-state estimate of stateful algorithms. Raises ConfigError /
     DatasetNotFound / ValueError (ModelError is one)."""
     from fedsuite import registry, state
-    from fedsuite.data import DatasetNotFound, client_partition, load_dataset, with_data_clients
+    from fedsuite.data import DatasetNotFound, client_partition, server_dataset, with_data_clients
     from fedsuite.server_app import check_model
 
     check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
     try:
-        dataset = load_dataset(cfg)
+        dataset = server_dataset(cfg)  # server-data=false: the shapes only, no file read
     except DatasetNotFound as err:
         if not cfg["preset"]:
             raise
         raise DatasetNotFound(f"preset={cfg['preset']!r}: {err}") from None
     cfg = with_data_clients(cfg)  # partition='natural': N comes from the data
-    client_partition(cfg, dataset)
+    if cfg.data.on_server:
+        client_partition(cfg, dataset)
     check_model(cfg, dataset)
     folder = client_state_folder(cfg)
     if folder is not None:
@@ -180,10 +181,10 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
 
 
 def _model_dim(cfg: Config) -> int:
-    from fedsuite.data import load_dataset
+    from fedsuite.data import server_dataset
     from fedsuite.server_app import initial_model
 
-    return int(initial_model(cfg, load_dataset(cfg)).size)
+    return int(initial_model(cfg, server_dataset(cfg)).size)
 
 
 def _absolute(path: str) -> Path:

@@ -24,6 +24,7 @@ from fedsuite.data.imagefolder import load_imagefolder
 from fedsuite.data.labels import apply_label_transform
 from fedsuite.data.own import DataError, LoadedData, OwnDataset, load_from_loader
 from fedsuite.data.partition import make_partition, natural
+from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
 from fedsuite.data.table import load_table
 from fedsuite.data.tabular import Tabular
@@ -32,7 +33,7 @@ Dataset = Images | Tabular | SyntheticFederation | OwnDataset
 
 __all__ = [
     "Dataset", "DatasetNotFound", "DataError", "LoadedData", "load_dataset", "client_partition", "partition_sizes",
-    "client_inputs", "with_data_clients",
+    "client_inputs", "with_data_clients", "server_dataset", "ShapeOnly",
 ]  # fmt: skip
 
 
@@ -50,6 +51,14 @@ def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
         return _own(source.name, data_dir, source.image_size, source.label_column, source.feature_column,
                     source.partition_column, cfg.seed)  # fmt: skip
     return _labelled(source.name, data_dir, source.download, source.label_transform)
+
+
+def server_dataset(cfg: Config) -> Dataset | ShapeOnly:
+    """What the server holds: the run's dataset, or with server-data=false only its shapes (input-shape,
+    num-classes), read from no file."""
+    if cfg.data.on_server:
+        return load_dataset(cfg)
+    return shape_only(cfg.data.name, cfg.data.input_shape, cfg.data.num_classes)
 
 
 @lru_cache(maxsize=2)
@@ -131,8 +140,9 @@ def _groups(cfg: Config, dataset: Dataset) -> np.ndarray:
 
 def with_data_clients(cfg: Config) -> Config:
     """`cfg` with num-clients from the data under partition='natural' (one client per distinct value), else `cfg`;
-    an explicit num-clients that differs is a ConfigError."""
-    if cfg.partitioning.scheme != "natural":
+    an explicit num-clients that differs is a ConfigError. With server-data=false nothing is read: num-clients is
+    the run config's (the nodes hold the data)."""
+    if cfg.partitioning.scheme != "natural" or not cfg.data.on_server:
         return cfg
     count = len(np.unique(_groups(cfg, load_dataset(cfg))))
     return with_num_clients(cfg, count, f"partition='natural' on partition-column={cfg.data.partition_column!r}")
