@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsuite.config import Config, ConfigError, resolve
+from fedsuite.tracking import close_all, group_environment, tracking_errors, tracking_observers
 from simulation.presets import expand as expand_preset
 from simulation.report import run_status
 from simulation.run import PROJECT, Interrupted, RunFailed, parse_overrides, pyproject_defaults
@@ -45,6 +46,7 @@ class Job:
     label: str = ""
     keys: dict = field(default_factory=dict)
     work: Callable[[], Any] | None = None  # run in this process instead of an engine; its value is kept
+    group: str | None = None  # the experiment tracking group (a sweep's name): W&B group of the run
 
     def overrides(self) -> dict:
         """The run config to launch with: the settings, writing into `folder` (replacing an unfinished run)."""
@@ -86,8 +88,13 @@ def resolved(settings: dict) -> Config:
 
 
 def validate(jobs: Sequence[Job]) -> list[Config]:
-    """Every job's config, resolved before anything runs: a bad setting raises ConfigError naming it."""
-    return [resolved(job.settings) for job in jobs]
+    """Every job's config, resolved before anything runs: a bad setting, or a tracking key whose package is
+    missing, raises ConfigError naming it."""
+    configs = [resolved(job.settings) for job in jobs]
+    for cfg in configs:
+        for problem in tracking_errors(cfg):
+            raise ConfigError(problem)
+    return configs
 
 
 def finished(folder: Path, explicit: dict) -> bool:
@@ -105,38 +112,45 @@ def is_finished(job: Job) -> bool:
     return job.folder is not None and finished(job.folder, expand_preset(job.settings)[0])
 
 
-def run_in_process(overrides: dict, quiet: bool = True) -> Path:
+def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None) -> Path:
     """One run of the ServerApp's strategy with the ClientApp's clients in this process (`fedsuite.inprocess`),
-    recorded to the same results folder as a `flwr run`; a run that does not complete raises RunFailed."""
+    recorded to the same results folder as a `flwr run`, tracked as the run config asks (TensorBoard, W&B; in
+    tracking `group`); a run that does not complete raises RunFailed."""
     from fedsuite.inprocess import run_inprocess
     from fedsuite.server_app import results_folder
 
     overrides, _ = expand_preset(overrides)  # the explicit keys win over a preset (simulation.presets)
     cfg = {**pyproject_defaults(), **overrides}
-    folder = results_folder(resolve(cfg))
+    settings = resolve(cfg)
+    folder = results_folder(settings)
+    trackers = tracking_observers(settings, folder, group)
     logging.getLogger("flwr").setLevel(logging.WARNING if quiet else logging.INFO)
     try:
-        run_inprocess(cfg, record=True)
+        run_inprocess(cfg, record=True, observers=trackers)
     except Exception as err:  # the recorder has written the status (RecordingServer, RunAborted)
         status = run_status(folder)
+        close_all(trackers, status if status != "running" else "failed")
         raise RunFailed(f"{type(err).__name__}: {err}", status if status != "running" else "failed", folder) from err
+    finally:
+        close_all(trackers)  # a no-op for trackers already closed (after the last round, or just above)
     return folder
 
 
-def launch(overrides: dict, engine: str) -> Path:
-    """One run on `engine`; returns its results folder (RunFailed if it did not complete)."""
+def launch(overrides: dict, engine: str, group: str | None = None) -> Path:
+    """One run on `engine` (tracked in `group`); returns its results folder (RunFailed if it did not complete)."""
     if engine == "inprocess":
-        return run_in_process(overrides)
+        return run_in_process(overrides, group=group)
     from simulation.run import run
 
-    return run(overrides, quiet=True, check_data=False)
+    with group_environment(group):  # the ServerApp of the launch reads it (fedsuite.tracking.launch_group)
+        return run(overrides, quiet=True, check_data=False)
 
 
 def _run_here(job: Job, engine: str) -> Outcome:
     try:
         if job.work is not None:
             return Outcome(job, "completed", value=job.work())
-        launch(job.overrides(), engine)
+        launch(job.overrides(), engine, job.group)
         return Outcome(job, "completed")
     except RunFailed as err:
         return Outcome(job, err.status, str(err))
@@ -156,7 +170,7 @@ def _run_children(jobs: list[Job], engine: str, parallel: int, on_done) -> list[
         while pending and len(running) < parallel:
             index, job = pending.pop(0)
             command = [sys.executable, "-m", "simulation.experiment", "--run-one", json.dumps(job.overrides()),
-                       "--engine", engine]  # fmt: skip
+                       "--engine", engine, *(["--group", job.group] if job.group else [])]  # fmt: skip
             print(f"── start {job.label} ──", flush=True)
             running[index] = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=PROJECT)
         for index, proc in list(running.items()):
@@ -210,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation.experiment", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-one", required=True, help="one run's overrides as JSON")
     parser.add_argument("--engine", choices=ENGINES, default="flwr")
+    parser.add_argument("--group", default=None, help="experiment tracking group (a sweep's name)")
     args = parser.parse_args(argv)
     try:
-        launch(json.loads(args.run_one), args.engine)
+        launch(json.loads(args.run_one), args.engine, args.group)
         return 0
     except RunFailed as err:
         return err.exit_code

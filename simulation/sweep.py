@@ -10,6 +10,8 @@ simulation (`--engine flwr`, as `simulation.run`) or the same strategy and clien
 Then <out>/sweep.md and sweep.csv (per algorithm and grid point: final and best accuracy, rounds to each target,
 s/round, communication per client per round, each as mean ± std over seeds) and <out>/sweep.png (accuracy vs round,
 the mean with a min–max band over seeds) are written. Exit 1 if a run did not complete (the others still run).
+With `-c "tensorboard=true"` / `-c "wandb-mode='offline'"` the runs are tracked as one group: `tensorboard --logdir
+<out>` shows them all, and their W&B runs carry the group <out>'s name.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
 
 
 def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict, out: Path) -> list[Job]:
-    """Algorithms × grid points × seeds, each into <out>/runs/<algorithm>/<grid point>/seed-<s>/."""
+    """Algorithms × grid points × seeds, each into <out>/runs/<algorithm>/<grid point>/seed-<s>/, tracked in the
+    group named after <out> (TensorBoard: `tensorboard --logdir <out>` shows every run; W&B: the runs' group)."""
     return [
         Job({**shared, **dict(point), "algorithm": a, "seed": s}, out / "runs" / a / grid_tag(point) / f"seed-{s}",
-            f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point), "seed": s})
+            f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point), "seed": s}, group=out.name)
         for a, point, s in itertools.product(algorithms, points, seeds)
     ]  # fmt: skip
 
