@@ -44,7 +44,7 @@ class LogRange:
         return tuple(rounded(self.low * math.exp(ratio * i)) for i in range(self.points))
 
     def __str__(self) -> str:
-        return f"log {self.low:g} … {self.high:g} (grid: {self.points} points)"
+        return f"log {self.low:g} … {self.high:g} (grid {', '.join(f'{v:g}' for v in self.grid())})"
 
 
 Search = LogRange | tuple[Scalar, ...]
@@ -57,8 +57,9 @@ def grid_values(search: Search) -> tuple[Scalar, ...]:
 
 def describe(search: Search) -> str:
     """One cell of the tunable-keys table: the range, or the listed values."""
-    return str(search) if isinstance(search, LogRange) else ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
-                                                                     for v in search)  # fmt: skip
+    if isinstance(search, LogRange):
+        return str(search)
+    return ", ".join(f"{v:g}" if isinstance(v, float) else f"'{v}'" if isinstance(v, str) else str(v) for v in search)
 
 
 def problem(name: str, search: object, key: Key | None) -> str | None:
