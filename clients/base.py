@@ -28,6 +28,7 @@ from flwr.client import NumPyClient
 
 from fedsuite.config import Config
 from fedsuite.declared import BUFFERS, StateSpec, model_state
+from fedsuite.evaluation import batch_metrics
 from fedsuite.local import LocalResult, Transform, UpdateRule, prox_terms, train_local
 from fedsuite.node import ClientNode
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, STATE_ACCEPTED, pack, unpack
@@ -166,17 +167,39 @@ class FedClient(NumPyClient):
             )
 
     def evaluate(self, parameters, config):
-        """Loss (and accuracy) of the received model on this client's own training data."""
+        """The received global model (and averaged buffers, if sent) on this client's held-out test data, and on
+        its validation share when it has one: eval mode, batches of eval-batch-size, no client state touched.
+        Returns (test loss, test examples, {accuracy, val-loss, val-accuracy, n-val, partition-id}); an empty test
+        split returns 0 examples and `empty`=1 (the server skips and counts it); a failure, an error reply."""
+        try:
+            return self._evaluate(parameters, config)
+        except Exception as err:
+            message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+            details = traceback.format_exc()[-MAX_TRACEBACK_CHARS:]
+            return 0.0, 0, {"partition-id": self.node.partition_id, "error": message, "traceback": details}
+
+    def _evaluate(self, parameters, config):
         node = self.node
-        down = unpack(parameters, str(config.get(ARRAYS_KEY, "model")))
-        node.model.x.copy_(torch.tensor(down["model"], device=node.device))
-        if BUFFERS.name in down:
-            node.model.buffers.copy_(torch.tensor(down[BUFFERS.name], device=node.device))
+        arrays = unpack(parameters, str(config.get(ARRAYS_KEY, "model")))
+        down = {k: torch.tensor(v, device=node.device) for k, v in arrays.items()}
+        self._load_buffers(down.pop(BUFFERS.name, None))  # read only: buffers='local' reads this client's own
+        self._check_match(config, down)
+        node.model.x.copy_(down["model"])
         node.model.module.eval()
-        with torch.no_grad():
-            out = node.model.module(node.data.inputs)
-            loss = float(node.loss_fn(out, node.data.targets))
-            metrics = {}
-            if node.dataset.task == "classification":
-                metrics["accuracy"] = float((out.argmax(1) == node.data.targets).float().mean())
-        return loss, len(node.data), metrics
+        batch, task = node.cfg.evaluation.eval_batch_size, node.shapes.task
+        metrics: dict = {"partition-id": node.partition_id}
+        validation = node.validation_data
+        if validation is not None and len(validation):
+            val_loss, val_accuracy = batch_metrics(node.model.module, validation.inputs, validation.targets,
+                                                   node.loss_fn, task, batch)  # fmt: skip
+            metrics.update({"val-loss": val_loss, "n-val": len(validation)})
+            if val_accuracy is not None:
+                metrics["val-accuracy"] = val_accuracy
+        test = node.test_data
+        if test is None or not len(test):
+            metrics["empty"] = 1
+            return 0.0, 0, metrics
+        loss, accuracy = batch_metrics(node.model.module, test.inputs, test.targets, node.loss_fn, task, batch)
+        if accuracy is not None:
+            metrics["accuracy"] = accuracy
+        return loss, len(test), metrics

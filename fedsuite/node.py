@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from fedsuite.config import Config
-from fedsuite.data import client_inputs, client_partition, load_dataset
+from fedsuite.data import client_inputs, client_partition, client_test_rows, load_dataset
+from fedsuite.data.holdout import local_splits
 from fedsuite.data.shape_only import shape_only
 from fedsuite.declared import StateSpec
 from fedsuite.device import pick_device
@@ -62,18 +63,51 @@ class ClientNode:
 
     @cached_property
     def data(self) -> LocalData:
+        """The rows this client trains on: its local data less its held-out splits (fedsuite.data.holdout)."""
+        return self._local()[0]
+
+    @property
+    def validation_data(self) -> LocalData | None:
+        """Its validation share (validation-fraction > 0), else None."""
+        return self._local()[1]
+
+    @property
+    def test_data(self) -> LocalData | None:
+        """Its held-out test data (evaluation federated/both): its own test split where the data has one (a node's
+        own data-dir, natural partitions with grouped test rows), else its local-test-fraction share; None when
+        federated evaluation is off."""
+        return self._local()[2]
+
+    def _local(self) -> tuple[LocalData, LocalData | None, LocalData | None]:
         key = (self.partition_id, self.data_dir, str(self.device)) + tuple(sorted(self.cfg.items()))
         with _CACHE_LOCK:
             if key not in _LOCAL_DATA:
-                ds = self.dataset
-                idx = None if self.data_dir else client_partition(self.cfg, ds)[self.partition_id]
-                targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
-                inputs = client_inputs(self.cfg, ds, idx, self.partition_id, str(self.device))  # §2.2 colour
-                _LOCAL_DATA[key] = LocalData(inputs, targets.to(self.device), ds.crop_pad)
+                _LOCAL_DATA[key] = self._build_local()
                 while len(_LOCAL_DATA) > _LOCAL_DATA_SLOTS:
                     _LOCAL_DATA.popitem(last=False)
             _LOCAL_DATA.move_to_end(key)
             return _LOCAL_DATA[key]
+
+    def _build_local(self) -> tuple[LocalData, LocalData | None, LocalData | None]:
+        cfg, ds, device = self.cfg, self.dataset, self.device
+        idx = None if self.data_dir else client_partition(cfg, ds)[self.partition_id]
+        targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
+        inputs = client_inputs(cfg, ds, idx, self.partition_id, str(device))  # §2.2 colour
+        own_test = client_test_rows(cfg, ds, self.partition_id, self.data_dir) if cfg.evaluation.federated else None
+        evaluation = cfg.evaluation
+        test_share = evaluation.local_test_fraction if evaluation.federated and own_test is None else 0.0
+        splits = local_splits(len(targets), cfg.seed, self.partition_id, evaluation.validation_fraction, test_share)
+        if not splits.holds_out:
+            train = LocalData(inputs, targets.to(device), ds.crop_pad)  # exactly the partition: default runs unchanged
+        else:
+            train = _rows(inputs, targets, splits.train, device, ds.crop_pad)
+        validation = _rows(inputs, targets, splits.validation, device) if evaluation.validation_fraction > 0 else None
+        if own_test is not None:
+            rows = torch.as_tensor(own_test, dtype=torch.long)
+            test = LocalData(ds.features(ds.test, own_test, str(device)), ds.test.y[rows].to(device))
+        else:
+            test = _rows(inputs, targets, splits.test, device) if evaluation.federated else None
+        return train, validation, test
 
     @property
     def model(self) -> FlatModel:
@@ -119,3 +153,9 @@ class ClientNode:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""
         seed = np.random.SeedSequence([self.cfg.seed, server_round, self.partition_id]).generate_state(1)[0]
         return torch.Generator().manual_seed(int(seed))
+
+
+def _rows(inputs: torch.Tensor, targets: torch.Tensor, positions: np.ndarray, device, crop_pad: int = 0) -> LocalData:
+    """The local rows at `positions` as LocalData on `device`."""
+    take = torch.as_tensor(positions, dtype=torch.long, device=inputs.device)
+    return LocalData(inputs[take], targets.to(inputs.device)[take].to(device), crop_pad)

@@ -19,7 +19,7 @@ from fedsuite.config import Config, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
-from fedsuite.evaluation import Evaluator
+from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.sampling import Sampler
@@ -129,6 +129,10 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         num_rounds=run.num_rounds,
         eval_every=cfg.evaluation.eval_every,
         evaluate=central_evaluator(cfg, dataset, device),
+        validate=validation_evaluator(cfg, dataset, device),
+        federated=cfg.evaluation.federated,
+        eval_clients=cfg.evaluation.eval_clients,
+        seed=cfg.seed,
         recorder=recorder,
         min_replies=run.min_replies,
         divergence_factor=run.divergence_factor,

@@ -20,6 +20,7 @@ from fedsuite.data.datasets import (
 from fedsuite.data.esr import load_esr
 from fedsuite.data.har import load_har
 from fedsuite.data.hf import load_hf
+from fedsuite.data.holdout import local_splits
 from fedsuite.data.imagefolder import load_imagefolder
 from fedsuite.data.labels import apply_label_transform
 from fedsuite.data.own import DataError, LoadedData, OwnDataset, load_from_loader
@@ -33,7 +34,8 @@ Dataset = Images | Tabular | SyntheticFederation | OwnDataset
 
 __all__ = [
     "Dataset", "DatasetNotFound", "DataError", "LoadedData", "load_dataset", "client_partition", "partition_sizes",
-    "client_inputs", "with_data_clients", "server_dataset", "ShapeOnly",
+    "client_inputs", "with_data_clients", "server_dataset", "ShapeOnly", "client_test_rows", "has_test_set",
+    "validation_rows",
 ]  # fmt: skip
 
 
@@ -161,3 +163,44 @@ def client_inputs(cfg: Config, dataset: Dataset, idx: np.ndarray | None, partiti
         colour = client_coefficients(cfg.seed, partition_id)
         return dataset.features(dataset.train, idx, device, colour=colour)
     return dataset.features(dataset.train, idx, device)
+
+
+def has_test_set(dataset) -> bool:
+    test = getattr(dataset, "test", None)
+    return test is not None and len(test) > 0
+
+
+def client_test_rows(cfg: Config, dataset: Dataset, partition_id: int, data_dir: str | None) -> np.ndarray | None:
+    """Rows of `dataset.test` that are client `partition_id`'s own test split, or None when the data has none for
+    it (the client then holds out a local-test-fraction share of its training data): a node's own data-dir's whole
+    test set; under partition='natural', the test rows whose partition-column value is the client's, when the
+    dataset keeps that column for test rows (`test_columns`)."""
+    if data_dir:
+        return np.arange(len(dataset.test)) if has_test_set(dataset) else None
+    if cfg.partitioning.scheme != "natural":
+        return None
+    column = cfg.data.partition_column
+    test_groups = getattr(dataset, "test_columns", {}).get(column)
+    if test_groups is None:
+        return None
+    values = np.unique(np.asarray(_groups(cfg, dataset)))
+    rows = np.flatnonzero(np.asarray(test_groups) == values[partition_id])
+    return rows if len(rows) else None
+
+
+def validation_rows(cfg: Config, dataset: Dataset, device: str):
+    """(inputs, targets) of the union of every client's validation share, in partition order, each client's rows
+    as that client sees them (its own colour under colour-perturbation); None when every share is empty. The same
+    draw as the clients' (fedsuite.data.holdout: validation comes first, so it does not depend on the test share)."""
+    import torch
+
+    fraction = cfg.evaluation.validation_fraction
+    inputs, targets = [], []
+    for pid, idx in enumerate(client_partition(cfg, dataset)):
+        rows = idx[local_splits(len(idx), cfg.seed, pid, fraction).validation]
+        if len(rows):
+            inputs.append(client_inputs(cfg, dataset, rows, pid, device))
+            targets.append(dataset.train.y[torch.as_tensor(rows, dtype=torch.long)])
+    if not targets:
+        return None
+    return torch.cat(inputs), torch.cat(targets)

@@ -5,8 +5,13 @@ One round, as data flows (the Flower calls in order):
   answer fails are left out); the model, the rule's downlink and its fit config are packed per client.
 - `aggregate_fit`: replies are validated (and screened by observers), failures logged; the run guard may stop the
   run; the accepted replies, in partition order, go to the rule's `aggregate`; the new model is checked finite.
-- `evaluate`: the centralised test metrics (§2.7: clients do not evaluate) and the round's figures make the row;
-  the guard checks the test loss; a checkpoint is written when due.
+- `evaluate`: the central metrics (test set, and validation union when there is one) of the round are kept;
+- `configure_evaluate` / `aggregate_evaluate` (evaluation federated/both, due rounds): the evaluating clients
+  (fedsuite.server.federated_evaluation) get the model and their partition id; their replies are checked, failures
+  logged, and the federated metrics kept;
+- `end_round` (called by the loop, fedsuite.server.loop): central and federated metrics and the round's figures
+  make one row; the guard checks the test loss (central when there is one, else federated); a checkpoint is
+  written when due.
 The strategy's state for checkpoints is the rule's declared state, the acceptance ledger and the guard's.
 
 Model buffers (BatchNorm statistics, buffers='average') travel and are averaged beside the rule, never in it
@@ -20,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters
+from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
@@ -38,6 +43,7 @@ from fedsuite.rounds import Reply
 from fedsuite.server import checkpointing
 from fedsuite.server.accounting import RoundLog
 from fedsuite.server.buffers import AveragedBuffers
+from fedsuite.server.federated_evaluation import check_eval_reply, eval_cohort, federated_metrics
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
@@ -64,6 +70,8 @@ class RuleStrategy(Strategy):
         self.rounds = RoundLog()
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
+        self._asked: set[int] = set()  # partitions asked to evaluate this round
+        self._metrics: dict[int, dict[str, Any]] = {}  # round → its central and federated metrics so far
 
     @property
     def x(self) -> np.ndarray:
@@ -195,30 +203,80 @@ class RuleStrategy(Strategy):
         return ndarrays_to_parameters([self.rule.x]), {}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        return []  # evaluation is centralised (§2.7)
+        """Federated evaluation (evaluation federated/both) in due rounds: the model (and averaged buffers) to each
+        evaluating client, routed as fit is."""
+        plan = self.plan
+        if not plan.federated or server_round == 0 or not plan.evaluation_due(server_round):
+            return []
+        cohort = eval_cohort(server_round, plan.seed, plan.sampler.num_clients, plan.eval_clients, self._sampled)
+        nodes = self.router.route(cohort, client_manager)
+        missing = [pid for pid in cohort if pid not in nodes]
+        if missing:
+            log.warning("round %d: partitions %s have no connected node to evaluate; counted as failures",
+                        server_round, missing)  # fmt: skip
+        self._asked = set(nodes)
+        self._metrics.setdefault(server_round, {}).update(federated_metrics([], 0, len(missing)))
+        buffers = {} if self.averaged is None else self.averaged.downlink()
+        arrays, names = pack({"model": self.rule.x, **buffers})
+        params = ndarrays_to_parameters(arrays)
+        config = {"round": server_round, ALGORITHM_KEY: plan.algorithm, ARRAYS_KEY: names}
+        return [(nodes[pid], EvaluateIns(params, {**config, PARTITION_KEY: pid})) for pid in sorted(nodes)]
 
     def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]], failures: list):
-        return None, {}
+        """Checked evaluate replies → the round's federated metrics; rejected replies and failures are logged to
+        clients.log and counted, never averaged in."""
+        replies, rejected = [], 0
+        for proxy, res in results:
+            try:
+                replies.append(check_eval_reply(res, self._asked))
+            except RejectedReply as err:
+                rejected += 1
+                self._client_problem(server_round, self.router.who(proxy, res), f"evaluate rejected: {err}",
+                                     err.details)  # fmt: skip
+        for failure in failures:
+            proxy = failure[0] if isinstance(failure, tuple) else None
+            self._client_problem(server_round, self.router.who(proxy), f"evaluate failed: {describe_failure(failure)}",
+                                 failure_details(failure))  # fmt: skip
+        missing = self._metrics.get(server_round, {}).get("fed_failures", 0)
+        metrics = federated_metrics(replies, rejected, len(failures) + missing)
+        self._metrics.setdefault(server_round, {}).update(metrics)
+        loss = metrics.get("fed_loss")
+        return (None if loss is None else float(loss)), {
+            k: v for k, v in metrics.items() if isinstance(v, (int, float))
+        }
 
     def evaluate(self, server_round: int, parameters: Parameters):
+        """The round's central metrics (test set; validation union), kept for its row (`end_round`)."""
         plan = self.plan
-        due = server_round == 0 or server_round % plan.eval_every == 0 or server_round == plan.num_rounds
-        extra = () if self.averaged is None else (self.averaged.vector,)
-        metrics = plan.evaluate(self.rule.x, *extra) if (due and plan.evaluate) else {}
-        row = self.rounds.row(server_round, metrics)
-        verdict = self.guard.test_loss(server_round, metrics.get("loss"))
-        if verdict is not None:
-            self._record(row, *verdict)
-            raise RunAborted(*verdict)
-        self._record(row)
-        if checkpointing.due(plan, server_round):
-            checkpointing.write(plan, server_round, self.state_dict())
+        metrics: dict[str, Any] = {}
+        if plan.evaluation_due(server_round):
+            extra = () if self.averaged is None else (self.averaged.vector,)
+            if plan.evaluate:
+                metrics.update(plan.evaluate(self.rule.x, *extra))
+            if plan.validate:
+                metrics.update(plan.validate(self.rule.x, *extra))
+        self._metrics[server_round] = metrics
         if not metrics:
             return None
         loss = metrics.get("loss")
         return float(loss if loss is not None else float("nan")), {
             k: v for k, v in metrics.items() if isinstance(v, (int, float))
         }
+
+    def end_round(self, server_round: int) -> None:
+        """The round's one row (central and federated metrics, the round's figures); the guard checks the test loss,
+        central when there is one, else federated; a checkpoint when due."""
+        plan = self.plan
+        metrics = self._metrics.pop(server_round, {})
+        row = self.rounds.row(server_round, metrics)
+        loss = metrics.get("loss", metrics.get("fed_loss"))
+        verdict = self.guard.test_loss(server_round, loss)
+        if verdict is not None:
+            self._record(row, *verdict)
+            raise RunAborted(*verdict)
+        self._record(row)
+        if checkpointing.due(plan, server_round):
+            checkpointing.write(plan, server_round, self.state_dict())
 
     # ---- internals -------------------------------------------------------------------------------
     def _accept(self, server_round: int, res: FitRes) -> Reply:

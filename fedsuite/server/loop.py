@@ -53,18 +53,24 @@ class RecordingServer(Server):
             shutil.rmtree(root, ignore_errors=True)
 
     def _rounds(self, num_rounds: int, timeout: float | None):
-        """Flower's round loop (fit, then the strategy's centralised evaluation; clients do not evaluate, §2.7),
-        starting after the checkpoint's round when the run resumes."""
-        start = self.strategy.plan.start_round
-        self.parameters = self.strategy.initialize_parameters(self.client_manager())
+        """Flower's round loop: fit, the strategy's central evaluation, the clients' federated evaluation (in due
+        rounds, evaluation federated/both), then the strategy ends the round with one row holding both; starting
+        after the checkpoint's round when the run resumes."""
+        strategy = self.strategy
+        start = strategy.plan.start_round
+        self.parameters = strategy.initialize_parameters(self.client_manager())
         started = time.perf_counter()
         if start == 0:
-            self.strategy.evaluate(0, self.parameters)
+            strategy.evaluate(0, self.parameters)
+            strategy.end_round(0)
         for server_round in range(start + 1, num_rounds + 1):
             res = self.fit_round(server_round, timeout)
             if res is not None and res[0] is not None:
                 self.parameters = res[0]
-            self.strategy.evaluate(server_round, self.parameters)
+            strategy.evaluate(server_round, self.parameters)
+            if strategy.plan.federated:
+                self.evaluate_round(server_round, timeout)
+            strategy.end_round(server_round)
         return History(), time.perf_counter() - started
 
     def _finish(self, status: str, reason: str) -> None:

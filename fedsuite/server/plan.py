@@ -19,7 +19,11 @@ class RunPlan:
     settings: RuleSettings  # what the algorithm's server rule reads
     num_rounds: int
     eval_every: int = 1
-    evaluate: Callable[[np.ndarray], dict[str, Any]] | None = None
+    evaluate: Callable[[np.ndarray], dict[str, Any]] | None = None  # central test set (evaluation central/both)
+    validate: Callable[[np.ndarray], dict[str, Any]] | None = None  # central validation (val_loss, val_accuracy)
+    federated: bool = False  # clients evaluate on their held-out data (evaluation federated/both)
+    eval_clients: int = 0  # clients evaluating per round; 0 = the round's fit cohort
+    seed: int = 0  # the run seed (draws the evaluating clients when eval-clients > 0)
     recorder: RunRecorder | None = None
     node_wait_seconds: float = 600.0
     min_replies: float = 0.5  # share of the cohort that must reply validly each round (0: any number, even none)
@@ -35,6 +39,10 @@ class RunPlan:
     run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
     start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
     resume: Any = None  # the fedsuite.checkpoint.Checkpoint to resume from
+
+    def evaluation_due(self, server_round: int) -> bool:
+        """Rounds that are evaluated: 0 (central only), every eval-every rounds, the last."""
+        return server_round == 0 or server_round % self.eval_every == 0 or server_round == self.num_rounds
 
     @property
     def initial_x(self) -> np.ndarray:
