@@ -430,7 +430,7 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
                       f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}"])  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
              *report.markdown_table(head, cells), "", "## Final runs (test accuracy, no validation split)", "",
-             final_text or "No final runs."]  # fmt: skip
+             final_text.partition("\n\n")[2] if final_text.startswith("Reproduce:") else "No final runs."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,290 @@
+"""simulation.tune: the searched space is the registry's declaration, trials are scored on the validation split only,
+failed or diverged trials are never chosen, a stopped tuning resumes, the final runs use the chosen values on fresh
+seeds without a validation split, tuned.toml round-trips. Most tests use a fake engine (`simulation.experiment.launch`
+replaced) whose runs write results folders with chosen validation and test accuracies, so that each rule is checked
+by a case where getting it wrong picks a different value."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import signal
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedsuite import tuned
+from fedsuite.config import SCHEMA, ConfigError, Key
+from fedsuite.registry import ALGORITHMS
+from fedsuite.tunable import LogRange, grid_values, problem, rounded
+from simulation import experiment, tune
+from simulation.run import Interrupted, RunFailed
+
+SHARED = "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=3 targets='0.5'"
+LR_GRID = LogRange(0.005, 0.5).grid()  # fedavg's declared grid: 0.005, 0.0158, 0.05, 0.158, 0.5
+
+
+class FakeEngine:
+    """Replaces one run: writes config.json, rounds.jsonl and summary.json as a completed run would, with validation
+    and test accuracy from `accuracies(settings) -> (val, test)`, or a diverged run when it returns None."""
+
+    def __init__(self, accuracies, stop_after: int | None = None):
+        self.accuracies, self.stop_after, self.launches = accuracies, stop_after, []
+
+    def __call__(self, overrides: dict, engine: str, *rest, **kwargs) -> Path:
+        if self.stop_after is not None and len(self.launches) >= self.stop_after:
+            raise Interrupted(signal.SIGTERM)
+        self.launches.append(dict(overrides))
+        folder = Path(overrides["out-dir"]) / overrides["run-name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({"run_config": overrides}))
+        result = self.accuracies(overrides)
+        if result is None:
+            (folder / "rounds.jsonl").write_text(json.dumps({"round": 0, "accuracy": 0.5}) + "\n")
+            (folder / "summary.json").write_text(json.dumps({"status": "diverged"}))
+            raise RunFailed("diverged: the model is not finite", "diverged", folder)
+        val, test = result
+        has_val = overrides.get("validation-fraction", 0.0) > 0
+        rows = [{"round": r, "accuracy": test - 0.1 / (r + 1), "round_seconds": 0.1,
+                 **({"val_accuracy": val - 0.1 / (r + 1)} if has_val else {})} for r in range(4)]  # fmt: skip
+        (folder / "rounds.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (folder / "summary.json").write_text(json.dumps({"status": "completed", "rounds_completed": 3,
+                                                         "final_accuracy": rows[-1]["accuracy"],
+                                                         "best_accuracy": rows[-1]["accuracy"]}))  # fmt: skip
+        return folder
+
+
+def val_peaks_at_small_lr_test_at_large(settings: dict):
+    """Validation accuracy best at lr = 0.0158, test accuracy best at lr = 0.5: a score that read the test column
+    would choose 0.5."""
+    distance = abs(math.log(settings["lr"] / 0.0158))
+    return 0.9 - 0.1 * distance + 0.001 * settings["seed"], 0.5 + 0.05 * math.log(settings["lr"] / 0.005)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def install(accuracies, stop_after=None) -> FakeEngine:
+        engine = FakeEngine(accuracies, stop_after)
+        monkeypatch.setattr(experiment, "launch", engine)
+        return engine
+
+    return install
+
+
+def tune_args(out: Path, *extra: str) -> list[str]:
+    return ["--algorithms", "fedavg", "-c", SHARED, "--seeds", "0,1", "--final-seeds", "10,11", "--engine",
+            "inprocess", "--out", str(out), *extra]  # fmt: skip
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+# --- the space --------------------------------------------------------------------------------------------------
+
+
+def test_every_algorithm_declares_a_tunable_lr_inside_the_schema():
+    for name in ALGORITHMS.built_in:
+        tunable = ALGORITHMS[name].tunable
+        assert "lr" in tunable, name
+        for key, search in tunable.items():
+            assert problem(key, search, SCHEMA.get(key)) is None, (name, key)
+            assert all(SCHEMA[key].check(v)[1] is None for v in grid_values(search)), (name, key)
+    # the check itself refuses what leaves a range, unknown keys and empty lists
+    assert "fedcm-alpha" in problem("fedcm-alpha", (0.5, 1.5), SCHEMA["fedcm-alpha"])
+    assert "lr=0.1: must be >= 0.5" in problem("lr", LogRange(0.1, 0.9), Key("lr", 1.0, "", low=0.5, high=1.0))
+    assert "<= 1" in problem("lr", LogRange(0.1, 2.0), Key("lr", 1.0, "", low=0.0, high=1.0))
+    assert "not a run-config key" in problem("no-such-key", (1,), None)
+    assert "non-empty" in problem("lr", (), SCHEMA["lr"])
+    with pytest.raises(ValueError, match="0 < low < high"):
+        LogRange(0.0, 1.0)
+
+
+def test_grid_is_the_declared_one_and_space_replaces_keys():
+    space = tune.search_space("fedcm")
+    assert space == dict(ALGORITHMS["fedcm"].tunable)
+    points = tune.grid_points(space)
+    assert points == [(("lr", lr), ("fedcm-alpha", a)) for lr, a in itertools.product(LR_GRID, space["fedcm-alpha"])]
+    assert LR_GRID == (0.005, 0.0158, 0.05, 0.158, 0.5) and rounded(0.0158113883) == 0.0158
+    replaced = tune.search_space("fedcm", tune.parse_space("fedcm-alpha=0.3 weight-decay=0,0.001"))
+    first = (("lr", 0.005), ("fedcm-alpha", 0.3))
+    assert tune.grid_points(replaced)[:2] == [(*first, ("weight-decay", 0)), (*first, ("weight-decay", 0.001))]
+    with pytest.raises(ConfigError, match="fedcm-alpha"):
+        tune.search_space("fedcm", {"fedcm-alpha": (0.1, 2.0)})
+    with pytest.raises(ConfigError, match="--algorithms 'nope'"):
+        tune.search_space("nope")
+
+
+def test_list_prints_every_algorithm_and_its_keys(capsys):
+    assert tune.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"| `{name}` | `lr` |" in out for name in ALGORITHMS.built_in)
+    assert "| `fedcm` | `fedcm-alpha` | 0.05, 0.1, 0.2, 0.5 | `0.1` |" in out
+
+
+# --- scoring and choosing -------------------------------------------------------------------------------------------
+
+
+def test_the_score_reads_the_validation_column_never_the_test_accuracy(tmp_path, fake, capsys):
+    engine = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path)) == 0
+    assert tuned.read(tmp_path / "tuned.toml") == {"fedavg": {"lr": 0.0158}}  # the test column would pick 0.5
+    rows = read_csv(tmp_path / "search" / "fedavg.csv")
+    assert [float(r["lr"]) for r in rows] == list(LR_GRID) and [r["chosen"] for r in rows].count("True") == 1
+    chosen = next(r for r in rows if r["chosen"] == "True")
+    # per seed: the mean of val_accuracy over the last 3 evaluations of the fake rows (rounds 1..3)
+    for seed in (0, 1):
+        val = val_peaks_at_small_lr_test_at_large({"lr": 0.0158, "seed": seed})[0]
+        assert float(chosen[f"seed_{seed}"]) == pytest.approx(sum(val - 0.1 / (r + 1) for r in (1, 2, 3)) / 3)
+    assert float(chosen["mean_score"]) == pytest.approx((float(chosen["seed_0"]) + float(chosen["seed_1"])) / 2)
+    searched = [o for o in engine.launches if o["seed"] in (0, 1)]
+    assert len(searched) == 10 and all(o["validation-fraction"] == 0.1 for o in searched)
+    assert "✓" in (tmp_path / "search" / "fedavg.md").read_text()
+
+
+def test_federated_evaluation_scores_the_federated_validation_column(tmp_path):
+    assert tune.score_column("federated") == "fed_val_accuracy"
+    assert tune.score_column("both") == tune.score_column("central") == "val_accuracy"
+    assert tune.score_column("central", "loss") == "val_loss"
+    (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"round": 0, "fed_val_accuracy": 0.1, "accuracy": 0.9}, {"round": 1}, {"round": 2, "fed_val_accuracy": 0.3},
+        {"round": 3, "fed_val_accuracy": 0.5}, {"round": 4, "fed_val_accuracy": 0.7}]))  # fmt: skip
+    assert tune.validation_score(tmp_path, "fed_val_accuracy", 3) == pytest.approx(0.5)
+    assert tune.validation_score(tmp_path, "fed_val_accuracy", 10) == pytest.approx(0.4)
+    with pytest.raises(ConfigError, match="no 'val_accuracy' values"):
+        tune.validation_score(tmp_path, "val_accuracy", 3)
+
+
+def test_a_diverged_trial_is_listed_with_its_status_and_never_chosen(tmp_path, fake):
+    def diverges_at_large_lr(settings):  # the best validation score would be at lr = 0.5, but seed 1 diverges
+        if settings["lr"] == 0.5 and settings["seed"] == 1:
+            return None
+        return 0.5 + settings["lr"], 0.5
+
+    fake(diverges_at_large_lr)
+    assert tune.main(tune_args(tmp_path)) == 0
+    rows = {float(r["lr"]): r for r in read_csv(tmp_path / "search" / "fedavg.csv")}
+    assert rows[0.5]["status"] == "diverged" and rows[0.5]["mean_score"] == "" and rows[0.5]["chosen"] == "False"
+    assert rows[0.5]["seed_0"] != "" and rows[0.5]["seed_1"] == ""
+    assert rows[0.158]["chosen"] == "True" and tuned.read(tmp_path / "tuned.toml")["fedavg"] == {"lr": 0.158}
+    assert "| 5 | 0.5 | 0.9639 | – | – | diverged |  |" in (tmp_path / "search" / "fedavg.md").read_text()
+
+
+def test_an_algorithm_without_a_completed_trial_gets_no_values_and_exit_1(tmp_path, fake):
+    fake(lambda settings: None)
+    assert tune.main(tune_args(tmp_path)) == 1
+    assert tuned.read(tmp_path / "tuned.toml") == {}
+    assert "none: no trial completed" in (tmp_path / "tune.md").read_text()
+
+
+# --- resume, final runs ------------------------------------------------------------------------------------------
+
+
+def test_a_stopped_tuning_resumes_reusing_completed_trials(tmp_path, fake):
+    first = fake(val_peaks_at_small_lr_test_at_large, stop_after=3)
+    assert tune.main(tune_args(tmp_path)) == 143  # SIGTERM after 3 runs
+    assert len(first.launches) == 3 and not (tmp_path / "tuned.toml").exists()
+    second = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path)) == 0
+    assert len(second.launches) == 10 - 3 + 2  # the rest of the search, then the 2 final runs
+    third = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path)) == 0 and third.launches == []
+
+
+def test_final_runs_use_the_chosen_values_on_the_final_seeds_without_validation(tmp_path, fake):
+    engine = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path, "-c", "validation-fraction=0.2")) == 0
+    search, final = engine.launches[:10], engine.launches[10:]
+    assert {o["validation-fraction"] for o in search} == {0.2} and {o["seed"] for o in search} == {0, 1}
+    assert [(o["seed"], o["lr"], o["validation-fraction"]) for o in final] == [(10, 0.0158, 0.0), (11, 0.0158, 0.0)]
+    assert all(Path(o["out-dir"]).parent == tmp_path / "final" / "runs" / "fedavg" for o in final)
+    row = read_csv(tmp_path / "final" / "sweep.csv")[0]
+    assert (row["algorithm"], row["grid"], row["seeds"]) == ("fedavg", "lr=0.0158", "2/2")
+    test = val_peaks_at_small_lr_test_at_large({"lr": 0.0158, "seed": 10})[1] - 0.1 / 4
+    assert float(row["final_acc_mean"]) == pytest.approx(test)
+    assert "lr=0.0158" in (tmp_path / "tune.md").read_text()
+
+
+def test_final_settings_drop_the_validation_split_and_its_target_metric():
+    settings = tune.final_settings({"validation-fraction": 0.2, "target-metric": "fed-val-accuracy", "lr": 0.1})
+    assert settings == {"validation-fraction": 0.0, "target-metric": "fed-accuracy", "lr": 0.1}
+
+
+# --- Optuna ---------------------------------------------------------------------------------------------------------
+
+
+def scored_without_runs(setting, algorithm, points, first_number):
+    """A runner that scores points by a formula (no runs): validation accuracy best near lr = 0.05, alpha = 0.2."""
+    return [tune.Trial(n, algorithm, p, [0], ["completed"], [1 - abs(math.log(dict(p)["lr"] / 0.05))
+                                                              - abs(dict(p)["fedcm-alpha"] - 0.2)])
+            for n, p in enumerate(points, first_number)]  # fmt: skip
+
+
+def test_optuna_with_the_same_seed_proposes_the_same_trials(tmp_path):
+    setting = tune.Setting({}, [0], tmp_path, "inprocess", 2, "val_accuracy", 3, True)
+    space = tune.search_space("fedcm")
+
+    def proposals(seed):
+        return [t.point for t in tune.optuna_search(setting, "fedcm", space, 12, seed, run=scored_without_runs)]
+
+    first = proposals(0)
+    assert len(first) == 12 and first == proposals(0) and first != proposals(1)
+    for point in first:
+        lr, alpha = dict(point)["lr"], dict(point)["fedcm-alpha"]
+        assert 0.005 <= lr <= 0.5 and lr == rounded(lr) and alpha in space["fedcm-alpha"]
+
+
+def test_optuna_search_end_to_end_is_reproducible_and_resumes(tmp_path, fake):
+    argv = ["--search", "optuna", "--trials", "4", "--final-seeds", "none"]
+    first = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path / "a", *argv)) == 0
+    again = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path / "b", *argv)) == 0
+    assert [o["lr"] for o in first.launches] == [o["lr"] for o in again.launches] and len(first.launches) <= 8
+    table = (tmp_path / "a" / "search" / "fedavg.csv").read_text()
+    assert table == (tmp_path / "b" / "search" / "fedavg.csv").read_text() and len(table.splitlines()) == 5
+    rerun = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path / "a", *argv)) == 0 and rerun.launches == []
+
+
+# --- bad settings, tuned.toml -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [(["-c", "validation-fraction=0"], "validation-fraction=0"), (["--search", "optuna"], "--trials"),
+     (["--space", "lr=-1"], "lr"), (["--algorithms", "fedavg,nope"], "nope"), (["--seeds", "0,0"], "--seeds"),
+     (["-c", "lr-decay=2"], "lr-decay")],
+)  # fmt: skip
+def test_bad_settings_stop_before_any_run(tmp_path, fake, capsys, extra, message):
+    engine = fake(val_peaks_at_small_lr_test_at_large)
+    assert tune.main(tune_args(tmp_path, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and engine.launches == []
+
+
+def test_tuned_toml_round_trips_and_applies_like_a_preset(tmp_path):
+    values = {"fedavg": {"lr": 0.0158}, "fedmim": {"lr": 0.5, "fedmim-alphas": "0.6,0.3"},
+              "fadamet": {"lr": 0.000949, "adam-eps": 1e-08},
+              "scaffold-prox": {"lr": 0.05, "scaffold-option": 1}}  # fmt: skip
+    path = tmp_path / "tuned.toml"
+    tuned.write(path, values, ["chosen by: a test"])
+    assert tuned.read(path) == values and tomllib.loads(path.read_text()) == values
+    assert path.read_text().startswith("# chosen by: a test\n\n[fedavg]\nlr = 0.0158\n")
+    assert tuned.with_tuned({"lr": 0.1, "seed": 3}, values, "fedmim") == {"lr": 0.1, "fedmim-alphas": "0.6,0.3",
+                                                                          "seed": 3}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"no \[fedcm\] table; it has fedavg, fedmim"):
+        tuned.values_for(values, "fedcm", path)
+    for text, message in (("[nope]\nlr = 1.0\n", r"\[nope\] is not an algorithm"),
+                          ("[fedavg]\nno-key = 1\n", "no-key: not a run-config key"),
+                          ("[fedavg]\nlr = -1.0\n", "lr=-1.0: must be > 0"), ("[fedavg\n", "not valid TOML"),
+                          ("fedavg = 1\n", "must be a table")):  # fmt: skip
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            tuned.read(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        tuned.read(tmp_path / "missing.toml")
