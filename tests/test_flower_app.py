@@ -6,23 +6,27 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from flwr.common import Code, GetPropertiesRes, Status
+from flwr.app import RecordDict
+from flwr.common import Code, Context, GetPropertiesRes, Status
 from flwr.server.client_proxy import ClientProxy
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedsuite import app as fedsuite_app
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config import ConfigError, resolve, toml_value
 from fedsuite.data import client_partition, load_dataset
-from fedsuite.inprocess import Strict, run_inprocess
+from fedsuite.inprocess import Strict, node_contexts, run_inprocess
 from fedsuite.server.guard import RunAborted
 from simulation import run as sim
 from simulation.processes import new_token, stop_tagged, tagged_processes
@@ -185,26 +189,63 @@ def test_client_evaluates_on_its_test_data():
 
 
 # ---- the example app under `flwr run` (Ray simulation) -----------------------------------------------------------
-def flwr_run_example(tmp_path: Path, overrides: str, supernodes: int = 3) -> tuple[dict, list[dict], str]:
+def example_config(tmp_path: Path, overrides: dict) -> dict:
+    """The example's run config (its pyproject table) with `overrides` and folders under tmp_path."""
+    table = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    return {**table, **overrides, "results-dir": str(tmp_path / "results"), "state-dir": str(tmp_path / "state")}
+
+
+def flwr_run_example(tmp_path: Path, overrides: dict, supernodes: int) -> tuple[dict, list[dict], str]:
+    """`flwr run examples/flower_app --stream` with `supernodes` simulated SuperNodes; the run's summary and rows."""
     token, home, ray_dir = new_token(), tmp_path / "flwr-home", sim.private_ray_dir()
-    results = tmp_path / "results"
+    config = example_config(tmp_path, overrides)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cmd = [sim.flwr_executable(), "run", str(EXAMPLE), "--stream",
            "--federation-config", f"num-supernodes={supernodes} client-resources-num-cpus=1",
-           "-c", f"{overrides} results-dir='{results}' state-dir='{tmp_path / 'state'}'"]  # fmt: skip
+           "-c", " ".join(f"{key}={toml_value(value)}" for key, value in config.items())]  # fmt: skip
     try:
         proc = subprocess.run(cmd, env=sim.flower_env(token, home, ray_dir), cwd=tmp_path, capture_output=True,
                               text=True, timeout=500)  # fmt: skip
     finally:
         stop_tagged(token, private_dir=ray_dir)  # the detached local SuperLink and Ray
+        if ray_dir is not None:
+            shutil.rmtree(ray_dir, ignore_errors=True)
     assert not tagged_processes(token, env=SESSION)
-    runs = sorted(results.glob("*/summary.json"))
+    runs = sorted((tmp_path / "results").glob("*/summary.json"))
     assert len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(line) for line in (runs[0].parent / "rounds.jsonl").read_text().splitlines()]
     return json.loads(runs[0].read_text()), rows, proc.stdout + proc.stderr
 
 
+def example_in_process(tmp_path: Path, overrides: dict, supernodes: int):
+    """The example's own server_fn and client_fn, called in this process (no Ray): the strategy after the run."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from user_app.client_app import client_fn
+        from user_app.server_app import server_fn
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    config = example_config(tmp_path, overrides)
+    server = server_fn(Context(1, 0, {}, RecordDict(), config)).server
+    server.set_max_workers(1)
+    for context in node_contexts(config, supernodes, run_id=1):
+        server.client_manager().register(Node(str(context.node_id), lambda c=context: _Unwrapped(client_fn(c))))
+    server.fit(num_rounds=int(config["num-server-rounds"]), timeout=None)
+    return server.strategy
+
+
+class _Unwrapped:
+    """client_fn returns a Flower Client already; Node calls .to_client() on what it makes."""
+
+    def __init__(self, made):
+        self.made = made
+
+    def to_client(self):
+        return self.made
+
+
 def test_example_app_runs_scaffold_under_flwr_run(tmp_path):
-    summary, rows, log = flwr_run_example(tmp_path, "algorithm='scaffold' num-server-rounds=2")
+    summary, rows, log = flwr_run_example(tmp_path, {"algorithm": "scaffold", "num-server-rounds": 2}, supernodes=3)
     assert summary["status"] == "completed", log[-3000:]
     assert [row["round"] for row in rows] == [0, 1, 2]
     assert rows[-1]["replies"] == rows[-1]["cohort"] == 3 and rows[-1]["accuracy"] > rows[0]["accuracy"]
@@ -212,7 +253,13 @@ def test_example_app_runs_scaffold_under_flwr_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_example_app_runs_fedspeed_for_longer_under_flwr_run(tmp_path):
-    summary, rows, log = flwr_run_example(tmp_path, "algorithm='fedspeed' num-server-rounds=5", supernodes=4)
+def test_example_app_under_flwr_run_equals_its_in_process_run(tmp_path):
+    """FedSpeed, 4 SuperNodes, 3 a round, 5 rounds: partitions repeat, so lost client state would show."""
+    overrides = {"algorithm": "fedspeed", "num-clients": 4, "num-server-rounds": 5}
+    summary, rows, log = flwr_run_example(tmp_path / "ray", overrides, supernodes=4)
     assert summary["status"] == "completed", log[-3000:]
-    assert rows[-1]["accuracy"] > 0.8 and rows[-1]["replies"] == 3  # 3 of the 4 SuperNodes a round
+    assert rows[-1]["replies"] == 3 and rows[-1]["accuracy"] > rows[0]["accuracy"] + 0.3
+    strategy = example_in_process(tmp_path / "local", overrides, supernodes=4)
+    local = [json.loads(line) for line in next((tmp_path / "local").rglob("rounds.jsonl")).read_text().splitlines()]
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in local], rel=1e-6)
+    assert strategy.plan.algorithm == "fedspeed"
