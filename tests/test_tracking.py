@@ -202,3 +202,16 @@ def test_a_sweep_tracks_its_runs_as_one_group(tmp_path):
         (run,) = [r["run"] for r in wandb_records(run_folder) if r["type"] == "run"]
         assert run["run_group"] == "lr-study" and run["display_name"] == f"seed-{seed}"
         assert run["config"]["update"]["seed"] == seed
+
+
+@pytest.mark.slow
+def test_a_parallel_sweep_passes_the_group_to_its_child_processes(tmp_path):
+    out = tmp_path / "par-study"
+    argv = ["--algorithms", "fedavg", "--seeds", "0,1", "--engine", "inprocess", "--parallel", "2", "--out",
+            str(out), "-c", "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=2 "
+            "wandb-mode='offline'"]  # fmt: skip
+    assert sweep.main(argv) == 0
+    for seed in (0, 1):
+        (run_folder,) = (out / f"runs/fedavg/default/seed-{seed}/wandb").glob("offline-run-*")
+        (run,) = [r["run"] for r in wandb_records(run_folder) if r["type"] == "run"]
+        assert run["run_group"] == "par-study"
