@@ -38,7 +38,7 @@ from fedsuite import tuned as tuned_file
 from fedsuite.config import ConfigError, Scalar, active_schema
 from fedsuite.tunable import LogRange, Search, describe, grid_values, problem, rounded
 from simulation import report, sweep
-from simulation.experiment import ENGINE_HELP, ENGINES, Job, is_finished, parse_grid, resolved, run_jobs
+from simulation.experiment import ENGINE_HELP, ENGINES, Job, is_finished, resolved, run_jobs
 from simulation.experiment import validate as validate_jobs
 from simulation.run import Interrupted, parse_overrides, preflight
 
@@ -73,13 +73,40 @@ def search_space(algorithm: str, replaced: Mapping[str, tuple[Scalar, ...]] | No
     return space
 
 
-def parse_space(text: str) -> dict[str, tuple[Scalar, ...]]:
-    """`--space "lr=0.01,0.1 fedcm-alpha=0.1"` → {key: values} (TOML values, as sweep's --grid)."""
-    axes: dict[str, tuple[Scalar, ...]] = {}
-    for point in parse_grid(text):
-        for key, value in point:
-            axes[key] = (*axes.get(key, ()), value) if value not in axes.get(key, ()) else axes[key]
+def parse_space(text: str) -> dict[tuple[str | None, str], tuple[Scalar, ...]]:
+    """`--space "lr=0.01,0.1 fedcm:fedcm-alpha=0.1,0.3"` → {(algorithm or None, key): values} (TOML values)."""
+    axes: dict[tuple[str | None, str], tuple[Scalar, ...]] = {}
+    for item in text.split():
+        name, sep, values = item.partition("=")
+        scope, colon, key = name.rpartition(":")
+        if not sep or not values or not key or (colon and not scope):
+            raise TuneError(f"--space {item!r}: write key=value1,value2 or algorithm:key=value1,value2")
+        if (scope or None, key) in axes:
+            raise TuneError(f"--space: {name} is given twice")
+        parsed = tuple(parse_overrides([f"{key}={v}"])[key] for v in values.split(","))
+        axes[(scope or None, key)] = tuple(dict.fromkeys(parsed))
     return axes
+
+
+def spaces_for(algorithms: Sequence[str], replaced: Mapping[tuple[str | None, str], tuple[Scalar, ...]]
+               ) -> dict[str, dict[str, Search]]:  # fmt: skip
+    """Every algorithm's search space with --space applied: `algorithm:key` for that algorithm only; a plain key
+    replaces the values of every algorithm that declares it, and is added to all when none of them does; the scoped
+    form wins."""
+    from fedsuite.registry import ALGORITHMS
+
+    unknown = sorted({scope for scope, _ in replaced if scope is not None} - set(algorithms))
+    if unknown:
+        raise TuneError(f"--space {unknown[0]}:…: {unknown[0]!r} is not among --algorithms ({', '.join(algorithms)})")
+    declared = {key for a in algorithms if a in ALGORITHMS for key in ALGORITHMS[a].tunable}
+    spaces = {}
+    for algorithm in algorithms:
+        own = ALGORITHMS[algorithm].tunable if algorithm in ALGORITHMS else {}
+        mine = {key: values for (scope, key), values in replaced.items()
+                if scope is None and (key in own or key not in declared)}  # fmt: skip
+        mine.update({key: values for (scope, key), values in replaced.items() if scope == algorithm})
+        spaces[algorithm] = search_space(algorithm, mine)
+    return spaces
 
 
 def grid_points(space: Mapping[str, Search]) -> list[Point]:
@@ -344,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--search", choices=SEARCHES, default="grid")
     parser.add_argument("--trials", type=int, default=0, help="--search optuna: trials per algorithm")
     parser.add_argument("--sampler-seed", type=int, default=0, help="--search optuna: the TPE sampler's seed")
-    parser.add_argument("--space", default="", help='replace or add searched values, e.g. "lr=0.01,0.1"')
+    parser.add_argument("--space", default="",
+                        help='replace or add searched values: "lr=0.01,0.1 fedcm:fedcm-alpha=0.1,0.3"')  # fmt: skip
     parser.add_argument("--score", choices=SCORES, default="accuracy",
                         help="validation accuracy (higher is better) or validation loss (lower)")  # fmt: skip
     parser.add_argument("--last", type=int, default=3, help="evaluations averaged into a run's score")
@@ -374,8 +402,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
         raise TuneError("validation-fraction=0: tuning scores trials on a validation split; give a value in (0, 1) "
                         f"or leave it out ({DEFAULT_VALIDATION_FRACTION})")  # fmt: skip
     search_shared = {"validation-fraction": DEFAULT_VALIDATION_FRACTION, **shared}
-    replaced = parse_space(args.space)
-    spaces = {a: search_space(a, replaced) for a in algorithms}
+    spaces = spaces_for(algorithms, parse_space(args.space))
     cfg = resolved(search_shared)
     out = Path(args.out).resolve()
     column = score_column(str(cfg["evaluation"]), args.score)

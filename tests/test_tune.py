@@ -110,9 +110,17 @@ def test_grid_is_the_declared_one_and_space_replaces_keys():
     points = tune.grid_points(space)
     assert points == [(("lr", lr), ("fedcm-alpha", a)) for lr, a in itertools.product(LR_GRID, space["fedcm-alpha"])]
     assert LR_GRID == (0.005, 0.0158, 0.05, 0.158, 0.5) and rounded(0.0158113883) == 0.0158
-    replaced = tune.search_space("fedcm", tune.parse_space("fedcm-alpha=0.3 weight-decay=0,0.001"))
+    replaced = tune.spaces_for(["fedavg", "fedcm"], tune.parse_space("fedcm-alpha=0.3 weight-decay=0,0.001"))
     first = (("lr", 0.005), ("fedcm-alpha", 0.3))
-    assert tune.grid_points(replaced)[:2] == [(*first, ("weight-decay", 0)), (*first, ("weight-decay", 0.001))]
+    assert tune.grid_points(replaced["fedcm"])[:2] == [(*first, ("weight-decay", 0)), (*first, ("weight-decay", 0.001))]
+    assert replaced["fedavg"] == {"lr": LogRange(0.005, 0.5), "weight-decay": (0, 0.001)}  # fedcm-alpha: fedcm's only
+    scoped = tune.spaces_for(["fedavg", "fedcm"], tune.parse_space("fedavg:lr=0.1 lr=0.01,0.02"))
+    assert scoped["fedavg"] == {"lr": (0.1,)} and scoped["fedcm"]["lr"] == (0.01, 0.02)
+    for text in ("lr", "lr=", ":lr=1", "lr=0.1 lr=0.2"):
+        with pytest.raises(ConfigError, match="--space"):
+            tune.parse_space(text)
+    with pytest.raises(ConfigError, match="'scaffold' is not among --algorithms"):
+        tune.spaces_for(["fedavg"], tune.parse_space("scaffold:lr=0.1"))
     with pytest.raises(ConfigError, match="fedcm-alpha"):
         tune.search_space("fedcm", {"fedcm-alpha": (0.1, 2.0)})
     with pytest.raises(ConfigError, match="--algorithms 'nope'"):
