@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedsuite import app as fedsuite_app
+from fedsuite import registry
 from fedsuite import testing as kit
 from fedsuite.config import ConfigError, resolve, toml_value
 from fedsuite.data import client_partition, load_dataset
@@ -60,9 +61,19 @@ class Node(ClientProxy):
         return GetPropertiesRes(Status(Code.OK, ""), {})
 
 
-def user_model(dim: int) -> nn.Module:
+def linear_regressor(input_shape: tuple[int, ...]) -> nn.Module:
+    return nn.Linear(input_shape[0], 1, bias=False)
+
+
+def bn_regressor(input_shape: tuple[int, ...]) -> nn.Module:
+    """A model with BatchNorm statistics (float buffers), importable by the suite as model='tests.…:bn_regressor'
+    (no affine BatchNorm parameters: the synthetic federation's evaluator reads x as the linear weights)."""
+    return nn.Sequential(nn.BatchNorm1d(input_shape[0], affine=False), nn.Linear(input_shape[0], 1, bias=False))
+
+
+def user_model(dim: int, factory=linear_regressor) -> nn.Module:
     torch.manual_seed(0)  # the user builds the same model on the server and on every client
-    return nn.Linear(dim, 1, bias=False)
+    return factory((dim,))
 
 
 def half_squared_error(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -81,12 +92,14 @@ def user_federation(run_config: dict):
 
 
 def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settings: dict | None = None,
-                **strategy_options):  # fmt: skip
-    """A user's federation through fedsuite.app, in process: strategy + one client per partition, Flower's loop."""
+                factory=linear_regressor, **strategy_options):  # fmt: skip
+    """A user's federation through fedsuite.app, in process: strategy + one client per partition, Flower's loop.
+    The settings are the run config's SURFACE_KEYS and any further key it has beside the kit's federation."""
     cfg, loaders = user_federation(run_config)
-    settings = {key.replace("-", "_"): cfg[key] for key in SURFACE_KEYS}
+    keys = [*SURFACE_KEYS, *(set(run_config) - set(kit.PARTIAL) - {"algorithm", "model"})]
+    settings = {key.replace("-", "_"): cfg[key] for key in keys}
     dim = int(cfg["synthetic-dim"])
-    strategy = fedsuite_app.strategy(algorithm, user_model(dim), observers=(Strict(),), **strategy_options,
+    strategy = fedsuite_app.strategy(algorithm, user_model(dim, factory), observers=(Strict(),), **strategy_options,
                                      **settings)  # fmt: skip
     server = fedsuite_app.server_components(strategy).server
     server.set_max_workers(1)
@@ -94,8 +107,8 @@ def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settin
 
     def maker(pid: int):
         def make():
-            return fedsuite_app.client(algorithm, user_model(dim), loaders[pid], partition_id=pid, num_partitions=n,
-                                       state_dir=state_dir, loss_fn=half_squared_error,
+            return fedsuite_app.client(algorithm, user_model(dim, factory), loaders[pid], partition_id=pid,
+                                       num_partitions=n, state_dir=state_dir, loss_fn=half_squared_error,
                                        **{**settings, **(client_settings or {})})  # fmt: skip
 
         return make
@@ -106,18 +119,47 @@ def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settin
     return strategy
 
 
-@pytest.mark.parametrize("algorithm", ["scaffold", "fedspeed", "fedadmm"])
-def test_the_surface_runs_the_suites_algorithm_bit_for_bit(algorithm, tmp_path):
+@pytest.fixture
+def fedavgm_plugin(monkeypatch):
+    """The example plug-in algorithm (examples/fedavgm) registered in this process for the test."""
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent / "fedavgm"))
+    from fedavgm_plugin import algorithm
+
+    registry.register(algorithm())
+    yield
+    registry.ALGORITHMS.unregister("fedavgm")
+
+
+CASES = {
+    "scaffold": ("scaffold", {}, linear_regressor),
+    "fedspeed": ("fedspeed", {}, linear_regressor),
+    "fedadmm": ("fedadmm", {}, linear_regressor),  # x̂_i starts at the user's x^0
+    "fedavg-batchnorm-averaged": ("fedavg", {"model": "tests.test_flower_app:bn_regressor"}, bn_regressor),
+    "scaffold-batchnorm-local": ("scaffold", {"model": "tests.test_flower_app:bn_regressor", "buffers": "local"},
+                                 bn_regressor),
+    "plug-in-fedavgm": ("fedavgm", {"fedavgm-beta": 0.5}, linear_regressor),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_surface_runs_the_suites_algorithm_bit_for_bit(case, tmp_path, request):
     """Partial participation, minibatches, weight decay, client state over rounds: the user's module, loaders and
-    loss through fedsuite.app give the very model of the suite's own run (SCAFFOLD's c_i, FedSpeed's duals and
-    FedADMM's x̂_i, which starts at the user's x^0, all live in the user's state folder)."""
-    run_config = {**kit.PARTIAL, "algorithm": algorithm}
+    loss through fedsuite.app give the very model of the suite's own run (SCAFFOLD's c_i, FedSpeed's duals,
+    FedADMM's x̂_i and per-client BatchNorm statistics all live in the user's state folder), for a plug-in too."""
+    algorithm, extra, factory = CASES[case]
+    if algorithm == "fedavgm":
+        request.getfixturevalue("fedavgm_plugin")
+    run_config = {**kit.PARTIAL, **extra, "algorithm": algorithm}
     suite = run_inprocess(run_config)
-    surface = run_surface(algorithm, run_config, tmp_path / "state")
+    surface = run_surface(algorithm, run_config, tmp_path / "state", factory=factory)
     assert kit.identical(surface.x, suite.x), np.max(np.abs(surface.x - suite.x))
+    assert suite.rule.state_dict().keys() == surface.rule.state_dict().keys()
     for name, value in suite.rule.state_dict().items():
         assert kit.identical(np.asarray(surface.rule.state_dict()[name]), np.asarray(value)), name
-    assert len(list((tmp_path / "state").glob("partition-*.npz"))) == run_config["num-clients"]
+    if suite.buffers is not None:
+        assert surface.buffers is not None and kit.identical(surface.buffers, suite.buffers)
+    stateful = registry.ALGORITHMS[algorithm].client_state() or extra.get("buffers") == "local"
+    assert len(list((tmp_path / "state").glob("partition-*.npz"))) == (run_config["num-clients"] if stateful else 0)
 
 
 def test_scaffold_through_the_surface_reaches_the_federations_optimum(tmp_path):
