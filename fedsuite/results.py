@@ -33,8 +33,11 @@ CSV_COLUMNS = (
     "round", "accuracy", "loss", "train_loss", "objective_gap", "relative_error", "round_seconds",
     "elapsed_seconds", "client_compute_seconds", "client_compute_max_seconds", "cohort", "replies",
     "rejected", "failures", "bytes_down_per_client", "bytes_up_per_client", "vectors_down_per_client",
-    "vectors_up_per_client", "lr",
+    "vectors_up_per_client", "lr", "val_loss", "val_accuracy", "fed_loss", "fed_accuracy", "fed_accuracy_worst10",
+    "fed_val_loss", "fed_val_accuracy", "fed_clients", "fed_skipped", "fed_failures",
 )  # fmt: skip
+# accuracies summary.json reports final and best values of, when a run has them (central test = final_accuracy)
+EXTRA_ACCURACIES = ("fed_accuracy", "fed_accuracy_worst10", "val_accuracy", "fed_val_accuracy")
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -246,11 +249,14 @@ class RunRecorder:
         num_rounds: int,
         overwrite: bool = False,
         resumed_rows: list[dict[str, Any]] | None = None,
+        target_column: str = "accuracy",
     ):
         """`resumed_rows`: continue the run in `folder` from a checkpoint holding these rows (fedsuite.checkpoint);
-        rows written after the checkpoint are dropped, as those rounds run again."""
+        rows written after the checkpoint are dropped, as those rounds run again. `target_column`: the row column
+        rounds-to-target reads (target-metric: accuracy, fed_accuracy, val_accuracy, fed_val_accuracy)."""
         self.folder = folder
         self.targets = targets
+        self.target_column = target_column
         self.num_rounds = num_rounds
         self.rows: list[dict[str, Any]] = list(resumed_rows or [])
         self.started = time.time() - (self.rows[-1].get("elapsed_seconds", 0.0) if self.rows else 0.0)
@@ -324,10 +330,9 @@ class RunRecorder:
             "final_accuracy": evaluated[-1]["accuracy"] if evaluated else None,
             "best_accuracy": best["accuracy"] if best else None,
             "best_round": best["round"] if best else None,
-            "final_loss": evaluated[-1]["loss"] if evaluated else None,
-            "rounds_to_target": {
-                f"{t:g}": next((r["round"] for r in evaluated if r["accuracy"] >= t), None) for t in self.targets
-            },
+            "final_loss": evaluated[-1].get("loss") if evaluated else None,
+            "target_metric": self.target_column,
+            "rounds_to_target": self.rounds_to_target(),
             "total_seconds": round(time.time() - self.started, 3),
             "first_round_seconds": trained[0].get("round_seconds") if trained else None,
             "steady_round_seconds": steady_seconds(self.rows),
@@ -338,6 +343,15 @@ class RunRecorder:
                 (r.get("vectors_down_per_client") or 0) + (r.get("vectors_up_per_client") or 0) for r in trained
             ),
         }
+        for column in EXTRA_ACCURACIES:
+            having = [r for r in trained if r.get(column) is not None]
+            if having:
+                out[f"final_{column}"] = having[-1][column]
+                out[f"best_{column}"] = max(r[column] for r in having)
+        for column in ("fed_loss", "val_loss", "fed_val_loss"):
+            having = [r for r in trained if r.get(column) is not None]
+            if having:
+                out[f"final_{column}"] = having[-1][column]
         if self.resume_command:
             out["resume_command"] = self.resume_command
         with_error = [r for r in self.rows if r.get("relative_error") is not None]
@@ -345,6 +359,12 @@ class RunRecorder:
             out["final_relative_error"] = with_error[-1]["relative_error"]
             out["final_objective_gap"] = with_error[-1]["objective_gap"]
         return out
+
+    def rounds_to_target(self) -> dict[str, int | None]:
+        """The first trained round whose target-metric column reaches each target (None: never)."""
+        column = self.target_column
+        evaluated = [r for r in self.rows if r.get(column) is not None and r["round"] > 0]
+        return {f"{t:g}": next((r["round"] for r in evaluated if r[column] >= t), None) for t in self.targets}
 
     def write_summary(self, status: str, reason: str | None = None) -> None:
         """Replace summary.json atomically. The final status of a run may use the reserve (a full disk must not
@@ -367,18 +387,27 @@ class RunRecorder:
         import matplotlib.pyplot as plt
 
         acc = [(r["round"], r["accuracy"]) for r in self.rows if r.get("accuracy") is not None]
+        fed = [(r["round"], r["fed_accuracy"]) for r in self.rows if r.get("fed_accuracy") is not None]
         err = [(r["round"], r["relative_error"]) for r in self.rows if r.get("relative_error") is not None]
-        panels = [
-            (p, label, scale)
-            for p, label, scale in ((acc, "test accuracy", "linear"), (err, "‖x − x*‖ / ‖x*‖", "log"))
-            if p
-        ]
+        clients = next((r for r in reversed(self.rows) if r.get("fed_client_accuracy")), None)
+        curves = [(points, label) for points, label in ((acc, "central test"), (fed, "federated")) if points]
+        panels = [kind for kind, have in (("accuracy", curves), ("error", err), ("clients", clients)) if have]
         if not panels:
             return
         fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-        for ax, (points, label, scale) in zip(axes[0], panels, strict=True):
-            ax.plot(*zip(*points, strict=True), marker="o", markersize=3)
-            ax.set(xlabel="round", ylabel=label, yscale=scale)
+        for ax, kind in zip(axes[0], panels, strict=True):
+            if kind == "accuracy":
+                for points, label in curves:
+                    ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
+                ax.set(xlabel="round", ylabel="accuracy")
+                if len(curves) > 1 or fed:
+                    ax.legend()
+            elif kind == "error":
+                ax.plot(*zip(*err, strict=True), marker="o", markersize=3)
+                ax.set(xlabel="round", ylabel="‖x − x*‖ / ‖x*‖", yscale="log")
+            else:
+                ax.hist(list(clients["fed_client_accuracy"].values()), bins=10, range=(0.0, 1.0))
+                ax.set(xlabel=f"client accuracy (round {clients['round']})", ylabel="clients")
             ax.grid(alpha=0.3)
         fig.suptitle(self.folder.name, fontsize=9)
         fig.tight_layout()
@@ -430,6 +459,10 @@ def progress_line(row: dict[str, Any], num_rounds: int) -> str:
         parts.append(f"acc {row['accuracy']:.4f}")
     if row.get("loss") is not None:
         parts.append(f"loss {row['loss']:.4f}")
+    if row.get("fed_accuracy") is not None:
+        parts.append(f"fed acc {row['fed_accuracy']:.4f} (worst 10% {row['fed_accuracy_worst10']:.4f})")
+    elif row.get("fed_loss") is not None:
+        parts.append(f"fed loss {row['fed_loss']:.4f}")
     if row.get("relative_error") is not None:
         parts.append(f"rel.err {row['relative_error']:.3e}")
     if row.get("train_loss") is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -12,6 +14,7 @@ from fedsuite.data.colour import client_coefficients
 from fedsuite.data.datasets import (
     DatasetNotFound,
     Images,
+    Split,
     load_cifar,
     load_fashion_mnist,
     load_mnist,
@@ -27,7 +30,8 @@ from fedsuite.data.own import DataError, LoadedData, OwnDataset, load_from_loade
 from fedsuite.data.partition import make_partition, natural
 from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
-from fedsuite.data.table import load_table
+from fedsuite.data.table import SUFFIXES as TABLE_SUFFIXES
+from fedsuite.data.table import frame_data, load_table, read_frame, split_file
 from fedsuite.data.tabular import Tabular
 
 Dataset = Images | Tabular | SyntheticFederation | OwnDataset
@@ -58,9 +62,16 @@ def load_dataset(cfg: Config, data_dir: str | None = None) -> Dataset:
 def server_dataset(cfg: Config) -> Dataset | ShapeOnly:
     """What the server holds: the run's dataset, or with server-data=false only its shapes (input-shape,
     num-classes), read from no file."""
-    if cfg.data.on_server:
-        return load_dataset(cfg)
-    return shape_only(cfg.data.name, cfg.data.input_shape, cfg.data.num_classes)
+    if not cfg.data.on_server:
+        return shape_only(cfg.data.name, cfg.data.input_shape, cfg.data.num_classes)
+    dataset = load_dataset(cfg)
+    if cfg.evaluation.central and not has_test_set(dataset):
+        raise ConfigError(
+            f"evaluation={cfg.evaluation.mode!r} tests on the server's test set, but dataset={cfg.data.name!r} has "
+            "none (e.g. no test.csv in data-dir): use evaluation='federated' (each client then holds out "
+            "local-test-fraction of its data)"
+        )
+    return dataset
 
 
 @lru_cache(maxsize=2)
@@ -69,10 +80,22 @@ def _own(name: str, data_dir: str, image_size: int, label: str, feature: str, gr
     if name == "imagefolder":
         return load_imagefolder(data_dir, image_size)
     if name == "table":
-        return load_table(data_dir, label, group)
+        return _table(data_dir, label, group)
     if name == "hf":
         return load_hf(data_dir, label, feature, group)
     return load_from_loader(name, data_dir, seed)
+
+
+def _table(data_dir: str, label: str, group: str) -> Dataset:
+    """A table folder; without a test file its test set is empty (clients then hold out a share of their rows, and
+    central evaluation refuses to start, fedsuite.data.server_dataset)."""
+    folder = Path(data_dir).expanduser() if data_dir else Path.cwd()
+    if any((folder / f"test{suffix}").is_file() for suffix in TABLE_SUFFIXES):
+        return load_table(data_dir, label, group)
+    train_path = split_file(folder, "train")
+    train = read_frame(train_path)
+    dataset = frame_data("table", train, train, label, group, (train_path, train_path))
+    return replace(dataset, test=Split(dataset.test.x[:0], dataset.test.y[:0]))
 
 
 @lru_cache(maxsize=2)
