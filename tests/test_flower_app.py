@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status
+from flwr.server import Server
+from flwr.server.client_manager import SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -92,7 +94,7 @@ def user_federation(run_config: dict):
 
 
 def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settings: dict | None = None,
-                factory=linear_regressor, **strategy_options):  # fmt: skip
+                factory=linear_regressor, flower_server: bool = False, **strategy_options):  # fmt: skip
     """A user's federation through fedsuite.app, in process: strategy + one client per partition, Flower's loop.
     The settings are the run config's SURFACE_KEYS and any further key it has beside the kit's federation."""
     cfg, loaders = user_federation(run_config)
@@ -101,7 +103,10 @@ def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settin
     dim = int(cfg["synthetic-dim"])
     strategy = fedsuite_app.strategy(algorithm, user_model(dim, factory), observers=(Strict(),), **strategy_options,
                                      **settings)  # fmt: skip
-    server = fedsuite_app.server_components(strategy).server
+    if flower_server:  # the plain Flower Server a user may build: ServerAppComponents(strategy=strategy, ...)
+        server = Server(client_manager=SimpleClientManager(), strategy=strategy)
+    else:
+        server = fedsuite_app.server_components(strategy).server
     server.set_max_workers(1)
     n = cfg.num_clients
 
@@ -168,7 +173,8 @@ def test_scaffold_through_the_surface_reaches_the_federations_optimum(tmp_path):
     assert kit.least_squares(run_config).relative_error(strategy.x) < 1e-3
 
 
-def test_results_folder_and_central_evaluation(tmp_path):
+@pytest.mark.parametrize("flower_server", [False, True], ids=["fedsuite-loop", "flower-server"])
+def test_results_folder_and_central_evaluation(tmp_path, flower_server):
     run_config = {**kit.PARTIAL, "num-server-rounds": 3}
     cfg, loaders = user_federation(run_config)
     inputs, targets = loaders[0].dataset.tensors
@@ -176,7 +182,14 @@ def test_results_folder_and_central_evaluation(tmp_path):
     def evaluate(module):
         return {"loss": float(half_squared_error(module(inputs), targets)), "seen": float(module.training)}
 
-    run_surface("fedavg", run_config, tmp_path / "state", evaluate=evaluate, results=tmp_path / "run")
+    run_surface(
+        "fedavg",
+        run_config,
+        tmp_path / "state",
+        evaluate=evaluate,
+        results=tmp_path / "run",
+        flower_server=flower_server,
+    )
     rows = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
     assert [row["round"] for row in rows] == [0, 1, 2, 3]
     assert rows[-1]["loss"] < rows[0]["loss"] and rows[-1]["seen"] == 0.0  # evaluated in eval mode
@@ -227,6 +240,7 @@ def test_client_evaluates_on_its_test_data():
         torch.nn.utils.vector_to_parameters(torch.as_tensor(params[0]), net.parameters())
         out = net(x[:10])
     assert n == 10 and loss == pytest.approx(float(F.cross_entropy(out, y[:10])), rel=1e-6)
+    assert metrics["partition-id"] == 0
     assert metrics["accuracy"] == pytest.approx(float((out.argmax(1) == y[:10]).float().mean()))
 
 

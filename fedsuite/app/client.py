@@ -2,8 +2,8 @@
 
 The algorithm's own client class (the registry's, clients/) trains on an OwnNode (fedsuite.app.node); OwnClient wraps
 it to check, before it trains, that the message is for this node's partition and that the server runs with the same
-settings, and to evaluate on the user's test data. A check that fails, like a failed fit, becomes an error reply,
-which the server rejects and logs in one line; it never raises into Flower.
+settings (a check that fails, like a failed fit, becomes an error reply, which the server rejects and logs in one
+line; it never raises into Flower); it evaluates on the user's test data with the algorithm client's own evaluate.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import torch.nn.functional as F
 from flwr.client import NumPyClient
 
 from fedsuite import registry
-from fedsuite.app.node import Data, OwnNode, materialise
+from fedsuite.app.node import Data, OwnNode
 from fedsuite.app.settings import SETTINGS_KEY, mismatch, run_config
 from fedsuite.config import ConfigError
-from fedsuite.declared import BUFFERS, model_state
+from fedsuite.declared import model_state
 from fedsuite.device import pick_device
-from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, unpack
+from fedsuite.payload import PARTITION_KEY
 from fedsuite.state import DiskStore
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -30,8 +30,8 @@ Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class OwnClient(NumPyClient):
-    def __init__(self, fed: NumPyClient, node: OwnNode, test: Data | None = None):
-        self.fed, self.node, self.test = fed, node, test
+    def __init__(self, fed: NumPyClient, node: OwnNode):
+        self.fed, self.node = fed, node
 
     def get_properties(self, config):
         return self.fed.get_properties(config)
@@ -54,21 +54,9 @@ class OwnClient(NumPyClient):
         return None if shared is None else mismatch(str(shared), self.node.cfg)
 
     def evaluate(self, parameters, config):
-        """Loss (and accuracy for integer targets) of the received model on the test data (else the training data)."""
-        node = self.node
-        data = materialise(self.test, node.device, "test") if self.test is not None else node.data
-        down = unpack(parameters, str(config.get(ARRAYS_KEY, "model")))
-        node.model.x.copy_(torch.as_tensor(down["model"], device=node.device))
-        if BUFFERS.name in down:
-            node.model.buffers.copy_(torch.as_tensor(down[BUFFERS.name], device=node.device))
-        node.model.module.eval()
-        with torch.no_grad():
-            out = node.model.module(data.inputs)
-            loss = float(node.loss_fn(out, data.targets))
-            metrics = {}
-            if not data.targets.dtype.is_floating_point and out.dim() == 2 and out.shape[1] > 1:
-                metrics["accuracy"] = float((out.argmax(1) == data.targets).float().mean())
-        return loss, len(data), metrics
+        """The algorithm client's own evaluation (clients/base.py) on the user's test data: (loss, examples,
+        {accuracy for integer targets, partition-id}); without test data 0 examples and `empty`=1."""
+        return self.fed.evaluate(parameters, config)
 
 
 def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id: int, num_partitions: int,
@@ -101,5 +89,7 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
         raise ConfigError(f"device={device!r}: allowed values are {', '.join(DEVICES)}, or a torch.device")
     where = device if isinstance(device, torch.device) else pick_device(device)
     store = DiskStore(Path(state_dir).expanduser(), partition_id) if specs else None
-    node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, store)
-    return OwnClient(registry.build_client(cfg, node), node, test)
+    node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, store, test)
+    if test is not None:
+        node.test_data  # noqa: B018 -- bad test data is refused here, before any training
+    return OwnClient(registry.build_client(cfg, node), node)

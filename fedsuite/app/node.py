@@ -104,17 +104,24 @@ class OwnNode:
     data: LocalData
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     store: MutableMapping | None = None
+    test: Data | None = None  # the user's test data, materialised when first evaluated on
+    validation_data = None  # no validation share: the user holds out what they like
 
     def __post_init__(self):
-        self.dataset = describe(self.data)
+        self.dataset = self.shapes = describe(self.data)  # FedClient reads both names
         self._x0 = self.model.x.detach().clone()  # before any training: the model as the user built it
         self._buffers0 = self.model.buffers.detach().clone()
 
     @classmethod
     def build(cls, cfg: Config, partition_id: int, num_partitions: int, device: torch.device, module: torch.nn.Module,
-              train: Data, loss_fn, store: MutableMapping | None) -> OwnNode:  # fmt: skip
+              train: Data, loss_fn, store: MutableMapping | None, test: Data | None = None) -> OwnNode:  # fmt: skip
         flat = FlatModel(module, device, cfg.local.autocast, cfg.local.channels_last)
-        return cls(cfg, partition_id, num_partitions, device, flat, materialise(train, device), loss_fn, store)
+        return cls(cfg, partition_id, num_partitions, device, flat, materialise(train, device), loss_fn, store, test)
+
+    @property
+    def test_data(self) -> LocalData | None:
+        """The user's test data on the training device (what FedClient.evaluate evaluates on), or None."""
+        return None if self.test is None else materialise(self.test, self.device, "test")
 
     def initial_x(self) -> torch.Tensor:
         """x^0 as the user's module held it when the client was made (FedADMM's x̂_i starts there): build the model

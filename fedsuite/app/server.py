@@ -35,11 +35,24 @@ Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
 
 class AppStrategy(RuleStrategy):
     """RuleStrategy that also tells every client the settings it must share with the server (SETTINGS_KEY), so a
-    client made with other settings refuses to train (one line naming the keys) instead of training differently."""
+    client made with other settings refuses to train (one line naming the keys) instead of training differently;
+    and that ends each round (its row, the guard's test-loss check) right after its central evaluation, as nothing
+    else is evaluated: so it runs the same under Flower's own Server as under fedsuite's round loop."""
 
     def __init__(self, *args, shared: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.shared = shared
+        self._ended: set[int] = set()
+
+    def evaluate(self, server_round, parameters):
+        result = super().evaluate(server_round, parameters)
+        self.end_round(server_round)
+        return result
+
+    def end_round(self, server_round: int) -> None:
+        if server_round not in self._ended:  # fedsuite's loop ends the round again after evaluate
+            self._ended.add(server_round)
+            super().end_round(server_round)
 
     def configure_fit(self, server_round, parameters, client_manager):
         instructions = super().configure_fit(server_round, parameters, client_manager)
