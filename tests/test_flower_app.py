@@ -130,9 +130,11 @@ def fedavgm_plugin(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE.parent / "fedavgm"))
     from fedavgm_plugin import algorithm
 
+    installed = "fedavgm" in registry.ALGORITHMS  # through its entry point, when the example package is installed
     registry.register(algorithm())
     yield
-    registry.ALGORITHMS.unregister("fedavgm")
+    if not installed:
+        registry.ALGORITHMS.unregister("fedavgm")
 
 
 CASES = {
@@ -220,6 +222,12 @@ def test_a_client_with_other_settings_is_refused_with_the_keys_named(tmp_path, c
                                        partition_id=0, num_partitions=2, device="gpu"), "device='gpu': allowed"),
         (lambda m: fedsuite_app.client("fedavg", m, [1, 2, 3], partition_id=0, num_partitions=2),
          "train: expected a DataLoader, a Dataset or a pair"),
+        (lambda m: fedsuite_app.client("fedavg", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
+                                       test=(torch.zeros(3, 3), torch.zeros(2)), partition_id=0, num_partitions=2),
+         "test: 3 inputs and 2 targets"),
+        (lambda m: fedsuite_app.client("fedavg", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
+                                       partition_id=0, num_partitions=2, num_clients=3, clients_per_round=2),
+         "num_clients=3: this client is one of num_partitions=2"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_naming_the_argument(call, message):
