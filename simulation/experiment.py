@@ -129,8 +129,9 @@ def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None
         run_inprocess(cfg, record=True, observers=trackers)
     except Exception as err:  # the recorder has written the status (RecordingServer, RunAborted)
         status = run_status(folder)
-        close_all(trackers, status if status != "running" else "failed")
-        raise RunFailed(f"{type(err).__name__}: {err}", status if status != "running" else "failed", folder) from err
+        status = status if status != "running" else "failed"
+        close_all(trackers, status)
+        raise RunFailed(f"{type(err).__name__}: {err}", status, folder) from err
     finally:
         close_all(trackers)  # a no-op for trackers already closed (after the last round, or just above)
     return folder

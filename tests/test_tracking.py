@@ -24,7 +24,8 @@ from fedsuite.tracking import (
     tracking_observers,
 )
 from simulation import sweep
-from simulation.experiment import Job, validate
+from simulation.experiment import Job, run_in_process, validate
+from simulation.run import RunFailed
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
@@ -146,6 +147,24 @@ def test_a_missing_package_is_one_line_naming_the_key_and_the_extra(monkeypatch,
     args = ["--algorithms", "fedavg", "--seeds", "0", "--engine", "inprocess", "--out", str(out)]
     assert sweep.main([*args, "-c", " ".join(f"{k}={json.dumps(v)}" for k, v in setting.items())]) == 2
     assert not (out / "runs").exists()  # stopped before any run
+
+
+def test_a_run_that_stops_early_closes_its_trackers_with_its_status(tmp_path):
+    diverging = {"dataset": "synthetic-lsq", "num-clients": 5, "clients-per-round": 5, "synthetic-dim": 8,
+                 "lr": 50.0, "num-server-rounds": 10, "tensorboard": True, "wandb-mode": "offline",
+                 "out-dir": str(tmp_path), "run-name": "diverged"}  # fmt: skip
+    with pytest.raises(RunFailed) as failed:
+        run_in_process(diverging, group="g")
+    assert failed.value.status == "diverged"
+    acc = tensorboard_events(tmp_path / "diverged" / "tensorboard")
+    assert [e.step for e in acc.Scalars("loss")] == [0, 1]  # the round that diverged is in, as in rounds.jsonl
+    end = metadata.parse_session_end_info_plugin_data(
+        acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_END_INFO_TAG]
+    )
+    assert end.status == api_pb2.STATUS_FAILURE
+    (run_folder,) = (tmp_path / "diverged" / "wandb").glob("offline-run-*")
+    (end,) = [r["exit"] for r in wandb_records(run_folder) if r["type"] == "exit"]
+    assert end["exit_code"] == 1
 
 
 def feed(tracker, rounds, value):
