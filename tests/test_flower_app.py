@@ -94,7 +94,8 @@ def user_federation(run_config: dict):
 
 
 def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settings: dict | None = None,
-                factory=linear_regressor, flower_server: bool = False, **strategy_options):  # fmt: skip
+                factory=linear_regressor, flower_server: bool = False, test_data: dict | None = None,
+                **strategy_options):  # fmt: skip
     """A user's federation through fedsuite.app, in process: strategy + one client per partition, Flower's loop.
     The settings are the run config's SURFACE_KEYS and any further key it has beside the kit's federation."""
     cfg, loaders = user_federation(run_config)
@@ -114,6 +115,7 @@ def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settin
         def make():
             return fedsuite_app.client(algorithm, user_model(dim, factory), loaders[pid], partition_id=pid,
                                        num_partitions=n, state_dir=state_dir, loss_fn=half_squared_error,
+                                       test=(test_data or {}).get(pid),
                                        **{**settings, **(client_settings or {})})  # fmt: skip
 
         return make
@@ -199,6 +201,25 @@ def test_results_folder_and_central_evaluation(tmp_path, flower_server):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.parametrize("flower_server", [False, True], ids=["fedsuite-loop", "flower-server"])
+def test_federated_evaluation_on_the_clients_test_data(tmp_path, flower_server):
+    """evaluation='federated': the round's cohort evaluates the new model on its client(test=...) data; the row's
+    fed_loss is their example-weighted mean, recomputed here from the final model."""
+    run_config = {**kit.PARTIAL, "num-server-rounds": 3}
+    cfg, loaders = user_federation(run_config)
+    n = cfg.num_clients
+    tests = {pid: loaders[(pid + 1) % n].dataset.tensors for pid in range(n)}  # another client's data, say
+    strategy = run_surface("scaffold", run_config, tmp_path / "state", test_data=tests, evaluation="federated",
+                           results=tmp_path / "run", flower_server=flower_server)  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert [row["round"] for row in rows] == [0, 1, 2, 3] and "fed_loss" not in rows[0]
+    w = torch.as_tensor(strategy.x).reshape(1, -1)
+    cohort = strategy.plan.sampler.cohort(3)
+    losses = [(len(tests[p][1]), float(half_squared_error(tests[p][0] @ w.T, tests[p][1]))) for p in cohort]
+    expected = sum(k * loss for k, loss in losses) / sum(k for k, _ in losses)
+    assert rows[3]["fed_clients"] == len(cohort) and rows[3]["fed_loss"] == pytest.approx(expected, rel=1e-6)
+
+
 def test_a_client_with_other_settings_is_refused_with_the_keys_named(tmp_path, caplog):
     run_config = {**kit.PARTIAL, "num-server-rounds": 1}
     with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"), pytest.raises(RunAborted):
@@ -214,6 +235,8 @@ def test_a_client_with_other_settings_is_refused_with_the_keys_named(tmp_path, c
         (lambda m: fedsuite_app.strategy("scaffold", m, num_clients=3, clients_per_round=2, lr=-1), "lr=-1.0: must"),
         (lambda m: fedsuite_app.strategy("scafold", m, num_clients=3), "algorithm='scafold': allowed values are"),
         (lambda m: fedsuite_app.strategy("scaffold", m), "num_clients: give the number of partitions"),
+        (lambda m: fedsuite_app.strategy("fedavg", m, num_clients=3, clients_per_round=2, evaluation="federated",
+                                         evaluate=lambda module: {}), "evaluate: evaluation='federated' runs no"),
         (lambda m: fedsuite_app.client("scaffold", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
                                        partition_id=0, num_partitions=2), "state_dir: algorithm='scaffold' keeps"),
         (lambda m: fedsuite_app.client("fedavg", m, (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),

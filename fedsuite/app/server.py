@@ -36,8 +36,9 @@ Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
 class AppStrategy(RuleStrategy):
     """RuleStrategy that also tells every client the settings it must share with the server (SETTINGS_KEY), so a
     client made with other settings refuses to train (one line naming the keys) instead of training differently;
-    and that ends each round (its row, the guard's test-loss check) right after its central evaluation, as nothing
-    else is evaluated: so it runs the same under Flower's own Server as under fedsuite's round loop."""
+    and that ends each round itself (its row, the guard's test-loss check) once its last evaluation is in: the central
+    one, or with evaluation federated/both the clients' (or at once when none is due), so that it runs the same
+    under Flower's own Server as under fedsuite's round loop (which ends the round again: a no-op)."""
 
     def __init__(self, *args, shared: str, **kwargs):
         super().__init__(*args, **kwargs)
@@ -46,8 +47,21 @@ class AppStrategy(RuleStrategy):
 
     def evaluate(self, server_round, parameters):
         result = super().evaluate(server_round, parameters)
-        self.end_round(server_round)
+        if server_round == 0 or not self.plan.federated:  # round 0 is never evaluated by the clients
+            self.end_round(server_round)
         return result
+
+    def configure_evaluate(self, server_round, parameters, client_manager):
+        instructions = super().configure_evaluate(server_round, parameters, client_manager)
+        if self.plan.federated and not instructions:  # not due, or no node: no aggregate_evaluate follows
+            self.end_round(server_round)
+        return instructions
+
+    def aggregate_evaluate(self, server_round, results, failures):
+        aggregated = super().aggregate_evaluate(server_round, results, failures)
+        if self.plan.federated:
+            self.end_round(server_round)
+        return aggregated
 
     def end_round(self, server_round: int) -> None:
         if server_round not in self._ended:  # fedsuite's loop ends the round again after evaluate
@@ -90,12 +104,20 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
     `settings`: run-config keys as keywords (`lr=0.05`, `clients_per_round=5` is 'clients-per-round'), checked by
     fedsuite.config.resolve; `num_clients` (the number of SuperNodes, one partition each) is required. `evaluate`:
     optional `evaluate(module) -> {'loss': …, 'accuracy': …}` called on the global model every `eval_every` rounds
-    and after the last; `results`: optional folder for the run's rounds.jsonl, rounds.csv and summary.json (an
-    existing run there is refused unless overwrite=True); `observers`: fedsuite round observers."""
+    and after the last (evaluation='central', the default, or 'both'); with evaluation='federated' or 'both' the
+    clients evaluate on their client(test=...) data in those rounds (the round's cohort, or `eval_clients` drawn by
+    seed); `results`: optional folder for the run's rounds.jsonl, rounds.csv and summary.json (an existing run there
+    is refused unless overwrite=True); `observers`: fedsuite round observers (tracking, checks)."""
     if "num_clients" not in settings and "num-clients" not in settings:
         raise ConfigError("num_clients: give the number of partitions, one per SuperNode (their --node-config "
                           "num-partitions)")  # fmt: skip
     cfg = run_config(algorithm, settings)
+    evaluation = cfg.evaluation
+    if evaluate is not None and not evaluation.central:
+        raise ConfigError("evaluate: evaluation='federated' runs no central evaluation; use evaluation='both' or "
+                          "leave evaluate out")  # fmt: skip
+    if evaluate is None and evaluation.mode == "both":
+        raise ConfigError("evaluation='both': give strategy(evaluate=...) for the central half, or use 'federated'")
     x0, buffers = initial_state(model)
     rule_settings = RuleSettings(initial_x=x0, sampler=Sampler.from_settings(cfg.sampling), lr=cfg.local.lr,
                                  lr_decay=cfg.local.lr_decay, weighting=cfg.aggregation.weighting,
@@ -104,8 +126,11 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
     plan = RunPlan(
         settings=rule_settings,
         num_rounds=run.num_rounds,
-        eval_every=cfg.evaluation.eval_every,
+        eval_every=evaluation.eval_every,
         evaluate=CentralEvaluation(model, evaluate) if evaluate is not None else None,
+        federated=evaluation.federated,
+        eval_clients=evaluation.eval_clients,
+        seed=cfg.seed,
         recorder=_recorder(cfg, results, model, x0) if results is not None else None,
         min_replies=run.min_replies,
         divergence_factor=run.divergence_factor,

@@ -25,20 +25,23 @@ _REPLACED = {
     "client-state-budget-mb": "use client(state_dir=...)",
     "out-dir": "use strategy(results=...)",
     "run-name": "use strategy(results=...)",
-    "eval-batch-size": "use strategy(evaluate=...), your own evaluation",
+    "local-test-fraction": "clients evaluate on their client(test=...) data",
+    "validation-fraction": "hold out validation data in your own loaders",
+    "tensorboard": "pass round observers with strategy(observers=...)",
+    "wandb-mode": "pass round observers with strategy(observers=...)",
+    "wandb-project": "pass round observers with strategy(observers=...)",
     "checkpoint-every": "fedsuite.app runs do not checkpoint",
     "resume-from": "fedsuite.app runs do not checkpoint",
 }
 _OWN_DATA_AND_MODEL = (
     "dataset", "data-dir", "download", "label-transform", "preset", "preset-expanded", "model", "model-args",
     "image-size", "label-column", "feature-column", "partition-column", "colour-perturbation", "partition",
-    "partition-alpha", "partition-balanced", "partition-mixture", "evaluation", "eval-clients", "local-test-fraction",
-    "validation-fraction", "target-metric", "server-data", "input-shape", "num-classes", "tensorboard", "wandb-mode",
-    "wandb-project", "synthetic-dim", "synthetic-samples", "synthetic-heterogeneity", "synthetic-noise",
+    "partition-alpha", "partition-balanced", "partition-mixture", "server-data", "input-shape", "num-classes",
+    "synthetic-dim", "synthetic-samples", "synthetic-heterogeneity", "synthetic-noise",
     "lowrank-size", "lowrank-rank",
 )  # fmt: skip
 REFUSED: dict[str, str] = {
-    **{key: "your app brings its own data, model and evaluation" for key in _OWN_DATA_AND_MODEL},
+    **{key: "your app brings its own data and model" for key in _OWN_DATA_AND_MODEL},
     **_REPLACED,
 }
 
