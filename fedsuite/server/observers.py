@@ -36,3 +36,7 @@ class RoundObserver:
 
     def recorded(self, row: dict[str, Any]) -> None:
         """A results row (round 0 is the initial model's evaluation)."""
+
+    def ended(self, status: str, reason: str | None = None) -> None:
+        """The run is over: `status` is completed, failed, interrupted, diverged or stalled (`reason` says why when
+        it did not complete). Called once, by the round loop (fedsuite.server.loop)."""
