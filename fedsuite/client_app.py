@@ -39,7 +39,8 @@ def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
         partition_id, num_partitions = int(nc["partition-id"]), int(nc["num-partitions"])
     else:
         num_partitions = cfg.num_clients
-    data_dir = str(nc["data-dir"]) if nc.get("data-dir") else None
+    # a node's own files serve datasets read from files; synthetic federations are generated from the run seed
+    data_dir = str(nc["data-dir"]) if nc.get("data-dir") and not cfg.is_synthetic else None
     if data_dir and "partition-id" in nc and int(partition_id) != int(nc["partition-id"]):
         raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
                          f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
@@ -98,7 +99,11 @@ class Worker(NumPyClient):
         return client.fit(parameters, config)
 
     def evaluate(self, parameters, config):
-        return self._client(config).evaluate(parameters, config)
+        try:
+            client = self._client(config)
+        except (NodeRefused, NodeConfigError) as err:  # an error reply, as a failed evaluation
+            return 0.0, 0, {"partition-id": self._partition(config), "error": f"{type(err).__name__}: {err}"}
+        return client.evaluate(parameters, config)
 
 
 def client_fn(context: Context):

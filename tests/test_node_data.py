@@ -11,12 +11,17 @@ import numpy as np
 import pytest
 
 from fedsuite.client_app import node_for
-from tests.node_federation import node_context, run_with_nodes
+from fedsuite.inprocess import node_contexts, run_inprocess
 from tests.observing import Watch
 
 SIZES = (9, 14)  # training rows of node 0 and node 1: different, so a node reading another's files is noticed
 RUN = {"num-clients": 2, "clients-per-round": 2, "num-server-rounds": 1, "client-mapping": "fixed", "device": "cpu",
        "batch-size": 4, "local-steps": 2, "partition": "dirichlet", "seed": 3}  # fmt: skip
+
+
+def node_context(run_config: dict, node_config: dict):
+    """The Context a deployed SuperNode with `node_config` gives the ClientApp for a run of `run_config`."""
+    return node_contexts(run_config, 1, 0, [node_config])[0]
 
 
 def rows(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -119,7 +124,7 @@ def test_a_node_trains_on_all_of_its_own_files(tmp_path, loader_module, kind):
         assert len(node.data) == len(own_labels)  # all of it: no partition of it
         assert node.data.targets.tolist() == own_labels.tolist()
     seen = {}
-    strategy = run_with_nodes(run, nodes, observers=[Watch(replied=lambda r, replies: seen.update(
+    strategy = run_inprocess(run, node_configs=nodes, observers=[Watch(replied=lambda r, replies: seen.update(
         {reply.partition_id: reply.num_examples for reply in replies}))])  # fmt: skip
     assert seen == {0: SIZES[0], 1: SIZES[1]} and np.isfinite(strategy.x).all()
 
@@ -128,3 +133,14 @@ def test_a_node_holding_its_own_data_refuses_another_partition(tmp_path, loader_
     run, nodes, _ = federation(tmp_path, "table-csv")
     with pytest.raises(ValueError, match="client-mapping='fixed'"):
         node_for(node_context(run, nodes[0]), partition_id=1)
+
+
+def test_a_synthetic_federation_ignores_a_node_data_dir(tmp_path):
+    """Synthetic federations are generated from the run seed: a node's data-dir (kept for its file datasets) does
+    not turn its partition into the whole federation."""
+    run = {"dataset": "synthetic-lsq", "algorithm": "fedavg", "num-clients": 2, "clients-per-round": 2,
+           "num-server-rounds": 1, "synthetic-dim": 4, "synthetic-samples": 10, "client-mapping": "fixed"}  # fmt: skip
+    own = [{"partition-id": i, "num-partitions": 2, "data-dir": str(tmp_path)} for i in (0, 1)]
+    plain = [{"partition-id": i, "num-partitions": 2} for i in (0, 1)]
+    assert len(node_for(node_context(run, own[0])).data) == 10
+    assert run_inprocess(run, node_configs=own).x.tobytes() == run_inprocess(run, node_configs=plain).x.tobytes()

@@ -14,9 +14,8 @@ from flwr.common import FitIns, GetPropertiesIns, ndarrays_to_parameters
 
 from fedsuite.client_app import client_fn
 from fedsuite.config import resolve
-from fedsuite.inprocess import run_inprocess
+from fedsuite.inprocess import node_contexts, run_inprocess
 from fedsuite.node_trust import NodeConfigError, admits, allowed_modules, refusal
-from tests.node_federation import node_context, run_with_nodes
 from tests.observing import Rows
 
 LSQ = {"dataset": "synthetic-lsq", "algorithm": "fedavg", "num-clients": 2, "clients-per-round": 2,
@@ -31,6 +30,11 @@ IMPORTED = True
 def linear(input_shape, num_classes, task):
     return torch.nn.Linear(input_shape[0], 1, bias=False)
 """
+
+
+def node_context(run_config: dict, node_config: dict):
+    """The Context a deployed SuperNode with `node_config` gives the ClientApp for a run of `run_config`."""
+    return node_contexts(run_config, 1, 0, [node_config])[0]
 
 
 @pytest.fixture
@@ -128,7 +132,7 @@ def test_a_refusing_node_is_rejected_and_logged_the_others_train(packages, tmp_p
     nodes = [{"partition-id": 0, "num-partitions": 2},
              {"partition-id": 1, "num-partitions": 2, "allowed-modules": "mylab"}]  # fmt: skip
     caplog.set_level(logging.WARNING)
-    strategy = run_with_nodes(config, nodes, record=True)
+    strategy = run_inprocess(config, record=True, node_configs=nodes)
     reason = "this node runs only models and loaders from mylab (node config allowed-modules)"
     lines = [r.getMessage() for r in caplog.records if reason in r.getMessage()]
     assert len(lines) == 2 and all("client 1 rejected: NodeRefused:" in line for line in lines)
@@ -142,7 +146,7 @@ def test_an_allowed_import_path_model_trains_exactly_as_without_a_list(packages)
     config = {**LSQ, "model": "mylab.models:linear"}
     listed = [{"partition-id": i, "num-partitions": 2, "allowed-modules": "tools, mylab"} for i in (0, 1)]
     rows = Rows()
-    with_list = run_with_nodes(config, listed, observers=[rows])
+    with_list = run_inprocess(config, observers=[rows], node_configs=listed)
     without = run_inprocess(config)
     assert [r["replies"] for r in rows.rows[1:]] == [2, 2]
     assert with_list.x.tobytes() == without.x.tobytes()
