@@ -336,6 +336,7 @@ def test_example_app_runs_scaffold_under_flwr_run(tmp_path):
     assert summary["status"] == "completed", log[-3000:]
     assert [row["round"] for row in rows] == [0, 1, 2]
     assert rows[-1]["replies"] == rows[-1]["cohort"] == 3 and rows[-1]["accuracy"] > rows[0]["accuracy"]
+    assert rows[-1]["fed_clients"] == 3 and 0.0 < rows[-1]["fed_accuracy"] <= 1.0  # each on its own test loader
     assert len(list((tmp_path / "state").rglob("partition-*.npz"))) == 3  # c_i of every SuperNode's partition
 
 
@@ -349,4 +350,5 @@ def test_example_app_under_flwr_run_equals_its_in_process_run(tmp_path):
     strategy = example_in_process(tmp_path / "local", overrides, supernodes=4)
     local = [json.loads(line) for line in next((tmp_path / "local").rglob("rounds.jsonl")).read_text().splitlines()]
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in local], rel=1e-6)
+    assert [r.get("fed_loss") for r in rows[1:]] == pytest.approx([r.get("fed_loss") for r in local[1:]], rel=1e-6)
     assert strategy.plan.algorithm == "fedspeed"
