@@ -147,6 +147,8 @@ CASES = {
     "scaffold-batchnorm-local": ("scaffold", {"model": "tests.test_flower_app:bn_regressor", "buffers": "local"},
                                  bn_regressor),
     "plug-in-fedavgm": ("fedavgm", {"fedavgm-beta": 0.5}, linear_regressor),
+    "mimesvrg": ("mimesvrg", {}, linear_regressor),  # a query exchange before each round's training
+    "losac": ("losac", {"losac-blocks": 3}, linear_regressor),  # fixed data blocks per client
 }  # fmt: skip
 
 

@@ -30,6 +30,8 @@ Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class OwnClient(NumPyClient):
+    """The algorithm's FedClient for one partition, behind the checks a user's app needs (module docstring)."""
+
     def __init__(self, fed: NumPyClient, node: OwnNode):
         self.fed, self.node = fed, node
 
