@@ -5,7 +5,9 @@ flag fails here, not in a user's `docker compose up`. The deploy/ scripts' Flowe
 from __future__ import annotations
 
 import functools
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +68,46 @@ def test_every_flower_flag_in_the_deploy_scripts_is_accepted():
         assert used, script
         unknown = [f for f in sorted(used) if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", help_text(program))]
         assert not unknown, f"deploy/{script}: {program} --help does not list {unknown}"
+
+
+def compose_config(**env: str) -> dict:
+    """docker/compose.yml as compose interpolates it under `env` (no engine needed)."""
+    program = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
+    res = subprocess.run([*program, "-f", str(PROJECT / "docker" / "compose.yml"), "config"], capture_output=True,
+                         text=True, timeout=120, env={"PATH": os.environ.get("PATH", ""), **env})  # fmt: skip
+    if res.returncode != 0 and "not a docker command" in res.stderr + res.stdout:
+        pytest.skip("neither docker-compose nor the compose plugin")
+    assert res.returncode == 0, res.stderr
+    return yaml.safe_load(res.stdout)
+
+
+def data_source(service: dict) -> str:
+    for volume in service.get("volumes", []):
+        text = volume if isinstance(volume, str) else f"{volume['source']}:{volume['target']}"
+        if ":/data" in text:
+            return text.split(":/data")[0]
+    return ""
+
+
+@pytest.mark.skipif(not (shutil.which("docker-compose") or shutil.which("docker")), reason="no compose")
+def test_node_only_data_mounts_each_folder_into_one_clientapp_only():
+    """What docker/demo exports for FEDSUITE_NODE_DATA: ClientApp N mounts folder N at /data, the ServerApp the
+    empty folder, and both SuperNodes tell their ClientApps data-dir='/data'; without it, one shared dataset."""
+    node_only = compose_config(FEDSUITE_CLIENT_DATA_1="/srv/a", FEDSUITE_CLIENT_DATA_2="/srv/b",
+                               FEDSUITE_SERVER_DATA="/srv/empty", FEDSUITE_NODE_CONFIG=" data-dir='/data'")  # fmt: skip
+    node_only = node_only["services"]
+    assert data_source(node_only["superexec-clientapp-1"]) == "/srv/a"
+    assert data_source(node_only["superexec-clientapp-2"]) == "/srv/b"
+    assert data_source(node_only["superexec-serverapp"]) == "/srv/empty"
+    assert not data_source(node_only["superlink"]) and not data_source(node_only["supernode-1"])
+    for i in (0, 1):
+        (node_config,) = [a for a in node_only[f"supernode-{i + 1}"]["command"] if a.startswith("--node-config=")]
+        assert (
+            node_config == f"--node-config=partition-id={i} num-partitions=2 client-state-dir='/state' data-dir='/data'"
+        )
+    shared = compose_config()["services"]
+    sources = {
+        data_source(shared[s]) for s in ("superexec-serverapp", "superexec-clientapp-1", "superexec-clientapp-2")
+    }
+    assert sources == {"/usr/share/datasets/fashion-mnist"}
+    assert all("data-dir" not in " ".join(shared[f"supernode-{i}"]["command"]) for i in (1, 2))

@@ -2,7 +2,10 @@
 compose project up (TLS + SuperNode auth), train a short experiment from the host's flwr CLI, check its results,
 tear everything down. Containers talk on the compose project's own network; the SuperLink is published on
 127.0.0.1 only. Needs a running Docker engine, docker-compose (or the compose plugin), the base image named by
-FEDSUITE_DOCKER_BASE (default fedsuite-base:bookworm, built by .ci/run) and Debian's Fashion-MNIST."""
+FEDSUITE_DOCKER_BASE (default fedsuite-base:bookworm, built by .ci/run) and Debian's Fashion-MNIST.
+
+Two layouts: the dataset shared by every container (partitions of Fashion-MNIST), and node-only data (each ClientApp
+container mounts its own table folder and nothing else, the ServerApp container has none, server-data=false)."""
 
 from __future__ import annotations
 
@@ -47,27 +50,48 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_compose_demo_trains_with_tls_and_node_auth(tmp_path):
-    project = "fsdemo" + uuid.uuid4().hex[:6]
-    env = {**os.environ, "DEMO_DIR": str(tmp_path), "BASE_IMAGE": BASE, "COMPOSE_PROJECT_NAME": project,
-           "SUPERLINK_PORT": str(free_port()), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}  # fmt: skip
+def demo_env(tmp_path, project: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "DEMO_DIR": str(tmp_path), "BASE_IMAGE": BASE, "COMPOSE_PROJECT_NAME": project,
+            "SUPERLINK_PORT": str(free_port()), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""), **extra}  # fmt: skip
 
+
+def demo_command(env: dict[str, str]):
     def demo(*args: str, timeout: float) -> subprocess.CompletedProcess:
         res = subprocess.run([str(DEMO), *args], capture_output=True, text=True, env=env, timeout=timeout)
         print(res.stdout[-3000:], res.stderr[-3000:])
         return res
 
+    return demo
+
+
+def containers(project: str, service: str) -> list[dict]:
+    labels = ["--filter", f"label=com.docker.compose.project={project}",
+              "--filter", f"label=com.docker.compose.service={service}"]  # fmt: skip
+    cid = subprocess.run(["docker", "ps", "-q", *labels], capture_output=True, text=True).stdout.split()
+    return json.loads(subprocess.run(["docker", "inspect", *cid], capture_output=True, text=True).stdout or "[]")
+
+
+def data_mounts(project: str, service: str) -> list[dict]:
+    return [m for c in containers(project, service) for m in c["Mounts"] if m["Destination"] == "/data"]
+
+
+def tear_down(demo, project: str) -> None:
+    down = demo("down", timeout=300)
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert down.returncode == 0 and not left.stdout.strip(), down.stderr
+
+
+def test_compose_demo_trains_with_tls_and_node_auth(tmp_path):
+    project = "fsdemo" + uuid.uuid4().hex[:6]
+    demo = demo_command(demo_env(tmp_path, project))
     try:
         up = demo("up", timeout=900)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         assert "2 SuperNodes online" in up.stdout
-        labels = ["--filter", f"label=com.docker.compose.project={project}",
-                  "--filter", "label=com.docker.compose.service=superexec-clientapp-1"]  # fmt: skip
-        cid = subprocess.run(["docker", "ps", "-q", *labels], capture_output=True, text=True).stdout.split()
-        inspect = subprocess.run(["docker", "inspect", *cid], capture_output=True, text=True).stdout
-        data = [m for c in json.loads(inspect or "[]") for m in c["Mounts"] if m["Destination"] == "/data"]
+        data = data_mounts(project, "superexec-clientapp-1")
         assert data and not data[0]["RW"]  # the dataset is mounted read-only
         run = demo("run", "-c", "num-server-rounds=2", timeout=600)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
@@ -79,7 +103,47 @@ def test_compose_demo_trains_with_tls_and_node_auth(tmp_path):
         assert [r["replies"] for r in rows[1:]] == [2, 2]
         print("round seconds:", [r["round_seconds"] for r in rows[1:]])
     finally:
-        down = demo("down", timeout=300)
-        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-                              capture_output=True, text=True)  # fmt: skip
-        assert down.returncode == 0 and not left.stdout.strip(), down.stderr
+        tear_down(demo, project)
+
+
+def write_site(folder: Path, train_rows: int, labels: tuple[int, ...], seed: int) -> None:
+    """One client's own table: train.csv and test.csv, features shifted by the label (learnable)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    for split, n in (("train", train_rows), ("test", 12)):
+        y = rng.choice(labels, n)
+        x = rng.normal(size=(n, 3)) + 2.0 * y[:, None]
+        pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": y}).to_csv(
+            folder / f"{split}.csv", index=False
+        )
+
+
+def test_compose_demo_with_data_only_on_the_nodes(tmp_path):
+    """FEDSUITE_NODE_DATA: each ClientApp container mounts only its own folder, the ServerApp container an empty
+    one; the run (server-data=false, federated evaluation) completes with the nodes' test metrics."""
+    sites = [tmp_path / "site-a", tmp_path / "site-b"]
+    write_site(sites[0], 60, (0, 1), seed=1)
+    write_site(sites[1], 90, (1, 2), seed=2)
+    project = "fsnodes" + uuid.uuid4().hex[:6]
+    demo = demo_command(demo_env(tmp_path / "demo", project, FEDSUITE_NODE_DATA=f"{sites[0]},{sites[1]}"))
+    try:
+        up = demo("up", timeout=900)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        for i, site in enumerate(sites, start=1):
+            (mount,) = data_mounts(project, f"superexec-clientapp-{i}")
+            assert mount["Source"] == str(site) and not mount["RW"]  # its own folder only
+        (server,) = data_mounts(project, "superexec-serverapp")
+        assert not any(Path(server["Source"]).iterdir())  # the ServerApp sees no data
+        run = demo("run", "-c", "num-server-rounds=2 input-shape='3' num-classes=3", timeout=600)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+        (folder,) = (tmp_path / "demo" / "results").glob("demo-*")
+        rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+        assert [r["replies"] for r in rows[1:]] == [2, 2]
+        assert all(sorted(r["fed_client_accuracy"]) == ["0", "1"] for r in rows[1:])  # each node tested its own
+        assert all(r["fed_failures"] == 0 and 0.0 <= r["fed_accuracy"] <= 1.0 for r in rows[1:])
+        print("round seconds:", [r["round_seconds"] for r in rows[1:]])
+    finally:
+        tear_down(demo, project)
