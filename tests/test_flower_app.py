@@ -41,23 +41,23 @@ SURFACE_KEYS = ("num-clients", "clients-per-round", "batch-size", "local-steps",
 
 
 class Node(ClientProxy):
-    """One SuperNode in process: every message builds the user's client anew, as Flower's client_fn does."""
+    """One SuperNode in process: every message builds the user's Flower Client anew, as Flower calls client_fn."""
 
     def __init__(self, cid: str, make_client):
         super().__init__(cid)
         self.make_client = make_client
 
     def get_properties(self, ins, timeout, group_id):
-        return self.make_client().to_client().get_properties(ins)
+        return self.make_client().get_properties(ins)
 
     def get_parameters(self, ins, timeout, group_id):
-        return self.make_client().to_client().get_parameters(ins)
+        return self.make_client().get_parameters(ins)
 
     def fit(self, ins, timeout, group_id):
-        return self.make_client().to_client().fit(ins)
+        return self.make_client().fit(ins)
 
     def evaluate(self, ins, timeout, group_id):
-        return self.make_client().to_client().evaluate(ins)
+        return self.make_client().evaluate(ins)
 
     def reconnect(self, ins, timeout, group_id):
         return GetPropertiesRes(Status(Code.OK, ""), {})
@@ -116,7 +116,7 @@ def run_surface(algorithm: str, run_config: dict, state_dir: Path, client_settin
             return fedsuite_app.client(algorithm, user_model(dim, factory), loaders[pid], partition_id=pid,
                                        num_partitions=n, state_dir=state_dir, loss_fn=half_squared_error,
                                        test=(test_data or {}).get(pid),
-                                       **{**settings, **(client_settings or {})})  # fmt: skip
+                                       **{**settings, **(client_settings or {})}).to_client()  # fmt: skip
 
         return make
 
@@ -318,19 +318,9 @@ def example_in_process(tmp_path: Path, overrides: dict, supernodes: int):
     server = server_fn(Context(1, 0, {}, RecordDict(), config)).server
     server.set_max_workers(1)
     for context in node_contexts(config, supernodes, run_id=1):
-        server.client_manager().register(Node(str(context.node_id), lambda c=context: _Unwrapped(client_fn(c))))
+        server.client_manager().register(Node(str(context.node_id), lambda c=context: client_fn(c)))
     server.fit(num_rounds=int(config["num-server-rounds"]), timeout=None)
     return server.strategy
-
-
-class _Unwrapped:
-    """client_fn returns a Flower Client already; Node calls .to_client() on what it makes."""
-
-    def __init__(self, made):
-        self.made = made
-
-    def to_client(self):
-        return self.made
 
 
 def test_example_app_runs_scaffold_under_flwr_run(tmp_path):
