@@ -174,7 +174,7 @@ def test_the_surface_runs_the_suites_algorithm_bit_for_bit(case, tmp_path, reque
 
 
 def test_scaffold_through_the_surface_reaches_the_federations_optimum(tmp_path):
-    run_config = {**kit.LSQ, "algorithm": "scaffold", "num-server-rounds": 60}
+    run_config = {**kit.LSQ, "algorithm": "scaffold", "num-server-rounds": 30}
     strategy = run_surface("scaffold", run_config, tmp_path)
     assert kit.least_squares(run_config).relative_error(strategy.x) < 1e-3
 
