@@ -296,3 +296,67 @@ def test_tuned_toml_round_trips_and_applies_like_a_preset(tmp_path):
             tuned.read(path)
     with pytest.raises(ConfigError, match="cannot read"):
         tuned.read(tmp_path / "missing.toml")
+
+
+# --- real runs (the in-process engine) ----------------------------------------------------------------------------
+
+
+def real_scores(folder: Path) -> float:
+    """A search run's score read independently: the mean val_accuracy of its last 3 evaluated rows."""
+    values = [r["val_accuracy"] for r in map(json.loads, (folder / "rounds.jsonl").read_text().splitlines())
+              if r.get("val_accuracy") is not None]  # fmt: skip
+    return sum(values[-3:]) / len(values[-3:])
+
+
+def check_real_tuning(out: Path, algorithm: str, seeds: list[int], final_seeds: list[int]) -> None:
+    """The chosen values are the best mean validation score of the search runs; search runs held out a validation
+    split, final runs did not and ran on the final seeds with the chosen values."""
+    rows = read_csv(out / "search" / f"{algorithm}.csv")
+    keys = [k for k in rows[0] if k not in ("trial", "mean_score", "status", "chosen") and not k.startswith("seed_")]
+    means = {}
+    for row in rows:
+        point = tuple((k, row[k]) for k in keys)
+        folders = [out / "search" / "runs" / algorithm / "_".join(f"{k}={v}" for k, v in point) / f"seed-{s}"
+                   for s in seeds]  # fmt: skip
+        for folder in folders:
+            config = json.loads((folder / "config.json").read_text())["run_config"]
+            assert config["validation-fraction"] == 0.1 and config["algorithm"] == algorithm
+        means[point] = sum(real_scores(f) for f in folders) / len(folders)
+        assert float(row["mean_score"]) == pytest.approx(means[point])
+    best = max(means, key=means.get)
+    chosen = tuned.read(out / "tuned.toml")[algorithm]
+    assert {k: str(v) for k, v in chosen.items()} == dict(best)
+    tag = "_".join(f"{k}={v}" for k, v in best)
+    for seed in final_seeds:
+        config = json.loads((out / "final" / "runs" / algorithm / tag / f"seed-{seed}" / "config.json").read_text())
+        ran = config["run_config"]
+        assert ran["validation-fraction"] == 0.0 and ran["seed"] == seed
+        assert all(ran[k] == v for k, v in chosen.items())
+
+
+def test_a_real_in_process_tuning_chooses_by_validation_and_runs_finals_without_it(tmp_path):
+    argv = ["--algorithms", "fedavg", "--space", "lr=0.02,0.5", "-c", SHARED, "--seeds", "0", "--final-seeds", "5",
+            "--engine", "inprocess", "--out", str(tmp_path)]  # fmt: skip
+    assert tune.main(argv) == 0
+    check_real_tuning(tmp_path, "fedavg", [0], [5])
+    assert read_csv(tmp_path / "final" / "sweep.csv")[0]["seeds"] == "1/1"
+
+
+@pytest.mark.slow
+def test_real_grid_and_optuna_tunings_in_parallel_resume_and_agree(tmp_path, capsys):
+    shared = SHARED.replace("num-server-rounds=3", "num-server-rounds=6")
+    space = "lr=0.02,0.5 fedcm:fedcm-alpha=0.1,0.5 fedprox:prox-mu=0.01,0.1"
+    argv = ["--algorithms", "fedavg,fedcm,fedprox", "--space", space, "-c", shared, "--seeds", "0,1", "--final-seeds",
+            "7,8", "--engine", "inprocess", "--parallel", "2", "--out", str(tmp_path / "grid")]  # fmt: skip
+    assert tune.main(argv) == 0
+    for algorithm in ("fedavg", "fedcm", "fedprox"):
+        check_real_tuning(tmp_path / "grid", algorithm, [0, 1], [7, 8])
+    capsys.readouterr()
+    assert tune.main(argv) == 0 and "── start" not in capsys.readouterr().out  # every run reused
+    optuna = ["--algorithms", "fedcm", "-c", shared, "--seeds", "0", "--search", "optuna", "--trials", "4",
+              "--final-seeds", "none", "--engine", "inprocess", "--parallel", "2"]  # fmt: skip
+    assert tune.main([*optuna, "--out", str(tmp_path / "a")]) == 0
+    assert tune.main([*optuna, "--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "a" / "tuned.toml").read_text().split("\n", 2)[2] == (
+        (tmp_path / "b" / "tuned.toml").read_text().split("\n", 2)[2])  # fmt: skip
+    check_real_tuning(tmp_path / "a", "fedcm", [0], [])
