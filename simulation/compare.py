@@ -23,7 +23,8 @@ from simulation.presets import expand as expand_preset
 from simulation.run import Interrupted, parse_overrides, preflight
 
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
-           "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status")  # fmt: skip
+           "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status",
+           "final_fed_acc", "final_fed_worst10")  # fmt: skip
 
 
 def jobs_for(algorithms: list[str], shared: dict, out: Path) -> list[Job]:
@@ -42,7 +43,9 @@ def result(outcome: Outcome, targets: list[float]) -> dict:
 def markdown(results: list[dict], targets: list[float], command: str) -> str:
     base = next((r for r in results if r["algorithm"] == "fedavg" and r.get("client_compute_s_per_round")), None)
     with_error = any(r.get("final_rel_err") is not None for r in results)
-    head = ["algorithm", "final acc", "best acc", *(["final ‖x−x*‖/‖x*‖"] if with_error else []),
+    federated = any(r.get("final_fed_acc") is not None for r in results)
+    head = ["algorithm", "final acc", "best acc", *(["final fed acc", "fed worst 10 %"] if federated else []),
+            *(["final ‖x−x*‖/‖x*‖"] if with_error else []),
             *[f"rounds to {t:g}" for t in targets], "s/round",
             "client compute s/round", "× FedAvg compute", "vectors/client/round", "MB/client/round"]  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", *report.markdown_table(head, [])]
@@ -53,6 +56,8 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
         compute = r["client_compute_s_per_round"]
         ratio = compute / base["client_compute_s_per_round"] if base and compute is not None else None
         cells = [r["algorithm"], report.fmt(r["final_acc"], ".4f"), report.fmt(r["best_acc"], ".4f"),
+                 *([report.fmt(r.get("final_fed_acc"), ".4f"), report.fmt(r.get("final_fed_worst10"), ".4f")]
+                   if federated else []),
                  *([report.fmt(r["final_rel_err"], ".3e")] if with_error else []),
                  *[str(r["rounds_to"][f"{t:g}"] or "–") for t in targets], report.fmt(r["s_per_round"], ".2f"),
                  report.fmt(compute, ".2f"), f"{ratio:.2f}" if ratio else "–",
@@ -81,6 +86,8 @@ def print_result(r: dict) -> None:
     quality = f"acc {report.fmt(r['final_acc'], '.4f')}" + (
         f", ‖x−x*‖/‖x*‖ {r['final_rel_err']:.3e}" if r["final_rel_err"] is not None else ""
     )
+    if r.get("final_fed_acc") is not None:
+        quality += f", fed acc {r['final_fed_acc']:.4f} (worst 10 % {report.fmt(r.get('final_fed_worst10'), '.4f')})"
     print(f"   final {quality}, {report.fmt(r['s_per_round'], '.2f')} s/round", flush=True)
 
 

@@ -34,13 +34,16 @@ def run_status(folder: Path) -> str:
 
 
 def run_summary(folder: Path, targets: Sequence[float]) -> dict:
-    """A results folder in numbers: status, final/best accuracy and loss, ‖x − x*‖/‖x*‖ (synthetic federations),
+    """A results folder in numbers: status, final/best accuracy and loss, the final federated accuracy and its
+    worst-10 % (evaluation federated/both), ‖x − x*‖/‖x*‖ (synthetic federations),
     rounds to each target, steady s/round and client compute s/round, communication per client and round, and the
     curve (accuracy per evaluated round, or the relative error where there is no accuracy)."""
     summary, rows = read_summary(folder), read_rows(folder)
     trained = [r for r in rows if r["round"] > 0]
     per_round = max(len(trained), 1)
     accuracy = [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
+    if not accuracy:  # evaluation='federated': the clients' weighted accuracy is the run's curve
+        accuracy = [(r["round"], r["fed_accuracy"]) for r in rows if r.get("fed_accuracy") is not None]
     error = [(r["round"], r["relative_error"]) for r in rows if r.get("relative_error") is not None]
     return {
         "status": summary["status"],
@@ -49,6 +52,8 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
         "best_acc": summary.get("best_accuracy"),
         "final_loss": summary.get("final_loss"),
         "final_rel_err": summary.get("final_relative_error"),
+        "final_fed_acc": summary.get("final_fed_accuracy"),
+        "final_fed_worst10": summary.get("final_fed_accuracy_worst10"),
         "rounds_to": {f"{t:g}": summary.get("rounds_to_target", {}).get(f"{t:g}") for t in targets},
         "s_per_round": steady_seconds(rows),
         "client_compute_s_per_round": steady_seconds(rows, "client_compute_seconds"),

@@ -287,3 +287,23 @@ def test_the_config_resolves_the_target_column():
     assert resolve({}).evaluation.target_column == "accuracy"
     both = resolve({"evaluation": "both", "validation-fraction": 0.1, "target-metric": "fed-val-accuracy"})
     assert both.evaluation.target_column == "fed_val_accuracy"
+
+
+# ---- through flwr run (Ray) -------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_flwr_run_with_evaluation_both_writes_central_and_federated_columns(tmp_path, monkeypatch):
+    from simulation import run as sim
+    from simulation.processes import tagged_processes
+    from tests.conftest import SESSION
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    config = {**SYNTHETIC, "evaluation": "both", "validation-fraction": 0.2, "eval-clients": 2,
+              "target-metric": "fed-accuracy", "out-dir": str(tmp_path / "results"), "run-name": "both"}  # fmt: skip
+    folder = sim.run(config, quiet=True)
+    rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert all(r["fed_clients"] == 2 and "accuracy" in r and "val_accuracy" in r for r in rows[1:])
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["target_metric"] == "fed_accuracy"
+    assert summary["final_fed_accuracy"] == rows[-1]["fed_accuracy"]
+    assert not tagged_processes(env=SESSION)
