@@ -358,9 +358,13 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f"--trials {args.trials} --sampler-seed {args.sampler_seed}")
     if args.space:
         parts.append(f'--space "{args.space}"')
+    if args.score != "accuracy" or args.last != 3:
+        parts.append(f"--score {args.score} --last {args.last}")
     parts += [f'-c "{c}"' for c in args.run_config]
-    parts += [f"--final-seeds {args.final_seeds}", f"--engine {args.engine}", f"--out {args.out}"]
-    return " ".join(parts)
+    parts += [f"--final-seeds {args.final_seeds}", f"--engine {args.engine}"]
+    if args.parallel > 1:  # an Optuna search asks K trials at a time: K is part of what it proposes
+        parts.append(f"--parallel {args.parallel}")
+    return " ".join([*parts, f"--out {args.out}"])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -182,6 +182,14 @@ def test_a_diverged_trial_is_listed_with_its_status_and_never_chosen(tmp_path, f
     assert "| 5 | 0.5 | 0.9639 | – | – | diverged |  |" in (tmp_path / "search" / "fedavg.md").read_text()
 
 
+def test_the_best_is_the_highest_accuracy_or_the_lowest_loss_first_of_equals():
+    trials = [tune.Trial(n, "fedavg", (("lr", lr),), [0], ["completed"], [score])
+              for n, lr, score in ((1, 0.1, 0.5), (2, 0.2, 0.7), (3, 0.3, 0.7), (4, 0.4, 0.2))]  # fmt: skip
+    trials.append(tune.Trial(5, "fedavg", (("lr", 0.5),), [0], ["failed"], [None]))
+    assert tune.chosen(trials).number == 2 and tune.chosen(trials, maximize=False).number == 4
+    assert tune.chosen(trials[4:]) is None
+
+
 def test_an_algorithm_without_a_completed_trial_gets_no_values_and_exit_1(tmp_path, fake):
     fake(lambda settings: None)
     assert tune.main(tune_args(tmp_path)) == 1
