@@ -2,9 +2,15 @@
 namespaces, TLS and SuperNode authentication on, every daemon started through deploy/. Marked `deploy` (needs
 root and iproute2; .ci/run runs these in its deployment stage).
 
-The stateful runs are checked against `run_inprocess` on the same run config: the deployment must end exactly
-where an uninterrupted in-process federation ends (or one that lost the same replies), which it cannot if a
-SuperNode restart lost its client state (the in-process negative control shows the comparison would notice)."""
+Each SuperNode host has a table folder of its own (node config data-dir; different sizes and label mixes) and
+nothing else; the SuperLink holds no dataset (server-data=false) and the nodes evaluate the global model on their
+own test files (evaluation='federated'). Node 1's operator admits only models and loaders from `mylab` (node config
+allowed-modules). The SuperLink keeps its state in a database file, so it can be killed and started again.
+
+The stateful runs are checked against `run_inprocess` on the same run config and node configs: the deployment must
+end exactly where an uninterrupted in-process federation ends (or one that lost the same replies), which it cannot
+if a SuperNode restart lost its client state (the in-process negative control shows the comparison would notice)
+or a resumed SuperLink did not continue from its checkpoint."""
 
 from __future__ import annotations
 
@@ -18,29 +24,62 @@ import numpy as np
 import pytest
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
+from fedsuite import checkpoint
 from fedsuite.inprocess import InProcessProxy, run_inprocess
 from tests.deploy_testbed import DEPLOY, Testbed, available
+from tests.observing import Rows
 
 pytestmark = [pytest.mark.deploy, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
 LSQ = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 2, "synthetic-dim": 10,
        "synthetic-samples": 30, "local-steps": 5, "batch-size": 10, "lr": 0.02, "eval-every": 1,
        "client-state": "disk"}  # fmt: skip
+NODE_DATA = [(40, 10, (0, 1)), (60, 8, (1, 2))]  # per node: training rows, test rows, its labels
+NODE_ONLY = {"dataset": "table", "model": "logreg", "label-column": "label", "server-data": False, "input-shape": "3",
+             "num-classes": 3, "evaluation": "federated", "data-dir": "/nonexistent/no-data-on-the-superlink",
+             "num-clients": 2, "local-steps": 5, "batch-size": 10, "lr": 0.05}  # fmt: skip
 # seed 6 with 1 of 2 clients per round draws partitions 0, 1, 0: node 0 sits out round 2 (fedsuite.sampling)
-RESTART = {**LSQ, "clients-per-round": 1, "num-server-rounds": 3, "seed": 6}
+# every federated evaluation is one more message per node (≈ 15 s here): only the last round of the longer runs
+RESTART = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk", "clients-per-round": 1,
+           "num-server-rounds": 3, "eval-every": 3, "seed": 6}  # fmt: skip
+ALLOWED = "mylab"  # node 1's allow-list; examples/ ships in the app bundle, so every node could import this model
+REFUSED = {**NODE_ONLY, "algorithm": "fedavg", "model": "examples.own_model.models:frozen_features",
+           "model-args": "{hidden=8}", "clients-per-round": 2, "num-server-rounds": 1, "min-replies": 0.5}  # fmt: skip
+CRASH = {**NODE_ONLY, "algorithm": "fedadam", "clients-per-round": 2, "num-server-rounds": 3, "eval-every": 3,
+         "checkpoint-every": 1, "seed": 5}  # fmt: skip
 MIDROUND = {**LSQ, "clients-per-round": 2, "num-server-rounds": 4, "min-replies": 0.5}
 # above the first round (app install and imports, ≈ 25 s), below the SuperLink's heartbeat expiry (≈ 55-60 s)
 TIMEOUT = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
+
+
+def write_node_data(root) -> list[dict]:
+    """Each node's own table folder (train.csv, test.csv); returns the node configs of the in-process reference."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    configs = []
+    for i, (train_rows, test_rows, labels) in enumerate(NODE_DATA):
+        folder = root / f"node-data-{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, n in (("train", train_rows), ("test", test_rows)):
+            y = rng.choice(labels, n)
+            x = rng.normal(size=(n, 3)) + y[:, None]
+            frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": y})
+            frame.to_csv(folder / f"{split}.csv", index=False)
+        configs.append({"partition-id": i, "num-partitions": 2, "data-dir": str(folder)})
+    configs[1]["allowed-modules"] = ALLOWED
+    return configs
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
     root = tmp_path_factory.mktemp("deploy")
     tb = Testbed(root, hosts=3)
+    tb.node_configs = write_node_data(root)
     try:
         tb.up()
         tb.make_certs("node0", "node1", "rogue")
-        tb.start_superlink()
+        tb.start_superlink("--database", str(root / "superlink.db"))
         tb.connect()
         tb.register("node0", "node1")  # not rogue
         for i in (0, 1):
@@ -53,15 +92,16 @@ def bed(tmp_path_factory):
 
 
 def start_node(tb: Testbed, i: int) -> subprocess.Popen:
-    state = tb.root / f"state-{i}"
-    return tb.start_supernode(f"node{i}", tb.hosts[i], f"partition-id={i} num-partitions=2 client-state-dir='{state}'",
-                       f"node{i}")  # fmt: skip
+    state, own = tb.root / f"state-{i}", tb.node_configs[i]
+    allow = f" allowed-modules='{own['allowed-modules']}'" if "allowed-modules" in own else ""
+    node_config = f"partition-id={i} num-partitions=2 client-state-dir='{state}' data-dir='{own['data-dir']}'{allow}"
+    return tb.start_supernode(f"node{i}", tb.hosts[i], node_config, f"node{i}")
 
 
-def start_run(tb: Testbed, config: dict, name: str) -> subprocess.Popen:
+def start_run(tb: Testbed, config: dict, name: str, role: str | None = None) -> subprocess.Popen:
     overrides = {**config, "out-dir": str(tb.root / "results"), "run-name": name}
     text = " ".join(f"{k}={json.dumps(v)}" for k, v in overrides.items())
-    return tb.spawn(f"run-{name}", tb.link, str(DEPLOY / "run"), "testbed", "-c", text, home=tb.cli_home)
+    return tb.spawn(role or f"run-{name}", tb.link, str(DEPLOY / "run"), "testbed", "-c", text, home=tb.cli_home)
 
 
 def rows(tb: Testbed, name: str) -> list[dict]:
@@ -80,9 +120,9 @@ def wait_for(predicate, proc: subprocess.Popen, tb: Testbed, role: str, timeout:
     raise AssertionError(f"timed out:\n{tb.log(role)[-4000:]}")
 
 
-def finish(tb: Testbed, proc: subprocess.Popen, name: str, timeout: float = 300) -> dict:
+def finish(tb: Testbed, proc: subprocess.Popen, name: str, timeout: float = 300, role: str | None = None) -> dict:
     proc.wait(timeout=timeout)
-    log = tb.log(f"run-{name}")
+    log = tb.log(role or f"run-{name}")
     assert proc.returncode == 0, log[-4000:]
     assert "finished:completed" in log
     summary = json.loads((tb.root / "results" / name / "summary.json").read_text())
@@ -93,6 +133,20 @@ def finish(tb: Testbed, proc: subprocess.Popen, name: str, timeout: float = 300)
 def inprocess(config: dict, state_dir):
     """The same federation in this process (client state in a fresh folder of its own)."""
     return run_inprocess({**config, "client-state-dir": str(state_dir)})
+
+
+def inprocess_nodes(config: dict, node_configs: list[dict], state_dir, **keys) -> tuple:
+    """The same node-only federation in this process, one node per node config (the deployment's data-dir and
+    allow-list); returns the strategy and its rows."""
+    rows = Rows()
+    run = {**config, "client-mapping": "fixed", "client-state-dir": str(state_dir), **keys}
+    return run_inprocess(run, observers=[rows], node_configs=node_configs), rows.rows
+
+
+def untimed(rows: list[dict]) -> list[dict]:
+    """Rows without their wall-clock columns (round_seconds, elapsed_seconds, client_compute_seconds, …: the only
+    ones that may differ), after a JSON round trip as rounds.jsonl holds them."""
+    return [{k: v for k, v in json.loads(json.dumps(r)).items() if not k.endswith("seconds")} for r in rows]
 
 
 def error_of(strategy) -> float:
@@ -117,8 +171,11 @@ def test_unregistered_and_plain_text_supernodes_are_refused(bed):
 
 
 def test_supernode_restart_between_rounds_keeps_its_client_state(bed):
-    """Node 0 trains in round 1, is stopped (SIGTERM) and restarted while round 2 runs on node 1 alone, and trains
-    again in round 3 with the c_i it wrote in round 1: the run ends exactly where the in-process one does."""
+    """Node-only data (server-data=false, each node its own table, federated evaluation), SCAFFOLD: node 0 trains in
+    round 1, is stopped (SIGTERM) and restarted while round 2 runs on node 1 alone, and trains again in round 3 with
+    the c_i it wrote in round 1: the run ends exactly where the in-process one does, the nodes' test metrics
+    included."""
+    started = time.monotonic()
     proc = start_run(bed, RESTART, "restart")
     wait_for(lambda: len(rows(bed, "restart")) >= 2, proc, bed, "run-restart")  # rows 0 and 1: round 2 started
     (state_file,) = (bed.root / "state-0").glob("run-*/partition-000000.npz")  # one subfolder per run
@@ -133,8 +190,13 @@ def test_supernode_restart_between_rounds_keeps_its_client_state(bed):
     finish(bed, proc, "restart")
     got = rows(bed, "restart")
     assert [r["replies"] for r in got[1:]] == [1, 1, 1] and got[-1]["failures"] == 0
+    assert sorted(got[-1]["fed_client_accuracy"]) == ["0"] and got[-1]["fed_failures"] == 0  # node 0 evaluated
     assert state_file.stat().st_mtime > time.time() - 120  # node 0 wrote its state again in round 3
-    assert final_error(bed, "restart") == pytest.approx(error_of(inprocess(RESTART, bed.root / "ref")), rel=1e-6)
+    meta = json.loads((bed.root / "results" / "restart" / "config.json").read_text())
+    assert "client_sizes" not in meta  # the server saw no data
+    _, reference = inprocess_nodes(RESTART, bed.node_configs, bed.root / "ref-restart")
+    assert untimed(got) == untimed(reference)
+    print(f"node-only SCAFFOLD run with a node restart: {time.monotonic() - started:.0f} s")
 
 
 def test_the_comparison_would_notice_a_lost_client_state(tmp_path):
@@ -147,11 +209,30 @@ def test_the_comparison_would_notice_a_lost_client_state(tmp_path):
                 path.unlink()
         return fit(self, ins, timeout, group_id)
 
-    reference = inprocess(RESTART, tmp_path / "reference")
+    nodes = write_node_data(tmp_path)
+    _, reference = inprocess_nodes(RESTART, nodes, tmp_path / "reference")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(InProcessProxy, "fit", forgetful)
-        lost = inprocess(RESTART, tmp_path / "forgetful")
-    assert error_of(lost) != pytest.approx(error_of(reference), rel=1e-4)
+        _, lost = inprocess_nodes(RESTART, nodes, tmp_path / "forgetful")
+    assert untimed(lost[:3]) == untimed(reference[:3])
+    assert lost[-1]["fed_loss"] != pytest.approx(reference[-1]["fed_loss"], rel=1e-4)
+
+
+def test_a_node_refuses_a_model_outside_its_allow_list(bed):
+    """Node 1 admits only models and loaders from mylab; the run names examples.own_model's: node 1 refuses it (an
+    error reply for its fit and its evaluation, nothing imported), the reason reaches the server's log and
+    clients.log, and node 0 trains alone."""
+    started = time.monotonic()
+    proc = start_run(bed, REFUSED, "refused")
+    finish(bed, proc, "refused")
+    reason = (f"rejected: NodeRefused: this node runs only models and loaders from {ALLOWED} (node config "
+              f"allowed-modules); the run names model='{REFUSED['model']}'")  # fmt: skip
+    assert f"round 1: client 1 {reason}" in bed.log("run-refused")  # the server's log, streamed by flwr run
+    assert f"=== round 1 │ client 1 │ {reason}" in (bed.root / "results" / "refused" / "clients.log").read_text()
+    (last,) = rows(bed, "refused")[1:]
+    assert last["replies"] == 1 and last["rejected"] == 1 and last["fed_failures"] == 1
+    assert sorted(last["fed_client_accuracy"]) == ["0"]
+    print(f"refused run: {time.monotonic() - started:.0f} s")
 
 
 def test_supernode_dying_mid_round_is_left_out_and_rejoins(bed):
@@ -235,3 +316,36 @@ def _run_losing(config: dict, lost_rounds: set[int], state_dir):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(InProcessProxy, "fit", lossy)
         return inprocess(config, state_dir)
+
+
+def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
+    """The SuperLink (and its ServerApp) is killed with SIGKILL while round 2 runs; started again on the same
+    database, the SuperNodes reconnect by themselves, and the operator submits the same run config plus
+    resume-from: the run ends with the same final model bytes and the same rows as an uninterrupted run. Runs last:
+    the SuperLink it leaves behind is a new process."""
+    name, started = "crash", time.monotonic()
+    proc = start_run(bed, CRASH, name)
+    wait_for(lambda: len(rows(bed, name)) >= 2, proc, bed, f"run-{name}")  # round 1 recorded and checkpointed
+    wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, f"run-{name}")  # round 2 under way
+    for pid in bed.processes("superlink"):  # the SuperLink and its ServerApp, as in a crash of its host
+        os.kill(pid, signal.SIGKILL)
+    assert not bed.stop("superlink", signal_first=False)  # nothing of it is left
+    proc.wait(timeout=60)
+    assert proc.returncode != 0  # deploy/run says the run did not complete
+    folder = bed.root / "results" / name
+    assert checkpoint.load(folder).server_round == 1 and len(rows(bed, name)) == 2
+    killed = time.monotonic()
+    bed.start_superlink("--database", str(bed.root / "superlink.db"))  # the operator's steps (README)
+    bed.wait_online(2)
+    resumed = start_run(bed, {**CRASH, "resume-from": str(folder)}, name, role="run-crash-resumed")
+    finish(bed, resumed, name, role="run-crash-resumed")
+    assert "resuming from" in bed.log("run-crash-resumed")
+    got = rows(bed, name)
+    assert [r["round"] for r in got] == [0, 1, 2, 3] and all(r["replies"] == 2 for r in got[1:])
+    reference, reference_rows = inprocess_nodes(CRASH, bed.node_configs, bed.root / "ref-crash")
+    assert untimed(got) == untimed(reference_rows)
+    final = checkpoint.load(folder)
+    assert final.server_round == 3
+    assert np.asarray(final.state["rule"]["x"]).tobytes() == reference.x.tobytes()
+    print(f"SuperLink crash: {killed - started:.0f} s to the kill, {time.monotonic() - killed:.0f} s to resume and "
+          "finish")  # fmt: skip
