@@ -113,7 +113,7 @@ SHORT = ("num-clients=4 clients-per-round=2 tracking-clients=2 eval-every=1 batc
 def test_short_study_writes_the_table_plot_and_runs_and_resumes(tmp_path, capsys):
     folder = write_fortunes(tmp_path / "fortunes")
     out = tmp_path / "study"
-    argv = ["--out", str(out), "--seeds", "0,1", "--rounds", "2", "--target", "0.01", "-c",
+    argv = ["--out", str(out), "--seeds", "0,1", "--rounds", "1", "--targets", "0.01", "-c",
             f"data-dir='{folder}' {SHORT}"]  # fmt: skip
     assert lora_study.main(argv) == 0
     table = (out / "table.md").read_text()
