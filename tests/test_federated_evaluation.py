@@ -41,9 +41,10 @@ def run_rows(config: dict, **kwargs) -> tuple[object, list[dict]]:
     return strategy, rows.rows
 
 
-def direct_metrics(cfg, x: np.ndarray, parts, which: str) -> tuple[float, float, int]:
+def direct_metrics(cfg, x: np.ndarray, parts, which: str, data_dirs=None) -> tuple[float, float, int]:
     """(mean loss, accuracy, examples) of the model x over the union of the clients' `which` data, in one pass."""
-    nodes = [ClientNode(cfg, pid, cfg.num_clients) for pid in parts]
+    dirs = data_dirs or [None] * len(parts)
+    nodes = [ClientNode(cfg, pid, cfg.num_clients, d) for pid, d in zip(parts, dirs, strict=True)]
     data = [getattr(node, which) for node in nodes]
     model = nodes[0].model
     model.x.copy_(torch.as_tensor(x))
@@ -233,6 +234,9 @@ def test_a_server_without_data_runs_scaffold_with_federated_evaluation(tmp_path)
     cfg = resolve(config)
     tested = [ClientNode(cfg, pid, 3, node["data-dir"]).test_data for pid, node in enumerate(nodes)]
     assert [len(t) for t in tested] == [10, 7, 12]  # each node's own test.csv
+    loss, accuracy, _ = direct_metrics(cfg, strategy.x, [0, 1, 2], "test_data", [n["data-dir"] for n in nodes])
+    assert rows.rows[-1]["fed_loss"] == pytest.approx(loss, rel=1e-6)  # weighted by the unequal test sizes
+    assert rows.rows[-1]["fed_accuracy"] == pytest.approx(accuracy, abs=1e-12)
     meta = json.loads((tmp_path / "out" / "nodes" / "config.json").read_text())
     assert "client_sizes" not in meta and "classes_per_client" not in meta and "nodes" in meta["data"]
     summary = json.loads((tmp_path / "out" / "nodes" / "summary.json").read_text())
