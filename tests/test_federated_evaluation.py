@@ -311,3 +311,20 @@ def test_flwr_run_with_evaluation_both_writes_central_and_federated_columns(tmp_
     assert summary["status"] == "completed" and summary["target_metric"] == "fed_accuracy"
     assert summary["final_fed_accuracy"] == rows[-1]["fed_accuracy"]
     assert not tagged_processes(env=SESSION)
+
+
+def test_natural_partitions_test_each_client_on_its_own_test_rows(tmp_path):
+    rng = np.random.default_rng(2)
+    for split, sites in (("train", ["a"] * 20 + ["b"] * 30 + ["c"] * 25), ("test", ["a"] * 4 + ["b"] * 9 + ["c"] * 6)):
+        y = rng.integers(0, 2, len(sites))
+        x = rng.normal(size=(len(sites), 3)) + y[:, None]
+        frame = pd.DataFrame({"f0": x[:, 0], "f1": x[:, 1], "f2": x[:, 2], "site": sites, "label": y})
+        frame.sample(frac=1.0, random_state=0).to_csv(tmp_path / f"{split}.csv", index=False)
+    config = {**TABLE_RUN, "algorithm": "fedavg", "client-mapping": "logical", "data-dir": str(tmp_path),
+              "partition": "natural", "partition-column": "site", "evaluation": "both",
+              "num-server-rounds": 1}  # fmt: skip
+    strategy, rows = run_rows(config)
+    cfg = resolve(config)
+    assert [len(ClientNode(cfg, pid, 3).test_data) for pid in range(3)] == [4, 9, 6]  # sites a, b, c
+    assert [len(ClientNode(cfg, pid, 3).data) for pid in range(3)] == [20, 30, 25]  # nothing held out to test
+    assert rows[-1]["fed_clients"] == 3 and "accuracy" in rows[-1]

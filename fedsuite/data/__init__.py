@@ -31,7 +31,7 @@ from fedsuite.data.partition import make_partition, natural
 from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
 from fedsuite.data.table import SUFFIXES as TABLE_SUFFIXES
-from fedsuite.data.table import frame_data, load_table, read_frame, split_file
+from fedsuite.data.table import frame_data, read_frame, split_file
 from fedsuite.data.tabular import Tabular
 
 Dataset = Images | Tabular | SyntheticFederation | OwnDataset
@@ -87,15 +87,22 @@ def _own(name: str, data_dir: str, image_size: int, label: str, feature: str, gr
 
 
 def _table(data_dir: str, label: str, group: str) -> Dataset:
-    """A table folder; without a test file its test set is empty (clients then hold out a share of their rows, and
-    central evaluation refuses to start, fedsuite.data.server_dataset)."""
+    """A table folder (fedsuite.data.table). Without a test file its test set is empty (clients then hold out a
+    share of their rows, and central evaluation refuses to start, `server_dataset`). A test file that has the
+    partition-column too keeps it as `test_columns`: under partition='natural' each client's test split is its own
+    rows (`client_test_rows`)."""
     folder = Path(data_dir).expanduser() if data_dir else Path.cwd()
-    if any((folder / f"test{suffix}").is_file() for suffix in TABLE_SUFFIXES):
-        return load_table(data_dir, label, group)
     train_path = split_file(folder, "train")
     train = read_frame(train_path)
-    dataset = frame_data("table", train, train, label, group, (train_path, train_path))
-    return replace(dataset, test=Split(dataset.test.x[:0], dataset.test.y[:0]))
+    if not any((folder / f"test{suffix}").is_file() for suffix in TABLE_SUFFIXES):
+        dataset = frame_data("table", train, train, label, group, (train_path, train_path))
+        return replace(dataset, test=Split(dataset.test.x[:0], dataset.test.y[:0]))
+    test_path = split_file(folder, "test")
+    test = read_frame(test_path)
+    dataset = frame_data("table", train, test, label, group, (train_path, test_path))
+    if group and group in test.columns:
+        dataset.test_columns = {group: test[group].to_numpy()}  # read by client_test_rows (getattr)
+    return dataset
 
 
 @lru_cache(maxsize=2)
