@@ -401,6 +401,9 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
         raise TuneError("--parallel and --last: must be >= 1")
     seeds = _seeds(args.seeds, "--seeds")
     final_seeds = _seeds(args.final_seeds, "--final-seeds") if args.final_seeds.strip().lower() != "none" else []
+    if overlap := sorted(set(seeds) & set(final_seeds)):
+        raise TuneError(f"--final-seeds {args.final_seeds}: seed {overlap[0]} is also a search seed; the final runs "
+                        "need fresh seeds")  # fmt: skip
     shared = parse_overrides(args.run_config)
     if shared.get("validation-fraction", DEFAULT_VALIDATION_FRACTION) == 0:
         raise TuneError("validation-fraction=0: tuning scores trials on a validation split; give a value in (0, 1) "

@@ -274,7 +274,7 @@ def test_optuna_search_end_to_end_is_reproducible_and_resumes(tmp_path, fake):
     "extra, message",
     [(["-c", "validation-fraction=0"], "validation-fraction=0"), (["--search", "optuna"], "--trials"),
      (["--space", "lr=-1"], "lr"), (["--algorithms", "fedavg,nope"], "nope"), (["--seeds", "0,0"], "--seeds"),
-     (["-c", "lr-decay=2"], "lr-decay")],
+     (["-c", "lr-decay=2"], "lr-decay"), (["--final-seeds", "1,12"], "seed 1 is also a search seed")],
 )  # fmt: skip
 def test_bad_settings_stop_before_any_run(tmp_path, fake, capsys, extra, message):
     engine = fake(val_peaks_at_small_lr_test_at_large)
