@@ -45,6 +45,9 @@ from simulation.run import Interrupted, parse_overrides, preflight
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
 DEFAULT_VALIDATION_FRACTION = 0.1
+# keys a tuning sets itself: the run's identity, the seeds, where it writes, the validation split it is scored on
+NOT_TUNABLE = ("algorithm", "seed", "validation-fraction", "out-dir", "run-name", "overwrite", "preset",
+               "preset-expanded", "resume-from")  # fmt: skip
 Point = tuple[tuple[str, Scalar], ...]  # one trial's values, in the space's key order
 
 
@@ -68,6 +71,9 @@ def search_space(algorithm: str, replaced: Mapping[str, tuple[Scalar, ...]] | No
                         "--space 'lr=0.01,0.1'")  # fmt: skip
     schema = active_schema()
     for key, search in space.items():
+        if key in NOT_TUNABLE:
+            raise TuneError(f"{algorithm}: {key} cannot be searched (the tuning sets it); tunable keys are "
+                            "hyper-parameters such as lr")  # fmt: skip
         if (error := problem(key, search, schema.get(key))) is not None:
             raise TuneError(f"{algorithm}: {error}")
     return space

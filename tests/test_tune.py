@@ -119,6 +119,8 @@ def test_grid_is_the_declared_one_and_space_replaces_keys():
     for text in ("lr", "lr=", ":lr=1", "lr=0.1 lr=0.2"):
         with pytest.raises(ConfigError, match="--space"):
             tune.parse_space(text)
+    with pytest.raises(ConfigError, match="seed cannot be searched"):
+        tune.spaces_for(["fedavg"], tune.parse_space("seed=1,2"))
     with pytest.raises(ConfigError, match="'scaffold' is not among --algorithms"):
         tune.spaces_for(["fedavg"], tune.parse_space("scaffold:lr=0.1"))
     with pytest.raises(ConfigError, match="fedcm-alpha"):
