@@ -149,8 +149,8 @@ def validation_score(folder: Path, column: str, last: int) -> float:
     """The mean of `column` over the last `last` evaluations of the run in `folder`."""
     values = [row[column] for row in report.read_rows(folder) if row.get(column) is not None]
     if not values:
-        raise TuneError(f"{folder}: rounds.jsonl has no {column!r} values; the run had no validation split "
-                        "(validation-fraction > 0 and a version of fedsuite that evaluates it)")  # fmt: skip
+        hint = "; a task without accuracy (regression) is scored with --score loss" if "accuracy" in column else ""
+        raise TuneError(f"{folder}: rounds.jsonl has no {column!r} values{hint}")
     tail = values[-last:]
     return sum(tail) / len(tail)
 
@@ -200,9 +200,6 @@ class Setting:
 
     def jobs(self, algorithm: str, point: Point) -> list[Job]:
         return sweep.jobs_for([algorithm], [point], list(self.seeds), self.shared, self.out)
-
-    def better(self, a: float, b: float) -> bool:
-        return a > b if self.maximize else a < b
 
 
 def run_points(setting: Setting, pairs: Sequence[tuple[str, Point]]) -> dict[Path, str]:
