@@ -27,6 +27,7 @@ from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
+from fedsuite.tracking import launch_group, tracking_observers
 from strategies.base import RuleSettings
 
 log = logging.getLogger("flwr.fedsuite")
@@ -224,7 +225,9 @@ def server_fn(context: Context) -> ServerAppComponents:
     quiet_flower_logs()
     cfg = with_data_clients(resolve(context.run_config))
     plan = build_plan(cfg, run_id=int(context.run_id))
-    strategy = build_strategy(cfg, plan)
+    # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
+    trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
+    strategy = build_strategy(cfg, plan, trackers)
     return ServerAppComponents(
         server=RecordingServer(strategy, plan.recorder),
         config=ServerConfig(num_rounds=cfg.run_control.num_rounds, round_timeout=cfg.run_control.round_timeout or None),

@@ -49,6 +49,7 @@ from fedsuite.results import (
     is_disk_full,
     mark_stopped,
 )
+from fedsuite.tracking import tracking_errors
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
 from simulation.processes import Launch, new_token
@@ -265,6 +266,8 @@ def run(
     if not quiet:
         print(describe_config(cfg, from_preset, explicit), flush=True)
     check_resume(cfg)
+    for problem in tracking_errors(cfg):  # also when the data checks are skipped
+        raise ConfigError(problem)
     flwr = flwr_executable()
     if check_data:
         preflight(cfg, quiet)

@@ -13,6 +13,8 @@ import pytest
 
 from fedsuite.config import ConfigError, resolve
 from fedsuite.inprocess import run_inprocess
+from fedsuite.server.guard import RunAborted
+from fedsuite.server.observers import RoundObserver
 from fedsuite.server_app import results_folder
 from fedsuite.tracking import (
     GROUP_ENV,
@@ -26,6 +28,7 @@ from fedsuite.tracking import (
 from simulation import sweep
 from simulation.experiment import Job, run_in_process, validate
 from simulation.run import RunFailed
+from simulation.run import run as run_simulation
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
@@ -234,3 +237,32 @@ def test_a_parallel_sweep_passes_the_group_to_its_child_processes(tmp_path):
         (run_folder,) = (out / f"runs/fedavg/default/seed-{seed}/wandb").glob("offline-run-*")
         (run,) = [r["run"] for r in wandb_records(run_folder) if r["type"] == "run"]
         assert run["run_group"] == "par-study"
+
+
+class Endings(RoundObserver):
+    def __init__(self):
+        self.calls = []
+
+    def ended(self, status, reason=None):
+        self.calls.append(status)
+
+
+def test_the_round_loop_tells_observers_how_the_run_ended():
+    completed = Endings()
+    run_inprocess(SETTING, observers=[completed])
+    assert completed.calls == ["completed"]
+    diverged = Endings()
+    blowing_up = {"dataset": "synthetic-lsq", "num-clients": 5, "clients-per-round": 5, "synthetic-dim": 8,
+                  "lr": 50.0, "num-server-rounds": 10}  # fmt: skip
+    with pytest.raises(RunAborted):
+        run_inprocess(blowing_up, observers=[diverged])
+    assert diverged.calls == ["diverged"]
+
+
+@pytest.mark.slow
+def test_a_flwr_run_writes_tensorboard_events_for_every_round(tmp_path):
+    """The ServerApp itself builds the trackers (server_fn), under a real `flwr run`."""
+    folder = run_simulation({**SETTING, "tensorboard": True, "out-dir": str(tmp_path), "run-name": "flwr"},
+                            quiet=True)  # fmt: skip
+    acc = tensorboard_events(folder / "tensorboard")
+    assert [e.step for e in acc.Scalars("loss")] == [0, 1, 2, 3]

@@ -32,8 +32,9 @@ class RecordingServer(Server):
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
-            return self._rounds(num_rounds, timeout)
-        except RunAborted:
+            result = self._rounds(num_rounds, timeout)
+        except RunAborted as err:
+            self._ended(err.status, str(err))
             raise
         except (KeyboardInterrupt, SystemExit) as err:
             self._finish("interrupted", f"the ServerApp was stopped ({type(err).__name__})")
@@ -41,8 +42,19 @@ class RecordingServer(Server):
         except BaseException as err:
             self._finish("failed", f"{type(err).__name__}: {err}")
             raise
+        else:
+            self._ended("completed")
+            return result
         finally:
             self._remove_run_state()
+
+    def _ended(self, status: str, reason: str | None = None) -> None:
+        """Tell the strategy's observers (trackers) how the run ended; one that fails to close is only logged."""
+        for observer in getattr(self.strategy, "observers", ()):
+            try:
+                observer.ended(status, reason)
+            except Exception as err:  # a tracker's close must not change the run's outcome
+                log.warning("fedsuite │ observer %s failed at the end of the run: %s", type(observer).__name__, err)
 
     def _remove_run_state(self) -> None:
         """A per-run client-state folder (in RAM for client-state memory) goes with the run; checkpoints hold
@@ -79,3 +91,4 @@ class RecordingServer(Server):
             if self.recorder.resume_command:
                 log.error("fedsuite │ resume from the last checkpoint with: %s", self.recorder.resume_command)
             self.recorder.finish(status, reason)
+        self._ended(status, reason)
