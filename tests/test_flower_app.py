@@ -220,6 +220,7 @@ def test_federated_evaluation_on_the_clients_test_data(tmp_path, flower_server):
     losses = [(len(tests[p][1]), float(half_squared_error(tests[p][0] @ w.T, tests[p][1]))) for p in cohort]
     expected = sum(k * loss for k, loss in losses) / sum(k for k, _ in losses)
     assert rows[3]["fed_clients"] == len(cohort) and rows[3]["fed_loss"] == pytest.approx(expected, rel=1e-6)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["target_metric"] == "fed_accuracy"
 
 
 def test_a_client_with_other_settings_is_refused_with_the_keys_named(tmp_path, caplog):

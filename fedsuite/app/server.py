@@ -174,4 +174,5 @@ def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.n
         "surface": "fedsuite.app",
     }
     folder = Path(results).expanduser().absolute()
-    return RunRecorder(folder, dict(cfg), meta, cfg.targets, cfg.run_control.num_rounds, cfg.output.overwrite)
+    return RunRecorder(folder, dict(cfg), meta, cfg.targets, cfg.run_control.num_rounds, cfg.output.overwrite,
+                       target_column=cfg.evaluation.target_column)  # fmt: skip
