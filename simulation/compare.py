@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 from fedsuite.config import ALGORITHMS, ConfigError
+from fedsuite.tuned import Tuned, with_tuned
+from fedsuite.tuned import read as read_tuned
 from simulation import report
 from simulation.experiment import ENGINE_HELP, ENGINES, Job, Outcome, resolved, run_jobs, validate
 from simulation.presets import describe as describe_config
@@ -27,9 +29,14 @@ COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "
            "final_fed_acc", "final_fed_worst10")  # fmt: skip
 
 
-def jobs_for(algorithms: list[str], shared: dict, out: Path) -> list[Job]:
-    """One run per algorithm into <out>/runs/<algorithm>/, every other setting shared."""
-    return [Job({**shared, "algorithm": a}, out / "runs" / a, a, {"algorithm": a}) for a in algorithms]
+def jobs_for(algorithms: list[str], shared: dict, out: Path, tuned: Tuned | None = None) -> list[Job]:
+    """One run per algorithm into <out>/runs/<algorithm>/, every other setting shared; `tuned`: each algorithm's
+    values from simulation.tune (the shared -c keys win)."""
+    return [
+        Job({**(shared if tuned is None else with_tuned(shared, tuned, a)), "algorithm": a}, out / "runs" / a, a,
+            {"algorithm": a})
+        for a in algorithms
+    ]  # fmt: skip
 
 
 def result(outcome: Outcome, targets: list[float]) -> dict:
@@ -109,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
     parser.add_argument("--out", default="results/compare", help="output folder")
     parser.add_argument("--title", default="", help="plot title")
+    parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen values "
+                        "(-c keys win)")  # fmt: skip
     parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
     parser.add_argument("--skip-finished", action="store_true",
                         help="reuse runs in --out that completed with the same explicit settings")  # fmt: skip
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     try:
         shared = parse_overrides(args.run_config)
-        jobs = jobs_for(algorithms, shared, out)
+        jobs = jobs_for(algorithms, shared, out, read_tuned(args.tuned) if args.tuned else None)
         validate(jobs)  # every setting is checked before the first run starts
         cfg = resolved(shared)
         print(describe_config(cfg, expand_preset(shared)[1], shared), flush=True)
@@ -132,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     command = "python -m simulation.compare --algorithms " + ",".join(algorithms)
     command += " --engine inprocess" if args.engine == "inprocess" else ""
-    command += "".join(f' -c "{c}"' for c in args.run_config) + f" --out {args.out}"
+    command += "".join(f' -c "{c}"' for c in args.run_config) + (f" --tuned {args.tuned}" if args.tuned else "")
+    command += f" --out {args.out}"
     title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
     print(write_report(out, results, cfg.targets, command, title))
     return 0 if all(r["status"] == "completed" for r in results) else 1

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 from fedsuite.config import ALGORITHMS, ConfigError
+from fedsuite.tuned import Tuned, with_tuned
+from fedsuite.tuned import read as read_tuned
 from simulation import report
 from simulation.experiment import ENGINES, Job, grid_tag, is_finished, parse_grid, resolved, run_jobs, validate
 from simulation.run import Interrupted, parse_overrides, preflight
@@ -29,11 +31,17 @@ from simulation.run import Interrupted, parse_overrides, preflight
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
 
 
-def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict, out: Path) -> list[Job]:
+def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict, out: Path,
+             tuned: Tuned | None = None) -> list[Job]:  # fmt: skip
     """Algorithms × grid points × seeds, each into <out>/runs/<algorithm>/<grid point>/seed-<s>/, tracked in the
-    group named after <out> (TensorBoard: `tensorboard --logdir <out>` shows every run; W&B: the runs' group)."""
+    group named after <out> (TensorBoard: `tensorboard --logdir <out>` shows every run; W&B: the runs' group).
+    `tuned`: each algorithm's values from simulation.tune (the shared -c keys win)."""
+
+    def settings(a: str) -> dict:
+        return shared if tuned is None else with_tuned(shared, tuned, a)
+
     return [
-        Job({**shared, **dict(point), "algorithm": a, "seed": s}, out / "runs" / a / grid_tag(point) / f"seed-{s}",
+        Job({**settings(a), **dict(point), "algorithm": a, "seed": s}, out / "runs" / a / grid_tag(point) / f"seed-{s}",
             f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point), "seed": s}, group=out.name)
         for a, point, s in itertools.product(algorithms, points, seeds)
     ]  # fmt: skip
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, default="flwr")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
     parser.add_argument("--title", default="")
+    parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen values "
+                        "(-c keys win)")  # fmt: skip
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     try:
@@ -115,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
         seeds = [int(s) for s in args.seeds.split(",")]
         shared = parse_overrides(args.run_config)
-        jobs = jobs_for(algorithms, parse_grid(args.grid), seeds, shared, out)
+        tuned = read_tuned(args.tuned) if args.tuned else None
+        jobs = jobs_for(algorithms, parse_grid(args.grid), seeds, shared, out, tuned)
         validate(jobs)  # every setting checked before any run
         cfg = resolved(shared)
         preflight(cfg)
@@ -131,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     command = (f"python -m simulation.sweep --algorithms {','.join(algorithms)} --seeds {args.seeds}"
                + (f' --grid "{args.grid}"' if args.grid else "") + "".join(f' -c "{c}"' for c in args.run_config)
+               + (f" --tuned {args.tuned}" if args.tuned else "")
                + f" --engine {args.engine} --out {args.out}")  # fmt: skip
     title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
     print(write_report(out, aggregate(jobs, cfg.targets), cfg.targets, command, title))

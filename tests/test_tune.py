@@ -370,3 +370,19 @@ def test_real_grid_and_optuna_tunings_in_parallel_resume_and_agree(tmp_path, cap
     assert (tmp_path / "a" / "tuned.toml").read_text().split("\n", 2)[2] == (
         (tmp_path / "b" / "tuned.toml").read_text().split("\n", 2)[2])  # fmt: skip
     check_real_tuning(tmp_path / "a", "fedcm", [0], [])
+
+
+def test_sweep_and_compare_take_the_tuned_values_with_the_command_line_keys_winning(tmp_path):
+    from simulation import compare, sweep
+
+    path = tmp_path / "tuned.toml"
+    tuned.write(path, {"fedavg": {"lr": 0.2}, "fedprox": {"lr": 0.3, "prox-mu": 0.05}}, ["chosen by: a test"])
+    values = tuned.read(path)
+    shared = {"dataset": "synthetic-lsq", "prox-mu": 0.5}
+    swept = sweep.jobs_for(["fedavg", "fedprox"], [()], [0], shared, tmp_path / "s", values)
+    assert [(j.settings["lr"], j.settings["prox-mu"]) for j in swept] == [(0.2, 0.5), (0.3, 0.5)]
+    compared = compare.jobs_for(["fedavg", "fedprox"], shared, tmp_path / "c", values)
+    assert [j.settings["lr"] for j in compared] == [0.2, 0.3]
+    assert compare.jobs_for(["fedavg"], shared, tmp_path / "c")[0].settings == {**shared, "algorithm": "fedavg"}
+    assert sweep.main(["--algorithms", "fedavg", "--tuned", str(tmp_path / "missing.toml"), "--out",
+                       str(tmp_path / "x")]) == 2  # fmt: skip

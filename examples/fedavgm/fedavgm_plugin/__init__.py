@@ -7,6 +7,7 @@ Clients run FedAvg's local SGD (fedsuite's clients.fedavg); the server keeps a m
 from __future__ import annotations
 
 from fedsuite.registry import Algorithm
+from fedsuite.tunable import LogRange
 
 from fedavgm_plugin.keys import BETA
 
@@ -20,4 +21,5 @@ def algorithm() -> Algorithm:
         summary="server momentum: v ← β v + mean_S Δ_i, x ← x + η_g v",
         strategy_args={"beta": BETA.name, "server_lr": "server-lr"},
         keys=(BETA,),
+        tunable={"lr": LogRange(0.005, 0.5), BETA.name: (0.0, 0.5, 0.7, 0.9)},  # what simulation.tune searches
     )
