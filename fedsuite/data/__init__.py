@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -14,7 +12,6 @@ from fedsuite.data.colour import client_coefficients
 from fedsuite.data.datasets import (
     DatasetNotFound,
     Images,
-    Split,
     load_cifar,
     load_fashion_mnist,
     load_mnist,
@@ -30,8 +27,7 @@ from fedsuite.data.own import DataError, LoadedData, OwnDataset, load_from_loade
 from fedsuite.data.partition import make_partition, natural
 from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
-from fedsuite.data.table import SUFFIXES as TABLE_SUFFIXES
-from fedsuite.data.table import frame_data, read_frame, split_file
+from fedsuite.data.table import load_table
 from fedsuite.data.tabular import Tabular
 
 Dataset = Images | Tabular | SyntheticFederation | OwnDataset
@@ -80,29 +76,10 @@ def _own(name: str, data_dir: str, image_size: int, label: str, feature: str, gr
     if name == "imagefolder":
         return load_imagefolder(data_dir, image_size)
     if name == "table":
-        return _table(data_dir, label, group)
+        return load_table(data_dir, label, group)
     if name == "hf":
         return load_hf(data_dir, label, feature, group)
     return load_from_loader(name, data_dir, seed)
-
-
-def _table(data_dir: str, label: str, group: str) -> Dataset:
-    """A table folder (fedsuite.data.table). Without a test file its test set is empty (clients then hold out a
-    share of their rows, and central evaluation refuses to start, `server_dataset`). A test file that has the
-    partition-column too keeps it as `test_columns`: under partition='natural' each client's test split is its own
-    rows (`client_test_rows`)."""
-    folder = Path(data_dir).expanduser() if data_dir else Path.cwd()
-    train_path = split_file(folder, "train")
-    train = read_frame(train_path)
-    if not any((folder / f"test{suffix}").is_file() for suffix in TABLE_SUFFIXES):
-        dataset = frame_data("table", train, train, label, group, (train_path, train_path))
-        return replace(dataset, test=Split(dataset.test.x[:0], dataset.test.y[:0]))
-    test_path = split_file(folder, "test")
-    test = read_frame(test_path)
-    dataset = frame_data("table", train, test, label, group, (train_path, test_path))
-    if group and group in test.columns:
-        dataset.test_columns = {group: test[group].to_numpy()}  # read by client_test_rows (getattr)
-    return dataset
 
 
 @lru_cache(maxsize=2)
@@ -204,17 +181,17 @@ def client_test_rows(cfg: Config, dataset: Dataset, partition_id: int, data_dir:
     """Rows of `dataset.test` that are client `partition_id`'s own test split, or None when the data has none for
     it (the client then holds out a local-test-fraction share of its training data): a node's own data-dir's whole
     test set; under partition='natural', the test rows whose partition-column value is the client's, when the
-    dataset keeps that column for test rows (`test_columns`)."""
+    dataset keeps that column for its test rows (`OwnDataset.test_columns`: a loader's, or a table's / hf folder's
+    test split with partition-column)."""
     if data_dir:
         return np.arange(len(dataset.test)) if has_test_set(dataset) else None
     if cfg.partitioning.scheme != "natural":
         return None
-    column = cfg.data.partition_column
-    test_groups = getattr(dataset, "test_columns", {}).get(column)
+    values = np.unique(_groups(cfg, dataset))  # only own data has columns: `dataset` is an OwnDataset
+    test_groups = dataset.test_columns.get(cfg.data.partition_column)
     if test_groups is None:
         return None
-    values = np.unique(np.asarray(_groups(cfg, dataset)))
-    rows = np.flatnonzero(np.asarray(test_groups) == values[partition_id])
+    rows = np.flatnonzero(test_groups == values[partition_id])
     return rows if len(rows) else None
 
 

@@ -4,11 +4,15 @@ dataset object every other part of fedsuite reads (`OwnDataset`, the same interf
 A loader is any importable callable; it is called with the keyword arguments it names among `data_dir`, `seed`
 and `cfg` (the run's Config) and returns a `LoadedData`:
 
-    train, test     (features, targets) pairs of tensors / numpy arrays, or torch Datasets of (x, y) items
+    train, test     (features, targets) pairs of tensors / numpy arrays, or torch Datasets of (x, y) items;
+                    test=None: the data has no test set (central evaluation then refuses to start; with
+                    evaluation='federated' each client tests on a local-test-fraction share of its rows)
     task            'classification' (integer labels in [0, num_classes)) or 'regression' (float targets)
     num_classes     classification: the number of classes (default: largest label + 1)
     columns         optional per-training-sample metadata, name → one value per sample; partition='natural' makes
                     one client per distinct value of columns[partition-column]
+    test_columns    optional per-test-sample metadata, the same for the test rows; under partition='natural' a
+                    client's federated test data is the test rows whose test_columns[partition-column] value is its
 
 Features are used as given (no normalisation: a loader normalises its own), in float32 unless they are integers
 (token ids for a language model stay int64). Every check names the key or the file and fails before training.
@@ -43,6 +47,7 @@ class LoadedData:
     task: str = "classification"
     num_classes: int | None = None
     columns: Mapping[str, Sequence] = field(default_factory=dict)
+    test_columns: Mapping[str, Sequence] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +60,7 @@ class OwnDataset:
     num_classes: int
     task: str = "classification"
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)  # per training sample (natural partitions)
+    test_columns: Mapping[str, np.ndarray] = field(default_factory=dict)  # per test sample (clients' own test rows)
     crop_pad: int = 0
 
     @property
@@ -103,7 +109,11 @@ def _import(path: str):
 
 def _tensor(value: Any, what: str) -> torch.Tensor:
     try:
-        t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+        if isinstance(value, torch.Tensor):
+            t = value
+        else:
+            array = np.asarray(value)
+            t = torch.as_tensor(array if array.flags.writeable else array.copy())  # a read-only view (pandas)
     except (TypeError, ValueError, RuntimeError) as err:
         raise DataError(f"{what}: not an array of numbers ({err})") from err
     return t.detach().cpu()
@@ -129,9 +139,14 @@ def checked(name: str, loaded: LoadedData) -> OwnDataset:
         raise DataError(f"dataset={name!r}: task={loaded.task!r}; allowed are {', '.join(TASKS)}")
     splits = {}
     for which in ("train", "test"):
+        if which == "test" and loaded.test is None:  # no test set: an empty one shaped like the training set
+            splits["test"] = Split(splits["train"].x[:0], splits["train"].y[:0])
+            continue
         x, y = _pairs(getattr(loaded, which), f"dataset={name!r} {which}")
         if len(x) != len(y) or len(y) == 0:
-            raise DataError(f"dataset={name!r} {which}: {len(x)} feature rows but {len(y)} targets (need ≥ 1, equal)")
+            no_test = "; test=None if there is no test set" if which == "test" else ""
+            raise DataError(f"dataset={name!r} {which}: {len(x)} feature rows but {len(y)} targets (need ≥ 1, "
+                            f"equal{no_test})")  # fmt: skip
         if x.is_floating_point() or x.is_complex():
             x = x.float()
             if not bool(torch.isfinite(x).all()):
@@ -154,11 +169,19 @@ def checked(name: str, loaded: LoadedData) -> OwnDataset:
                             f"(num_classes={classes})")  # fmt: skip
     else:
         classes = 1
+    columns = _columns(name, loaded.columns, len(splits["train"]), "columns", "training")
+    test_columns = _columns(name, loaded.test_columns, len(splits["test"]), "test_columns", "test")
+    return OwnDataset(name, splits["train"], splits["test"], classes, loaded.task, columns, test_columns)
+
+
+def _columns(name: str, given: Mapping[str, Sequence], samples: int, key: str, which: str) -> dict[str, np.ndarray]:
+    """Per-sample metadata as numpy arrays, one value per `which` sample each."""
     columns = {}
-    for column, values in dict(loaded.columns).items():
+    for column, values in dict(given).items():
         values = np.asarray(values)
-        if len(values) != len(splits["train"]):
-            raise DataError(f"dataset={name!r}: column {column!r} has {len(values)} values for "
-                            f"{len(splits['train'])} training samples")  # fmt: skip
+        count = len(values) if values.ndim else 0
+        if count != samples or (samples == 0 and values.ndim == 0):
+            raise DataError(f"dataset={name!r}: {key}[{str(column)!r}] has {count} values for {samples} {which} "
+                            "samples (one per sample)")  # fmt: skip
         columns[str(column)] = values
-    return OwnDataset(name, splits["train"], splits["test"], classes, loaded.task, columns)
+    return columns

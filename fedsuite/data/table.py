@@ -1,8 +1,10 @@
-"""dataset='table': train.csv / test.csv (or .parquet) in data-dir, one row per sample.
+"""dataset='table': train.csv / test.csv (or .parquet) in data-dir, one row per sample; without a test file the data
+has no test set (clients then hold out a share of their rows; central evaluation refuses to start).
 
 `label-column` holds the label: integers ≥ 0 or strings (classes, strings numbered in sorted order), or non-integer
 numbers (regression). Every other column is a numeric feature, standardised with the training split's mean and std
-(a constant feature keeps std 1), except `partition-column` (partition='natural'), which only says whose row it is.
+(a constant feature keeps std 1), except `partition-column` (partition='natural'), which only says whose row it is;
+a test file that has it too gives each client its own test rows (`OwnDataset.test_columns`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from fedsuite.data.datasets import DatasetNotFound
 from fedsuite.data.own import DataError, LoadedData, OwnDataset, checked
 
 SUFFIXES = (".csv", ".parquet")
+
+
+def has_split(folder: Path, split: str) -> bool:
+    return any((folder / f"{split}{suffix}").is_file() for suffix in SUFFIXES)
 
 
 def split_file(folder: Path, split: str) -> Path:
@@ -45,9 +51,11 @@ def is_bool_dtype(column) -> bool:
     return bool(boolean(column))
 
 
-def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path, Path]) -> OwnDataset:
-    """Checked, standardised data from two pandas frames (also used by dataset='hf')."""
-    for frame, path in zip((train, test), where, strict=True):
+def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path, Path | None]) -> OwnDataset:
+    """Checked, standardised data from two pandas frames (also used by dataset='hf'); test=None: no test set. A test
+    frame that has the partition-column keeps it as `test_columns` (each client's own test rows)."""
+    frames = [(frame, path) for frame, path in zip((train, test), where, strict=True) if frame is not None]
+    for frame, path in frames:
         if label not in frame.columns:
             raise DataError(
                 f"label-column={label!r}: {path} has no such column (it has {', '.join(map(str, frame.columns))})"
@@ -57,7 +65,7 @@ def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path
     features = [c for c in train.columns if c not in (label, group)]
     if not features:
         raise DataError(f"dataset={name!r}: {where[0]} has no feature column besides {label!r}")
-    for frame, path in zip((train, test), where, strict=True):
+    for frame, path in frames:
         missing = [c for c in features if c not in frame.columns]
         if missing:
             raise DataError(f"{path}: lacks the feature column(s) {missing[:5]}")
@@ -65,42 +73,47 @@ def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path
         if bad:
             raise DataError(f"{path}: column(s) {bad[:5]} are not numeric; every column but label-column="
                             f"{label!r} must be a number")  # fmt: skip
-    x_train = train[features].to_numpy(np.float64)
-    x_test = test[features].to_numpy(np.float64)
-    for x, path in ((x_train, where[0]), (x_test, where[1])):
+    xs = [frame[features].to_numpy(np.float64) for frame, _ in frames]
+    for x, (_, path) in zip(xs, frames, strict=True):
         if not np.isfinite(x).all():
             raise DataError(f"{path}: features hold NaN, inf or empty values")
-    mean, std = x_train.mean(axis=0), x_train.std(axis=0)
+    mean, std = xs[0].mean(axis=0), xs[0].std(axis=0)
     std = np.where(std > 0, std, 1.0)
-    y_train, y_test, task, classes = _labels(train[label], test[label], label, where)
+    y_train, y_test, task, classes = _labels(train[label], None if test is None else test[label], label, where)
     loaded = LoadedData(
-        train=(((x_train - mean) / std).astype(np.float32), y_train),
-        test=(((x_test - mean) / std).astype(np.float32), y_test),
+        train=(((xs[0] - mean) / std).astype(np.float32), y_train),
+        test=None if test is None else (((xs[1] - mean) / std).astype(np.float32), y_test),
         task=task,
         num_classes=classes,
         columns={group: train[group].to_numpy()} if group else {},
+        test_columns={group: test[group].to_numpy()} if group and test is not None and group in test.columns else {},
     )
     return checked(name, loaded)
 
 
-def _labels(train, test, label: str, where: tuple[Path, Path]):
-    """(train, test labels, task, classes): strings → sorted class numbers; integers → classes; floats → regression."""
-    if not is_numeric_dtype(train) or not is_numeric_dtype(test):
-        names = sorted(set(map(str, train)) | set(map(str, test)))
+def _labels(train, test, label: str, where: tuple[Path, Path | None]):
+    """(train, test labels, task, classes): strings → sorted class numbers; integers → classes; floats → regression.
+    test=None (no test set): test labels None."""
+    tests = [] if test is None else [test]
+    if not all(is_numeric_dtype(column) for column in (train, *tests)):
+        names = sorted(set(map(str, train)).union(*(map(str, column) for column in tests)))
         index = {n: i for i, n in enumerate(names)}
-        return (np.array([index[str(v)] for v in train]), np.array([index[str(v)] for v in test]),
-                "classification", len(names))  # fmt: skip
-    y_train, y_test = train.to_numpy(np.float64), test.to_numpy(np.float64)
-    for y, path in ((y_train, where[0]), (y_test, where[1])):
+        numbered = [np.array([index[str(v)] for v in column], dtype=np.int64) for column in (train, *tests)]
+        return numbered[0], numbered[1] if tests else None, "classification", len(names)
+    ys = [column.to_numpy(np.float64) for column in (train, *tests)]
+    for y, path in zip(ys, where, strict=False):
         if not np.isfinite(y).all():
             raise DataError(f"label-column={label!r}: {path} holds NaN, inf or empty labels")
-    if np.all(y_train == np.round(y_train)) and np.all(y_test == np.round(y_test)):
-        classes = int(max(y_train.max(), y_test.max())) + 1
-        return y_train.astype(np.int64), y_test.astype(np.int64), "classification", classes
-    return y_train, y_test, "regression", None
+    if all(np.all(y == np.round(y)) for y in ys):
+        classes = int(max(y.max() for y in ys)) + 1
+        return ys[0].astype(np.int64), ys[1].astype(np.int64) if tests else None, "classification", classes
+    return ys[0], ys[1] if tests else None, "regression", None
 
 
 def load_table(data_dir: str, label: str, group: str) -> OwnDataset:
+    """The table folder `data_dir` (the working directory when empty): train.* and, if there is one, test.*."""
     folder = Path(data_dir).expanduser() if data_dir else Path.cwd()
-    paths = (split_file(folder, "train"), split_file(folder, "test"))
-    return frame_data("table", read_frame(paths[0]), read_frame(paths[1]), label, group, paths)
+    train_path = split_file(folder, "train")
+    test_path = split_file(folder, "test") if has_split(folder, "test") else None
+    test = None if test_path is None else read_frame(test_path)
+    return frame_data("table", read_frame(train_path), test, label, group, (train_path, test_path))
