@@ -91,23 +91,36 @@ def aggregate(jobs: list[Job], target: float) -> list[dict]:
 
 
 def orderings(rows: list[dict]) -> list[dict]:
-    """The paper's orderings in mean rounds to target: reproduced (True/False), or None when either side has no
-    mean (a method never reached the target in every completed seed counts as slower than one that did)."""
+    """The paper's orderings in mean rounds to target: reproduced (True/False), or None when neither side reached
+    the target in every completed seed (one that did not counts as slower than one that did); `gap` is the
+    difference of the means in rounds and `spread` the larger of the two seeds' stds (None where undefined)."""
     by = {r["algorithm"]: r for r in rows}
     out = []
     for fast, slow in PAPER_ORDERINGS:
         if fast not in by or slow not in by:
             continue
 
-        def mean(name):
+        def stats(name):
             row = by[name]
             full = row["completed"] > 0 and row["reached"] == row["completed"]
-            return row["rounds_to_target"][0] if full else float("inf")
+            return row["rounds_to_target"] if full else (float("inf"), None)
 
-        a, b = mean(fast), mean(slow)
-        out.append({"faster": fast, "slower": slow,
-                    "reproduced": None if a == b == float("inf") else a < b})  # fmt: skip
+        (a, std_a), (b, std_b) = stats(fast), stats(slow)
+        finite = a != float("inf") and b != float("inf")
+        out.append({"faster": fast, "slower": slow, "reproduced": None if a == b == float("inf") else a < b,
+                    "gap": b - a if finite else None, "spread": max(std_a, std_b) if finite else None})  # fmt: skip
     return out
+
+
+def verdict(ordering: dict) -> str:
+    """'reproduces' / 'does not reproduce' with the gap against the seeds' spread."""
+    if ordering["reproduced"] is None:
+        return "undecided (neither reached the target in every seed)"
+    text = "reproduces" if ordering["reproduced"] else "does not reproduce"
+    if ordering["gap"] is None:
+        return text + " (one side did not reach the target in every seed)"
+    gap, spread = abs(ordering["gap"]), ordering["spread"]
+    return text + f" ({gap:.1f} rounds apart, {'within' if gap <= spread else 'beyond'} the seeds' std {spread:.1f})"
 
 
 def target_section(rows: list[dict], target: float) -> list[str]:
@@ -125,9 +138,7 @@ def target_section(rows: list[dict], target: float) -> list[str]:
                       report.format_mean_std(r["vectors_per_client_round"], ".2f"),
                       report.format_mean_std(r["final_acc"], ".4f"), report.format_mean_std(r["best_acc"], ".4f"),
                       report.format_mean_std(r["seconds"], ".0f")])  # fmt: skip
-    verdict = {True: "reproduces", False: "does not reproduce", None: "undecided (neither reached it)"}
-    checks = [f"- {NAMES[o['faster']]} faster than {NAMES[o['slower']]}: {verdict[o['reproduced']]}"
-              for o in orderings(rows)]  # fmt: skip
+    checks = [f"- {NAMES[o['faster']]} faster than {NAMES[o['slower']]}: {verdict(o)}" for o in orderings(rows)]
     return [
         f"### Target {target:.0%}",
         "",

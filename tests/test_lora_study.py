@@ -101,9 +101,15 @@ def row(algorithm, each, completed=3):
 def test_orderings_compare_mean_rounds_and_count_an_unreached_target_as_slower():
     rows = [row("fadamgt", [10, 12, 14]), row("fadamet", [20, None, 20]), row("localadam", [15, 15, 15]),
             row("fedavg", [None, None, None])]  # fmt: skip
-    verdicts = {(o["faster"], o["slower"]): o["reproduced"] for o in lora_study.orderings(rows)}
+    found = {(o["faster"], o["slower"]): o for o in lora_study.orderings(rows)}
+    verdicts = {pair: o["reproduced"] for pair, o in found.items()}
     assert verdicts == {("fadamgt", "localadam"): True, ("fadamgt", "fadamet"): True,
                         ("fadamet", "localadam"): False, ("localadam", "fedavg"): True}  # fmt: skip
+    assert found["fadamgt", "localadam"]["gap"] == 3.0
+    assert (
+        lora_study.verdict(found["fadamgt", "localadam"]) == "reproduces (3.0 rounds apart, beyond the seeds' std 0.0)"
+    )
+    assert "does not reproduce (one side" in lora_study.verdict(found["fadamet", "localadam"])
 
 
 SHORT = ("num-clients=4 clients-per-round=2 tracking-clients=2 eval-every=1 batch-size=8 "
