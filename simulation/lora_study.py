@@ -38,7 +38,7 @@ PAPER_ORDERINGS = (("fadamgt", "localadam"), ("fadamgt", "fadamet"), ("fadamet",
 
 def jobs_for(algorithms: list[str], seeds: list[int], shared: dict, out: Path) -> list[Job]:
     """Algorithms × seeds into <out>/runs/<algorithm>/seed-<s>/, each algorithm with its own local lr."""
-    return [Job({"lr": LEARNING_RATES.get(a, 0.01), **shared, "algorithm": a, "seed": s},
+    return [Job({"lr": LEARNING_RATES[a], **shared, "algorithm": a, "seed": s},
                 out / "runs" / a / f"seed-{s}", f"{a} seed {s}", {"algorithm": a, "seed": s})
             for a in algorithms for s in seeds]  # fmt: skip
 
@@ -191,6 +191,15 @@ def write_report(out: Path, tables: dict[float, list[dict]], command: str, wall_
     return text
 
 
+def numbers(text: str, kind: type, flag: str, allowed: str) -> list:
+    """`"0,1,2"` → [0, 1, 2]; anything else is a one-line ConfigError naming the flag and what it allows."""
+    try:
+        values = [kind(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: allowed are {allowed}") from None
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation.lora_study", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/lora-study", type=Path)
@@ -208,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(algorithms) - set(NAMES))
         if unknown:
             raise ConfigError(f"--algorithms: {', '.join(unknown)} not in the study; allowed: {', '.join(NAMES)}")
-        seeds = [int(s) for s in args.seeds.split(",")]
-        targets = [float(t) for t in args.targets.split(",")]
+        seeds = numbers(args.seeds, int, "--seeds", "comma-separated integers ≥ 0")
+        targets = numbers(args.targets, float, "--targets", "comma-separated accuracies in (0, 1]")
+        if any(s < 0 for s in seeds) or not all(0 < t <= 1 for t in targets):
+            raise ConfigError(f"--seeds {args.seeds!r} / --targets {args.targets!r}: seeds are integers ≥ 0, "
+                              "targets accuracies in (0, 1]")  # fmt: skip
         shared = {**parse_overrides([SETTING]), "num-server-rounds": args.rounds, "targets": args.targets,
                   **parse_overrides(args.run_config)}  # fmt: skip
         jobs = jobs_for(algorithms, seeds, shared, out)

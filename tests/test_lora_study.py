@@ -144,6 +144,10 @@ def test_short_study_writes_the_table_plot_and_runs_and_resumes(tmp_path, capsys
 def test_bad_input_is_refused_before_training(tmp_path, capsys):
     assert lora_study.main(["--out", str(tmp_path), "--algorithms", "fedavg,scaffold"]) == 2
     assert "--algorithms: scaffold not in the study" in capsys.readouterr().err
+    assert lora_study.main(["--out", str(tmp_path), "--seeds", "0,x"]) == 2
+    assert "--seeds '0,x': allowed are comma-separated integers" in capsys.readouterr().err
+    assert lora_study.main(["--out", str(tmp_path), "--targets", "0.4,45"]) == 2
+    assert "targets accuracies in (0, 1]" in capsys.readouterr().err
     assert lora_study.main(["--out", str(tmp_path), "-c", f"data-dir='{tmp_path / 'none'}'"]) == 2
     assert "no fortunes folder" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
