@@ -54,7 +54,8 @@ def initial_state(cfg: Config, dataset) -> tuple[np.ndarray, np.ndarray]:
     key = (cfg.model, cfg.model_args, ds.name, ds.input_shape, ds.num_classes, ds.task, cfg.seed)
     if key not in _INITIAL:
         net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
-        sample = ds.features(ds.test, np.arange(min(2, len(ds.test))), "cpu")
+        source = ds.test if len(ds.test) else ds.train  # a dataset without a test set (federated evaluation)
+        sample = ds.features(source, np.arange(min(2, len(source))), "cpu")
         check_output(net, sample, ds.num_classes, ds.task, cfg.model)
         x0 = torch.cat([p.detach().reshape(-1) for p in trainable(net)]).numpy().astype(np.float32)
         owned = [b.detach().float().reshape(-1) for _, _, b in float_buffers(net)]
