@@ -43,10 +43,10 @@ NODE_ONLY = {"dataset": "table", "model": "logreg", "label-column": "label", "se
 RESTART = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk", "clients-per-round": 1,
            "num-server-rounds": 3, "eval-every": 3, "seed": 6}  # fmt: skip
 ALLOWED = "mylab"  # node 1's allow-list; examples/ ships in the app bundle, so every node could import this model
-REFUSED = {**NODE_ONLY, "algorithm": "fedavg", "model": "examples.own_model.models:frozen_features",
-           "model-args": "{hidden=8}", "clients-per-round": 2, "num-server-rounds": 1, "min-replies": 0.5}  # fmt: skip
-CRASH = {**NODE_ONLY, "algorithm": "fedadam", "clients-per-round": 2, "num-server-rounds": 2, "eval-every": 2,
-         "checkpoint-every": 1, "seed": 5}  # fmt: skip
+# FedAdam with an import-path model that node 1's allow-list refuses: node 0 trains alone (min-replies 0.5)
+CRASH = {**NODE_ONLY, "algorithm": "fedadam", "model": "examples.own_model.models:frozen_features",
+         "model-args": "{hidden=8}", "min-replies": 0.5, "clients-per-round": 2, "num-server-rounds": 2,
+         "eval-every": 2, "checkpoint-every": 1, "seed": 5}  # fmt: skip
 MIDROUND = {**LSQ, "clients-per-round": 2, "num-server-rounds": 4, "min-replies": 0.5}
 # above the first round (app install and imports, ≈ 25 s), below the SuperLink's heartbeat expiry (≈ 55-60 s)
 TIMEOUT = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
@@ -218,23 +218,6 @@ def test_the_comparison_would_notice_a_lost_client_state(tmp_path):
     assert lost[-1]["fed_loss"] != pytest.approx(reference[-1]["fed_loss"], rel=1e-4)
 
 
-def test_a_node_refuses_a_model_outside_its_allow_list(bed):
-    """Node 1 admits only models and loaders from mylab; the run names examples.own_model's: node 1 refuses it (an
-    error reply for its fit and its evaluation, nothing imported), the reason reaches the server's log and
-    clients.log, and node 0 trains alone."""
-    started = time.monotonic()
-    proc = start_run(bed, REFUSED, "refused")
-    finish(bed, proc, "refused")
-    reason = (f"rejected: NodeRefused: this node runs only models and loaders from {ALLOWED} (node config "
-              f"allowed-modules); the run names model='{REFUSED['model']}'")  # fmt: skip
-    assert f"round 1: client 1 {reason}" in bed.log("run-refused")  # the server's log, streamed by flwr run
-    assert f"=== round 1 │ client 1 │ {reason}" in (bed.root / "results" / "refused" / "clients.log").read_text()
-    (last,) = rows(bed, "refused")[1:]
-    assert last["replies"] == 1 and last["rejected"] == 1 and last["fed_failures"] == 1
-    assert sorted(last["fed_client_accuracy"]) == ["0"]
-    print(f"refused run: {time.monotonic() - started:.0f} s")
-
-
 def test_supernode_dying_mid_round_is_left_out_and_rejoins(bed):
     """Node 0 is killed (SIGKILL, as in a crash) while its round-2 ClientApp runs: round 2 completes with node 1
     (min-replies 0.5) once the SuperLink declares node 0 unavailable (a restart before that is refused), node 0 is
@@ -322,7 +305,11 @@ def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
     """The SuperLink (and its ServerApp) is killed with SIGKILL while round 2 runs; started again on the same
     database, the SuperNodes reconnect by themselves, and the operator submits the same run config plus
     resume-from: the run ends with the same final model bytes and the same rows as an uninterrupted run. Runs last:
-    the SuperLink it leaves behind is a new process."""
+    the SuperLink it leaves behind is a new process.
+
+    The same run shows node 1's allow-list at work: the run names an import-path model from examples/ (shipped in
+    the app bundle, so node 1 could import it), node 1 admits only mylab, so it refuses every fit and evaluation
+    (nothing imported) with a reason that reaches the server's log and clients.log, and node 0 trains alone."""
     name, started = "crash", time.monotonic()
     proc = start_run(bed, CRASH, name)
     wait_for(lambda: len(rows(bed, name)) >= 2, proc, bed, f"run-{name}")  # round 1 recorded and checkpointed
@@ -341,11 +328,18 @@ def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
     finish(bed, resumed, name, role="run-crash-resumed")
     assert "resuming from" in bed.log("run-crash-resumed")
     got = rows(bed, name)
-    assert [r["round"] for r in got] == [0, 1, 2] and all(r["replies"] == 2 for r in got[1:])
+    assert [r["round"] for r in got] == [0, 1, 2] and all(r["replies"] == 1 and r["rejected"] == 1 for r in got[1:])
+    reason = (f"rejected: NodeRefused: this node runs only models and loaders from {ALLOWED} (node config "
+              f"allowed-modules); the run names model='{CRASH['model']}'")  # fmt: skip
+    assert f"round 1: client 1 {reason}" in bed.log(f"run-{name}")  # the server's log, streamed by flwr run
+    assert f"round 2: client 1 evaluate {reason}" in bed.log("run-crash-resumed")
+    problems = (folder / "clients.log").read_text()
+    assert f"=== round 1 │ client 1 │ {reason}" in problems and f"=== round 2 │ client 1 │ {reason}" in problems
     reference, reference_rows = inprocess_nodes(CRASH, bed.node_configs, bed.root / "ref-crash")
     assert untimed(got) == untimed(reference_rows)
     final = checkpoint.load(folder)
-    assert final.server_round == 2 and got[-1]["fed_clients"] == 2  # both nodes tested the resumed model
+    assert final.server_round == 2 and sorted(got[-1]["fed_client_accuracy"]) == ["0"]  # node 0 tested it
+    assert got[-1]["fed_failures"] == 1  # node 1 refused to evaluate
     assert np.asarray(final.state["rule"]["x"]).tobytes() == reference.x.tobytes()
     print(f"SuperLink crash: {killed - started:.0f} s to the kill, {time.monotonic() - killed:.0f} s to resume and "
           "finish")  # fmt: skip
