@@ -211,7 +211,8 @@ def _invariant_gap(algorithm: str, ckpt, num_clients: int) -> float:
     return float(np.abs(s["x"] - client_mean).max())
 
 
-MANY_ON_TWO = [("scaffold", "memory"), ("feddyn", "disk"), ("fedadmm", "memory"),
+MANY_ON_TWO = [("scaffold", "memory"), ("feddyn", "disk"),  # the main suite: one per client-state place
+               pytest.param("fedadmm", "memory", marks=pytest.mark.slow),
                pytest.param("scaffold", "disk", marks=pytest.mark.slow),
                pytest.param("feddyn", "memory", marks=pytest.mark.slow),
                pytest.param("fedadmm", "disk", marks=pytest.mark.slow)]  # fmt: skip
