@@ -3,6 +3,9 @@ and the one-line errors before training."""
 
 from __future__ import annotations
 
+import logging
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -108,6 +111,16 @@ def test_imagefolder_is_decoded_once_resized_and_trains(tmp_path):
     strategy = run_inprocess({**cfg, "num-clients": 2, "clients-per-round": 2, "num-server-rounds": 1,
                               "partition": "iid", "device": "cpu", "batch-size": 2})  # fmt: skip
     assert strategy.plan.evaluate is not None and strategy.dim > 0
+
+
+def test_a_test_folder_without_some_training_classes_is_a_warning(tmp_path, caplog):
+    write_images(tmp_path, {"train": 2, "test": 1})
+    shutil.rmtree(tmp_path / "test" / "dog")
+    with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
+        ds = load_dataset(resolve({"dataset": "imagefolder", "data-dir": str(tmp_path), "image-size": 8}))
+    (warning,) = [r.getMessage() for r in caplog.records if "imagefolder" in r.getMessage()]
+    assert "1 class(es) of train/ (dog)" in warning and "\n" not in warning
+    assert ds.num_classes == 2 and ds.test.y.tolist() == [0]
 
 
 def test_an_unreadable_image_is_named(tmp_path):

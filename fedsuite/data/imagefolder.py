@@ -8,6 +8,7 @@ split's per-channel mean and std. An image that cannot be decoded is named.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -63,6 +64,12 @@ def load_imagefolder(data_dir: str, size: int) -> Images:
         why = f"test/ has classes missing from train/: {unknown[:5]}" if unknown else "train/ has no class folder"
         raise DatasetNotFound(f"dataset='imagefolder': {root}: {why}")
     train, test = _files(train_dir, classes), _files(test_dir, classes)
+    untested = sorted(set(classes) - {classes[label] for _, label in test})
+    if untested and test:
+        logging.getLogger("flwr.fedsuite").warning(
+            "dataset='imagefolder': %s has no image of %d class(es) of train/ (%s): test accuracy leaves them out",
+            test_dir, len(untested), ", ".join(untested[:5]) + (" …" if len(untested) > 5 else ""),
+        )  # fmt: skip
     if not train or not test:
         raise DatasetNotFound(f"dataset='imagefolder': {train_dir if not train else test_dir} holds no image")
     cache = root / f"fedsuite-imagefolder-{size}-{_fingerprint(train + test, root, size)}.npz"
