@@ -50,6 +50,7 @@ class Checkpoint:
     state: dict[str, Any]
     rows: list[dict[str, Any]]
     run_config: dict[str, Any]
+    state_key: int | None = None  # the run id naming node-held client-state folders (None: an older checkpoint)
 
     @property
     def client_state(self) -> Path:
@@ -104,7 +105,7 @@ def encode_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.nd
 
 
 def write(results: Path, server_round: int, state: dict[str, Any], rows: list[dict], run_config: dict,
-          client_state_root: Path | None) -> Path:  # fmt: skip
+          client_state_root: Path | None, state_key: int | None = None) -> Path:  # fmt: skip
     """Write checkpoint `server_round` (module docstring); returns its folder. Older checkpoints are removed once
     the new one is in place and named by latest.json. A failure at any byte (a full disk) removes what this call
     wrote and raises: the previous checkpoint stays whole and latest."""
@@ -118,7 +119,7 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
         tmp.mkdir()
         tree, arrays = encode_state(state)
         np.savez(tmp / "server.npz", **arrays)
-        (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree}))
+        (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree, "state-key": state_key}))
         (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (tmp / "run_config.json").write_text(json.dumps(run_config, indent=1))
         snapshot = tmp / CLIENT_STATE
@@ -178,7 +179,8 @@ def load(results: Path) -> Checkpoint:
         run_config = json.loads(where.read_text())
     except Exception as err:  # a damaged file that the manifest could not catch (an unsealed, older checkpoint)
         raise CheckpointError(f"checkpoint file {where} cannot be read ({type(err).__name__}: {err})") from None
-    return Checkpoint(folder, int(head["round"]), state, rows, run_config)
+    key = head.get("state-key")
+    return Checkpoint(folder, int(head["round"]), state, rows, run_config, None if key is None else int(key))
 
 
 def check_compatible(ckpt: Checkpoint, run_config: dict) -> None:
@@ -191,6 +193,37 @@ def check_compatible(ckpt: Checkpoint, run_config: dict) -> None:
     if int(run_config["num-server-rounds"]) <= ckpt.server_round:
         raise CheckpointError(f"the checkpoint is at round {ckpt.server_round}: num-server-rounds must be larger "
                               f"than that to resume (got {run_config['num-server-rounds']})")  # fmt: skip
+
+
+def recorded_rounds(results: Path) -> list[int]:
+    """The rounds the run in `results` recorded (rounds.jsonl), before a resumed recorder drops those after the
+    checkpoint; a line that cannot be read (cut by the crash) is skipped."""
+    rounds = []
+    path = results / "rounds.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            rounds.append(int(json.loads(line)["round"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return rounds
+
+
+def check_node_held_state(ckpt: Checkpoint, rounds: list[int]) -> None:
+    """Refuse a resume that node-held client state cannot follow exactly.
+
+    Client state the server cannot snapshot (a SuperNode's client-state-dir) is where the crashed run left it. A
+    node undoes its last write when the server's restored ledger did not accept it (fedsuite.state), but one write
+    only: exact while the crashed run trained at most the round after the checkpoint, i.e. recorded no round past
+    it. The state is node-held when the ledger accepted replies but the checkpoint's snapshot holds no file."""
+    ledger = ckpt.state.get("accepted") or {}
+    node_held = any(ledger.values()) and not any(ckpt.client_state.glob("partition-*.npz"))
+    later = [r for r in rounds if r > ckpt.server_round]
+    if node_held and later:
+        raise CheckpointError(
+            f"cannot resume from {ckpt.folder}: the client state is held by the nodes, which trained past the "
+            f"checkpoint's round {ckpt.server_round} (the run recorded round {max(later)}) and cannot go back more "
+            "than one round; deployments with node-held client state need checkpoint-every=1"
+        )
 
 
 def restore(strategy, ckpt: Checkpoint, client_state_root: Path | None) -> None:

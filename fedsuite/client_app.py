@@ -9,7 +9,9 @@ Node config keys: `partition-id`, `num-partitions` (Flower fills them in simulat
 one partition, client-mapping='fixed', gets them with --node-config and reports them when the server asks),
 optionally `data-dir` (a folder with the node's own copy of the dataset files; the node then trains on all of
 it instead of a partition of the run's dataset), `client-state-dir` (where on-disk client state goes, in a
-`run-<run id>` subfolder) and `allowed-modules` (the modules whose import-path models and loaders this node runs,
+`run-<key>` subfolder: the state key the server sends, the id of the run that started the experiment, which a run
+resumed after a SuperLink crash keeps; Flower's run id for a message without one) and `allowed-modules` (the
+modules whose import-path models and loaders this node runs,
 fedsuite.node_trust; a run naming another is refused before anything is imported, with an error reply).
 """
 
@@ -24,12 +26,13 @@ from fedsuite.data import with_data_clients
 from fedsuite.declared import model_state, units
 from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
-from fedsuite.payload import PARTITION_KEY
+from fedsuite.payload import PARTITION_KEY, STATE_KEY
 from fedsuite.state import DiskStore, choose_backend, state_root
 
 
-def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
-    """The node of `partition_id` (default: the one in the node config) with its client-state store."""
+def node_for(context: Context, partition_id: int | None = None, state_key: str | None = None) -> ClientNode:
+    """The node of `partition_id` (default: the one in the node config) with its client-state store; node-held
+    state (node config client-state-dir) is in the `run-<state_key>` subfolder (default: Flower's run id)."""
     nc, cfg = context.node_config, resolve(context.run_config)
     check(cfg, nc)  # the operator's allow-list, before any of the run's code or data is touched
     cfg = with_data_clients(cfg)
@@ -50,8 +53,10 @@ def node_for(context: Context, partition_id: int | None = None) -> ClientNode:
         held = cfg.client_state
         where = choose_backend(held.mode, cfg.num_clients, node.model.dim, units(specs), held.budget_mb)
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
-        # run, so a run never starts from another run's vectors; a restarted SuperNode keeps the run id (issue 10)
-        configured = f"{node_dir}/run-{context.run_id}" if node_dir else held.dir
+        # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id (issue 10)
+        # and a resumed run sends its first run's id as the state key
+        key = context.run_id if state_key is None else state_key
+        configured = f"{node_dir}/run-{key}" if node_dir else held.dir
         node.store = DiskStore(state_root(where, configured, context.run_id), node.partition_id)
     return node
 
@@ -64,7 +69,8 @@ class Worker(NumPyClient):
 
     def _client(self, config) -> NumPyClient:
         pid = config.get(PARTITION_KEY) if config else None
-        node = node_for(self.context, None if pid is None else int(pid))
+        key = config.get(STATE_KEY) if config else None
+        node = node_for(self.context, None if pid is None else int(pid), None if key is None else str(key))
         return registry.build_client(node.cfg, node)
 
     def _partition(self, config) -> int:

@@ -16,6 +16,10 @@ ARRAYS_KEY = "fedsuite.arrays"
 STATE_ACCEPTED = "fedsuite.state-accepted"
 # Fit config: the partition (logical client) this message is for; a SuperNode trains whichever it is told (issue 9).
 PARTITION_KEY = "fedsuite.partition-id"
+# Fit/evaluate config: the run id of the run that started the experiment (kept across resumes); a SuperNode's
+# node-held client state lives in `client-state-dir/run-<key>`, so a resumed run (a new Flower run id) finds it.
+# A string: Flower's run ids are unsigned 64-bit, config integers signed.
+STATE_KEY = "fedsuite.state-key"
 ALGORITHM_KEY = "fedsuite.algorithm"  # fit config: the server's algorithm, checked by the client
 
 

@@ -109,6 +109,8 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         held = cfg.client_state
         log.info("fedsuite │ %s", state.describe(held.mode, cfg.num_clients, x0.size, vectors, held.budget_mb))
     state_root = client_state_root(cfg, x0.size, run_id)
+    if resume is not None and state_root is not None:  # before the recorder drops the rows past the checkpoint
+        checkpoint.check_node_held_state(resume, checkpoint.recorded_rounds(resume_folder(cfg)))
     recorder = None
     if record:
         folder = results_folder(cfg)
@@ -142,6 +144,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         client_mapping=run.client_mapping,
         client_state_root=state_root,
         run_id=run_id,
+        state_key=resume.state_key if resume is not None and resume.state_key is not None else run_id,
         checkpoint_every=run.checkpoint_every,
         run_config=dict(cfg),
         start_round=resume.server_round if resume else 0,

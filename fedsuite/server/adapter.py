@@ -36,6 +36,7 @@ from fedsuite.payload import (
     ARRAYS_KEY,
     PARTITION_KEY,
     STATE_ACCEPTED,
+    STATE_KEY,
     nbytes,
     pack,
 )
@@ -150,7 +151,8 @@ class RuleStrategy(Strategy):
                 own_arrays, own_names = pack(own)
                 arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
                 params = ndarrays_to_parameters(arrays)
-            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid}
+            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
+                          STATE_KEY: str(self.plan.state_key)}  # fmt: skip
             instructions.append((nodes[pid], FitIns(params, fit_config)))
             sizes.append((nbytes(arrays) - buffer_bytes, len(arrays) - len(buffers)))
         self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)
@@ -219,7 +221,12 @@ class RuleStrategy(Strategy):
         buffers = {} if self.averaged is None else self.averaged.downlink()
         arrays, names = pack({"model": self.rule.x, **buffers})
         params = ndarrays_to_parameters(arrays)
-        config = {"round": server_round, ALGORITHM_KEY: plan.algorithm, ARRAYS_KEY: names}
+        config = {
+            "round": server_round,
+            ALGORITHM_KEY: plan.algorithm,
+            ARRAYS_KEY: names,
+            STATE_KEY: str(plan.state_key),
+        }
         return [(nodes[pid], EvaluateIns(params, {**config, PARTITION_KEY: pid})) for pid in sorted(nodes)]
 
     def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]], failures: list):

@@ -16,6 +16,8 @@ def due(plan: RunPlan, server_round: int) -> bool:
 
 def write(plan: RunPlan, server_round: int, state: dict) -> None:
     recorder = plan.recorder
-    checkpoint.write(recorder.folder, server_round, state, recorder.rows, plan.run_config, plan.client_state_root)
+    checkpoint.write(
+        recorder.folder, server_round, state, recorder.rows, plan.run_config, plan.client_state_root, plan.state_key
+    )
     recorder.resume_command = checkpoint.resume_command(recorder.folder)
     recorder.write_summary(recorder.status)

@@ -35,6 +35,7 @@ class RunPlan:
     client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each
     client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
     run_id: int = 0
+    state_key: int = 0  # names node-held client-state folders: the first run's id, kept in checkpoints (resumes)
     checkpoint_every: int = 0  # rounds between checkpoints (fedsuite.checkpoint); 0 = none
     run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
     start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
