@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from flwr.app import RecordDict
+from flwr.common import Context
 
 from fedsuite import checkpoint
+from fedsuite.client_app import node_for
 from fedsuite.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 
@@ -101,3 +104,10 @@ def test_resume_from_a_checkpoint_the_nodes_trained_past_is_refused(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="held by the nodes.*recorded round 3.*checkpoint-every=1"):
         run_inprocess({**cfg, "resume-from": str(tmp_path / "crashed")}, record=True, run_id=12,
                       node_configs=node_configs)  # fmt: skip
+
+
+def test_node_state_folder_is_named_by_the_state_key_else_the_flower_run_id(tmp_path):
+    node_config = {"partition-id": 1, "num-partitions": CLIENTS, "client-state-dir": str(tmp_path)}
+    context = Context(5, 1, node_config, RecordDict(), dict(CONFIG))
+    assert node_for(context).store.path.parent == tmp_path / "run-5"  # a message without a key (older server)
+    assert node_for(context, state_key="11").store.path.parent == tmp_path / "run-11"
