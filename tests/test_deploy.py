@@ -43,10 +43,11 @@ NODE_ONLY = {"dataset": "table", "model": "logreg", "label-column": "label", "se
 RESTART = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk", "clients-per-round": 1,
            "num-server-rounds": 3, "eval-every": 3, "seed": 6}  # fmt: skip
 ALLOWED = "mylab"  # node 1's allow-list; examples/ ships in the app bundle, so every node could import this model
-# FedAdam with an import-path model that node 1's allow-list refuses: node 0 trains alone (min-replies 0.5)
-CRASH = {**NODE_ONLY, "algorithm": "fedadam", "model": "examples.own_model.models:frozen_features",
-         "model-args": "{hidden=8}", "min-replies": 0.5, "clients-per-round": 2, "num-server-rounds": 2,
-         "eval-every": 2, "checkpoint-every": 1, "seed": 5}  # fmt: skip
+# SCAFFOLD, its c_i on the nodes (client-state-dir), with an import-path model that node 1's allow-list refuses:
+# node 0 trains alone (min-replies 0.5); checkpoint-every=1, as deployments with node-held state need
+CRASH = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk",
+         "model": "examples.own_model.models:frozen_features", "model-args": "{hidden=8}", "min-replies": 0.5,
+         "clients-per-round": 2, "num-server-rounds": 2, "eval-every": 2, "checkpoint-every": 1, "seed": 5}  # fmt: skip
 MIDROUND = {**LSQ, "clients-per-round": 2, "num-server-rounds": 4, "min-replies": 0.5}
 # above the first round (app install and imports, ≈ 25 s), below the SuperLink's heartbeat expiry (≈ 55-60 s)
 TIMEOUT = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
@@ -304,13 +305,17 @@ def _run_losing(config: dict, lost_rounds: set[int], state_dir):
 def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
     """The SuperLink (and its ServerApp) is killed with SIGKILL while round 2 runs; started again on the same
     database, the SuperNodes reconnect by themselves, and the operator submits the same run config plus
-    resume-from: the run ends with the same final model bytes and the same rows as an uninterrupted run. Runs last:
-    the SuperLink it leaves behind is a new process.
+    resume-from: the run ends with the same final model bytes and the same rows as an uninterrupted run. The run
+    is SCAFFOLD with its client state (c_i) only on the nodes: the resumed run (a new Flower run id) sends the first
+    run's id as the state key and node 0 trains round 2 from its round-1 c_i (its round-2 write, if the kill came
+    after it, is undone). Runs last: the SuperLink it leaves behind is a new process.
 
     The same run shows node 1's allow-list at work: the run names an import-path model from examples/ (shipped in
     the app bundle, so node 1 could import it), node 1 admits only mylab, so it refuses every fit and evaluation
     (nothing imported) with a reason that reaches the server's log and clients.log, and node 0 trains alone."""
     name, started = "crash", time.monotonic()
+    node_state = bed.root / "state-0"
+    before = set(node_state.glob("run-*"))
     proc = start_run(bed, CRASH, name)
     wait_for(lambda: len(rows(bed, name)) >= 2, proc, bed, f"run-{name}")  # round 1 recorded and checkpointed
     wait_for(lambda: _clientapp_running(bed, "node0"), proc, bed, f"run-{name}")  # round 2 under way
@@ -341,5 +346,6 @@ def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
     assert final.server_round == 2 and sorted(got[-1]["fed_client_accuracy"]) == ["0"]  # node 0 tested it
     assert got[-1]["fed_failures"] == 1  # node 1 refused to evaluate
     assert np.asarray(final.state["rule"]["x"]).tobytes() == reference.x.tobytes()
+    assert len(set(node_state.glob("run-*")) - before) == 1  # both runs used node 0's one state folder
     print(f"SuperLink crash: {killed - started:.0f} s to the kill, {time.monotonic() - killed:.0f} s to resume and "
           "finish")  # fmt: skip
