@@ -13,6 +13,10 @@ global model, the acceptance ledger, the run guard's initial loss; fedsuite.decl
 covered by its declaration, and a resumed strategy checks the loaded state against the same declaration. A value of a
 type this module cannot write exactly is an error, never silently dropped. The sampler needs no position: cohorts
 are a function of (seed, round).
+
+Client state a SuperNode keeps in its own client-state-dir is not in the snapshot: the nodes keep it under the
+state key (`server.json`'s "state-key", the first run's id), which a resumed run sends again, and undo their one
+unconfirmed write (fedsuite.state); `check_node_held_state` refuses a resume they could not follow exactly.
 """
 
 from __future__ import annotations
