@@ -65,8 +65,11 @@ def test_a_node_with_its_own_data_refuses_another_partition(tmp_path):
     from flwr.common import Context
 
     from fedsuite.client_app import node_for
+    from tests.test_node_data import write_table
 
+    write_table(tmp_path, 20, seed=0)  # the node's own table (synthetic federations ignore a node's data-dir)
     context = Context(1, 1, {"partition-id": 0, "num-partitions": 2, "data-dir": str(tmp_path)}, RecordDict(),
-                      {**LSQ, "num-clients": 2, "clients-per-round": 2})  # fmt: skip
+                      {"dataset": "table", "num-clients": 2, "clients-per-round": 2})  # fmt: skip
+    assert node_for(context, 0).data_dir == str(tmp_path)
     with pytest.raises(ValueError, match="client-mapping='fixed'"):
         node_for(context, 1)

@@ -111,3 +111,26 @@ def test_node_state_folder_is_named_by_the_state_key_else_the_flower_run_id(tmp_
     context = Context(5, 1, node_config, RecordDict(), dict(CONFIG))
     assert node_for(context).store.path.parent == tmp_path / "run-5"  # a message without a key (older server)
     assert node_for(context, state_key="11").store.path.parent == tmp_path / "run-11"
+
+
+def test_query_messages_carry_the_state_key_too():
+    """A rule's pre-round query (MimeSVRG) reaches the same node-held folder as the fit that follows."""
+    import numpy as np
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+
+    from fedsuite.payload import ARRAYS_KEY, STATE_KEY
+    from fedsuite.rounds import Query
+    from fedsuite.server.query import ask
+
+    seen = []
+
+    class Node:
+        def fit(self, ins, timeout, group_id):
+            seen.append(ins.config)
+            arrays = ndarrays_to_parameters([np.ones(3, np.float32)])
+            metrics = {"partition-id": ins.config["fedsuite.partition-id"], ARRAYS_KEY: "gradient",
+                       "compute-seconds": 0.0}  # fmt: skip
+            return FitRes(Status(Code.OK, ""), arrays, 5, metrics)
+
+    answers = ask(Query(phase="gradient", answer="gradient"), 4, np.zeros(3), {0: Node(), 1: Node()}, 1, 11)
+    assert sorted(answers) == [0, 1] and [config[STATE_KEY] for config in seen] == ["11", "11"]

@@ -125,7 +125,7 @@ class RuleStrategy(Strategy):
             log.warning("round %d: partitions %s have no connected node; counted as failures", server_round, missing)
         query = None
         if rule.query is not None:
-            answers = ask(rule.query, server_round, rule.x, nodes, self.plan.query_workers)
+            answers = ask(rule.query, server_round, rule.x, nodes, self.plan.query_workers, self.plan.state_key)
             for observer in self.observers:
                 observer.queried(server_round, rule.x.copy(), answers)
             rule.answered(server_round, answers)

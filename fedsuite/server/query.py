@@ -11,19 +11,20 @@ import numpy as np
 from flwr.common import Code, FitIns, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_proxy import ClientProxy
 
-from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, nbytes, pack, unpack
+from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, STATE_KEY, nbytes, pack, unpack
 from fedsuite.rounds import PHASE_KEY, Answer, Query
 
 log = logging.getLogger("flwr.fedsuite")
 
 
 def ask(
-    query: Query, server_round: int, x: np.ndarray, nodes: dict[int, ClientProxy], workers: int
+    query: Query, server_round: int, x: np.ndarray, nodes: dict[int, ClientProxy], workers: int, state_key: int = 0
 ) -> dict[int, Answer]:
-    """{partition: Answer} of the clients whose answer is valid, in partition order."""
+    """{partition: Answer} of the clients whose answer is valid, in partition order. `state_key` names the folder
+    of node-held client state (the run that started the experiment, kept across resumes)."""
     arrays, names = pack({"model": x})
     params = ndarrays_to_parameters(arrays)
-    config = {"round": server_round, PHASE_KEY: query.phase, ARRAYS_KEY: names}
+    config = {"round": server_round, PHASE_KEY: query.phase, ARRAYS_KEY: names, STATE_KEY: str(state_key)}
 
     def one(pid: int) -> tuple[int, Answer | None]:
         try:
