@@ -204,6 +204,8 @@ def run_meta(cfg: Config, dataset, parts: list[np.ndarray] | None, x0: np.ndarra
 
 
 def _partition_text(cfg: Config) -> str:
+    if not cfg.data.on_server:
+        return "data on the nodes (server-data=false)"
     if cfg.is_synthetic:
         return f"synthetic d={cfg['synthetic-dim']}, heterogeneity {cfg['synthetic-heterogeneity']:g}"
     if cfg["partition"] == "dirichlet":
