@@ -84,21 +84,23 @@ def federated_metrics(replies: Sequence[EvalReply], rejected: int, failures: int
         "fed_failures": failures + rejected,
     }
     if tested:
-        n = sum(r.num_examples for r in tested)
-        metrics["fed_loss"] = sum(r.num_examples * r.loss for r in tested) / n
+        metrics["fed_loss"] = _weighted(tested, "num_examples", "loss")
         with_accuracy = [r for r in tested if r.accuracy is not None]
         if with_accuracy:
-            n_acc = sum(r.num_examples for r in with_accuracy)
-            metrics["fed_accuracy"] = sum(r.num_examples * r.accuracy for r in with_accuracy) / n_acc
+            metrics["fed_accuracy"] = _weighted(with_accuracy, "num_examples", "accuracy")
             accuracies = sorted(r.accuracy for r in with_accuracy)
             metrics["fed_accuracy_worst10"] = float(np.mean(accuracies[: math.ceil(WORST_SHARE * len(accuracies))]))
             metrics["fed_client_accuracy"] = {str(r.partition_id): r.accuracy for r in with_accuracy}
     validated = [r for r in replies if r.num_val > 0 and r.val_loss is not None]
     if validated:
-        n_val = sum(r.num_val for r in validated)
-        metrics["fed_val_loss"] = sum(r.num_val * r.val_loss for r in validated) / n_val
+        metrics["fed_val_loss"] = _weighted(validated, "num_val", "val_loss")
         with_accuracy = [r for r in validated if r.val_accuracy is not None]
         if with_accuracy:
-            n_acc = sum(r.num_val for r in with_accuracy)
-            metrics["fed_val_accuracy"] = sum(r.num_val * r.val_accuracy for r in with_accuracy) / n_acc
+            metrics["fed_val_accuracy"] = _weighted(with_accuracy, "num_val", "val_accuracy")
     return metrics
+
+
+def _weighted(replies: Sequence[EvalReply], count: str, value: str) -> float:
+    """Σ count·value / Σ count over `replies`, in their order (the reply attributes named `count`, `value`)."""
+    total = sum(getattr(r, count) for r in replies)
+    return sum(getattr(r, count) * getattr(r, value) for r in replies) / total
