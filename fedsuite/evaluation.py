@@ -1,6 +1,6 @@
 """Evaluation of the broadcast model x^{t+1} (ALGORITHMS.md §0.3.4, §2.7): centrally on the server's test set
 (`Evaluator`), on the union of the clients' validation shares (`validation_evaluator`), and by the clients on their
-own held-out data (`held_out_metrics`, called from clients/base.py). One batched pass (`batch_metrics`) serves all."""
+own held-out data (clients/base.py `evaluate`). One batched pass (`batch_metrics`) serves all three."""
 
 from __future__ import annotations
 
