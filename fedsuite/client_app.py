@@ -17,6 +17,8 @@ fedsuite.node_trust; a run naming another is refused before anything is imported
 
 from __future__ import annotations
 
+import re
+
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Context
 
@@ -28,6 +30,8 @@ from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
 from fedsuite.state import DiskStore, choose_backend, state_root
+
+_STATE_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what a state key may be: it names a folder
 
 
 def node_for(context: Context, partition_id: int | None = None, state_key: str | None = None) -> ClientNode:
@@ -56,6 +60,8 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id (issue 10)
         # and a resumed run sends its first run's id as the state key
         key = context.run_id if state_key is None else state_key
+        if not _STATE_KEY.fullmatch(str(key)):  # it names a folder under the operator's client-state-dir
+            raise NodeConfigError(f"state key {str(key)[:40]!r} from the server: expected digits, letters, _ or -")
         configured = f"{node_dir}/run-{key}" if node_dir else held.dir
         node.store = DiskStore(state_root(where, configured, context.run_id), node.partition_id)
     return node

@@ -6,7 +6,10 @@ runs on the nodes. An operator restricts this with the node config key `allowed-
 module names (a name also admits its submodules: `mylab` admits `mylab.models`). Built-in models and datasets are
 always allowed; an empty value allows only them; without the key nothing is restricted.
 
-`refusal` answers from the run config's names alone, before anything is imported.
+`refusal` answers from the run config's names alone, before anything is imported. Under an allow-list the callable
+must be a plain name of the admitted module (`mylab.models:factory`): a dotted attribute (`mylab.models:os.system`)
+would reach whatever that module imports, so it is refused. A name the admitted module re-exports from elsewhere is
+its author's choice: admit only modules whose top-level names you trust.
 """
 
 from __future__ import annotations
@@ -59,13 +62,14 @@ def refusal(cfg: Config, node_config: Mapping) -> str | None:
         value = str(cfg[key])
         if value in BUILTIN_MODELS.values() or not is_import_path(value):  # a built-in, by short name or path
             continue
-        if not admits(value.partition(":")[0], allowed):
+        module, _, attribute = value.partition(":")
+        if not admits(module, allowed) or "." in attribute:
             named.append(f"{key}={value!r}")
     if not named:
         return None
     offered = ", ".join(allowed) if allowed else "none, built-ins only"
-    return (f"this node runs only models and loaders from {offered} (node config {ALLOWED_MODULES_KEY}); the run "
-            f"names {' and '.join(named)}")  # fmt: skip
+    return (f"this node runs only models and loaders from {offered} (node config {ALLOWED_MODULES_KEY}), each "
+            f"named 'module:callable' with a plain callable name; the run names {' and '.join(named)}")  # fmt: skip
 
 
 def check(cfg: Config, node_config: Mapping) -> None:

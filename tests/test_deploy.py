@@ -335,7 +335,8 @@ def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
     got = rows(bed, name)
     assert [r["round"] for r in got] == [0, 1, 2] and all(r["replies"] == 1 and r["rejected"] == 1 for r in got[1:])
     reason = (f"rejected: NodeRefused: this node runs only models and loaders from {ALLOWED} (node config "
-              f"allowed-modules); the run names model='{CRASH['model']}'")  # fmt: skip
+              f"allowed-modules), each named 'module:callable' with a plain callable name; the run names "
+              f"model='{CRASH['model']}'")  # fmt: skip
     assert f"round 1: client 1 {reason}" in bed.log(f"run-{name}")  # the server's log, streamed by flwr run
     assert f"round 2: client 1 evaluate {reason}" in bed.log("run-crash-resumed")
     problems = (folder / "clients.log").read_text()

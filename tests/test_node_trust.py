@@ -69,16 +69,18 @@ def test_names_admit_themselves_and_their_submodules():
         (
             {"model": "evil.mod:f"},
             "mylab",
-            "runs only models and loaders from mylab (node config allowed-modules); the run names model='evil.mod:f'",
+            "runs only models and loaders from mylab (node config allowed-modules), each named 'module:callable' "
+            "with a plain callable name; the run names model='evil.mod:f'",
         ),  # fmt: skip
         ({"dataset": "evil.data:load"}, "mylab", "the run names dataset='evil.data:load'"),
         (
             {"model": "evil:f", "dataset": "evil:g"},
             "",
-            "from none, built-ins only (node config allowed-modules); "
-            "the run names model='evil:f' and dataset='evil:g'",
+            "from none, built-ins only (node config allowed-modules), each named 'module:callable' with a plain "
+            "callable name; the run names model='evil:f' and dataset='evil:g'",
         ),  # fmt: skip
         ({"model": "mylab.models:linear"}, "mylab", None),
+        ({"model": "mylab.models:os.system"}, "mylab", "the run names model='mylab.models:os.system'"),  # reach-through
         ({"model": "cnn", "dataset": "fashion-mnist"}, "", None),  # built-ins are always allowed
         ({"model": "fedsuite.models:cnn", "dataset": "table"}, "", None),  # the built-in CNN by its import path
         ({"model": "evil.mod:f"}, None, None),  # no allow-list
@@ -103,7 +105,8 @@ def test_a_refused_fit_is_an_error_reply_and_nothing_is_imported(packages):
     assert res.num_examples == 0 and not res.parameters.tensors
     assert res.metrics["partition-id"] == 1
     assert res.metrics["error"] == ("NodeRefused: this node runs only models and loaders from mylab (node config "
-                                    "allowed-modules); the run names model='evil.mod:f'")  # fmt: skip
+                                    "allowed-modules), each named 'module:callable' with a plain callable name; the "
+                                    "run names model='evil.mod:f'")  # fmt: skip
     assert "evil" not in sys.modules
     # discovery still learns which partition the node is, so its fit messages carry the refusal to the server
     props = client_fn(context).get_properties(GetPropertiesIns({}))

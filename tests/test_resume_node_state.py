@@ -134,3 +134,12 @@ def test_query_messages_carry_the_state_key_too():
 
     answers = ask(Query(phase="gradient", answer="gradient"), 4, np.zeros(3), {0: Node(), 1: Node()}, 1, 11)
     assert sorted(answers) == [0, 1] and [config[STATE_KEY] for config in seen] == ["11", "11"]
+
+
+def test_a_state_key_that_is_not_a_plain_name_is_refused(tmp_path):
+    """The key names a folder under the operator's client-state-dir: a path in it must not lead elsewhere."""
+    from fedsuite.node_trust import NodeConfigError
+
+    context = Context(1, 1, nodes(tmp_path)[0], RecordDict(), CONFIG)
+    with pytest.raises(NodeConfigError, match="state key"):
+        node_for(context, 0, "../../elsewhere")
