@@ -345,3 +345,25 @@ def test_example_app_under_flwr_run_equals_its_in_process_run(tmp_path):
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in local], rel=1e-6)
     assert [r.get("fed_loss") for r in rows[1:]] == pytest.approx([r.get("fed_loss") for r in local[1:]], rel=1e-6)
     assert strategy.plan.algorithm == "fedspeed"
+
+
+def test_a_loader_with_a_sampler_gives_the_rows_it_samples_only():
+    """A partition chosen by a sampler over a shared dataset is that partition, not the whole dataset."""
+    from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+
+    from fedsuite.app.node import _tensors
+
+    full = TensorDataset(torch.arange(100.0).reshape(100, 1), torch.arange(100) % 3)
+    picked = [7, 3, 50, 21]
+    loader = DataLoader(full, batch_size=2, sampler=SubsetRandomSampler(picked))
+    inputs, targets = _tensors(loader, "train")
+    assert inputs.reshape(-1).tolist() == [3.0, 7.0, 21.0, 50.0] and targets.tolist() == [0, 1, 0, 2]
+    plain, _ = _tensors(DataLoader(full, batch_size=8, shuffle=True), "train")
+    assert plain.reshape(-1).tolist() == list(map(float, range(100)))  # a plain loader: every row, in order
+
+
+def test_client_settings_check_covers_every_local_loop_key():
+    from fedsuite.app.settings import _CLIENT_READS
+    from fedsuite.config import LocalLoop
+
+    assert set(LocalLoop.keys().values()) - set(_CLIENT_READS) == {"lr", "lr-decay", "client-threads"}

@@ -15,7 +15,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from fedsuite.config import Config
 from fedsuite.local import LocalData
@@ -68,7 +68,10 @@ def _tensors(data: Data, argument: str) -> tuple[torch.Tensor, torch.Tensor]:
         return data[0], data[1]
     if isinstance(data, DataLoader):
         batch = data.batch_size or 1
-        data = DataLoader(data.dataset, batch_size=batch, shuffle=False, collate_fn=data.collate_fn)
+        rows = data.dataset
+        if data.batch_sampler is not None:  # the rows the loader yields (a sampler may pick a subset), in order
+            rows = Subset(data.dataset, sorted(i for drawn in data.batch_sampler for i in drawn))
+        data = DataLoader(rows, batch_size=batch, shuffle=False, collate_fn=data.collate_fn)
     elif isinstance(data, Dataset):
         data = DataLoader(data, batch_size=256, shuffle=False)
     else:

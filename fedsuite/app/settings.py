@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsuite import registry
-from fedsuite.config import Config, ConfigError, active_schema, resolve
+from fedsuite.config import Config, ConfigError, LocalLoop, active_schema, resolve
 
 # Keys the user's own app replaces, with what replaces them (the message of the one-line error).
 _REPLACED = {
@@ -45,11 +45,14 @@ REFUSED: dict[str, str] = {
     **_REPLACED,
 }
 
-# What a client reads from its settings besides its algorithm's own keys (the rest it is sent: lr, the arrays).
-_CLIENT_READS = (
-    "local-epochs", "local-steps", "batch-size", "weight-decay", "clip-norm", "clip-scope", "local-batches",
-    "losac-blocks", "loss-reduction", "buffers", "seed", "prox-penalty", "prox-lambda",
-)  # fmt: skip
+# What a client reads from its settings besides its algorithm's own keys: the local loop's keys (from the schema's
+# group, so a new one is covered) but the lr it is sent and its thread count, and these.
+_CLIENT_READS = tuple(key for key in LocalLoop.keys().values() if key not in ("lr", "lr-decay", "client-threads")) + (
+    "buffers",
+    "seed",
+    "prox-penalty",
+    "prox-lambda",
+)
 SETTINGS_KEY = "fedsuite.app-settings"  # fit-config entry: the server's values of the keys its clients read
 
 
