@@ -7,9 +7,9 @@ run folder under <results folder>/wandb for a later `wandb sync`; 'online': live
 
 A tracker opens its writer at the first row it sees, so nothing is written into a results folder before the run
 has claimed it; a fresh run (first row = round 0) removes what an earlier run replaced by `overwrite` left there,
-a resumed run keeps it (TensorBoard drops the earlier events from the resumed round on). Observers get no call at
-the end of a run today, so a tracker flushes after every row, closes itself after the last round, and is closed at
-interpreter exit otherwise (`close` may be called by whoever runs the federation, `ended` is ready for an end hook).
+a resumed run keeps it (TensorBoard drops the earlier events from the resumed round on). A tracker flushes after
+every row and closes with the run's status when the round loop calls `ended` (fedsuite.server.loop), else at
+interpreter exit (a Flower server loop of a user's own app).
 A tracker that fails to write logs one warning and stops; the run goes on.
 """
 
@@ -130,12 +130,9 @@ class Tracker(RoundObserver):
         except Exception as err:  # tracking is a side channel: the run and its results folder go on without it
             log.warning("fedsuite │ %s tracking stopped: %s: %s", self.name, type(err).__name__, err)
             self.close("failed")
-            return
-        if row["round"] >= self.num_rounds:
-            self.close("completed")
 
     def ended(self, status: str, reason: str | None = None) -> None:
-        """For an end-of-run hook on observers: the run's final status."""
+        """The run's final status, from the round loop (a run that diverges in its last round is not completed)."""
         self.close(status)
 
     def close(self, status: str | None = None) -> None:
