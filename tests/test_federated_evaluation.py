@@ -328,3 +328,17 @@ def test_natural_partitions_test_each_client_on_its_own_test_rows(tmp_path):
     assert [len(ClientNode(cfg, pid, 3).test_data) for pid in range(3)] == [4, 9, 6]  # sites a, b, c
     assert [len(ClientNode(cfg, pid, 3).data) for pid in range(3)] == [20, 30, 25]  # nothing held out to test
     assert rows[-1]["fed_clients"] == 3 and "accuracy" in rows[-1]
+
+
+def test_with_a_validation_split_the_divergence_guard_reads_the_validation_loss():
+    """The test set decides nothing during tuning: not even which trial counts as diverged."""
+    from fedsuite.server.guard import RunAborted
+
+    strategy = run_inprocess({"dataset": "synthetic-logistic", "num-clients": 4, "clients-per-round": 2,
+                              "num-server-rounds": 1, "validation-fraction": 0.25})  # fmt: skip
+    first = strategy.guard.state_dict()["initial_loss"]
+    strategy._metrics[7] = {"loss": 1e9 * first, "val_loss": first}  # only the test loss blows up: goes on
+    strategy.end_round(7)
+    strategy._metrics[8] = {"loss": first, "val_loss": 1e9 * first}  # the validation loss blows up: diverged
+    with pytest.raises(RunAborted):
+        strategy.end_round(8)

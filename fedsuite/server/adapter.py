@@ -10,8 +10,8 @@ One round, as data flows (the Flower calls in order):
   (fedsuite.server.federated_evaluation) get the model and their partition id; their replies are checked, failures
   logged, and the federated metrics kept;
 - `end_round` (called by the loop, fedsuite.server.loop): central and federated metrics and the round's figures
-  make one row; the guard checks the test loss (central when there is one, else federated); a checkpoint is
-  written when due.
+  make one row; the guard checks the validation loss when there is a validation split, else the test loss
+  (central when there is one, else federated); a checkpoint is written when due.
 The strategy's state for checkpoints is the rule's declared state, the acceptance ledger and the guard's.
 
 Model buffers (BatchNorm statistics, buffers='average') travel and are averaged beside the rule, never in it
@@ -276,7 +276,9 @@ class RuleStrategy(Strategy):
         plan = self.plan
         metrics = self._metrics.pop(server_round, {})
         row = self.rounds.row(server_round, metrics)
-        loss = metrics.get("loss", metrics.get("fed_loss"))
+        # with a validation split the guard reads it, so the test set decides nothing (not even which tuning trial
+        # counts as diverged); else the central test loss, else the federated one
+        loss = next((metrics[k] for k in ("val_loss", "loss", "fed_val_loss", "fed_loss") if k in metrics), None)
         verdict = self.guard.test_loss(server_round, loss)
         if verdict is not None:
             self._record(row, *verdict)
