@@ -48,8 +48,8 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
     return {
         "status": summary["status"],
         "rounds": summary.get("rounds_completed", len(trained)),
-        "final_acc": summary.get("final_accuracy"),
-        "best_acc": summary.get("best_accuracy"),
+        "final_acc": _first(summary, "final_accuracy", "final_fed_accuracy"),  # federated-only runs: the clients'
+        "best_acc": _first(summary, "best_accuracy", "best_fed_accuracy"),
         "final_loss": summary.get("final_loss"),
         "final_rel_err": summary.get("final_relative_error"),
         "final_fed_acc": summary.get("final_fed_accuracy"),
@@ -65,6 +65,11 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
 
 
 # --- over seeds -----------------------------------------------------------------------------------------------------
+
+
+def _first(summary: dict, *keys: str):
+    """The first of `keys` that summary.json holds a value for, else None."""
+    return next((summary[k] for k in keys if summary.get(k) is not None), None)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float] | None:

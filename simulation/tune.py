@@ -147,7 +147,7 @@ def score_column(evaluation: str, score: str = "accuracy") -> str:
 
 def validation_score(folder: Path, column: str, last: int) -> float:
     """The mean of `column` over the last `last` evaluations of the run in `folder`."""
-    values = [row[column] for row in report.read_rows(folder) if row.get(column) is not None]
+    values = [row[column] for row in report.read_rows(folder) if row["round"] > 0 and row.get(column) is not None]
     if not values:
         hint = "; a task without accuracy (regression) is scored with --score loss" if "accuracy" in column else ""
         raise TuneError(f"{folder}: rounds.jsonl has no {column!r} values{hint}")

@@ -94,7 +94,7 @@ def test_the_factory_federates_the_lora_adapters_and_the_head_only():
 
 def row(algorithm, each, completed=3):
     reached = [r for r in each if r is not None]
-    return {"algorithm": algorithm, "completed": completed, "reached": len(reached),
+    return {"algorithm": algorithm, "completed": completed, "seeds": 3, "reached": len(reached),
             "rounds_to_target": (sum(reached) / len(reached), 0.0) if reached else None}  # fmt: skip
 
 
@@ -110,6 +110,9 @@ def test_orderings_compare_mean_rounds_and_count_an_unreached_target_as_slower()
         lora_study.verdict(found["fadamgt", "localadam"]) == "reproduces (3.0 rounds apart, beyond the seeds' std 0.0)"
     )
     assert "does not reproduce (one side" in lora_study.verdict(found["fadamet", "localadam"])
+    # a method with a failed seed is not compared on the seeds that were left
+    (partial,) = lora_study.orderings([row("fadamgt", [10, 12], completed=2), row("localadam", [15, 15, 15])])
+    assert partial["reproduced"] is False and partial["gap"] is None
 
 
 SHORT = ("num-clients=4 clients-per-round=2 tracking-clients=2 eval-every=1 batch-size=8 "

@@ -122,3 +122,13 @@ def test_sweep_files_have_their_columns_and_k_of_n(tmp_path):
     assert line["seeds"] == "2/3" and float(line["final_acc_mean"]) == pytest.approx(0.7)
     assert line["rounds_to_0.5_mean"] == "3.0" and line["rounds_to_0.9_mean"] == ""
     assert (tmp_path / "sweep.png").stat().st_size > 1000
+
+
+def test_a_federated_only_run_reports_the_clients_accuracy_as_its_final_and_best(tmp_path):
+    from simulation.report import run_summary
+
+    summary = {"status": "completed", "final_accuracy": None, "final_fed_accuracy": 0.6, "best_fed_accuracy": 0.7}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "rounds.jsonl").write_text(json.dumps({"round": 1, "fed_accuracy": 0.6}) + "\n")
+    got = run_summary(tmp_path, [0.5])
+    assert (got["final_acc"], got["best_acc"]) == (0.6, 0.7)
