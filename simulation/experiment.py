@@ -5,8 +5,8 @@ A job runs on one of two engines: `flwr` (a real `flwr run` simulation through s
 ServerApp's strategy and the ClientApp's clients in this process, `fedsuite.inprocess.run_inprocess(record=True)`,
 writing the same results folder). A job may instead carry its own in-process `work` (a study that observes the run
 itself, e.g. the low-rank and DLG studies), whose return value is kept. The runner reuses jobs whose folder holds a
-completed run with the same explicit settings (`reuse`), runs K jobs at once as child processes (`parallel`), and
-gives every job an honest status: completed, failed or diverged, never a score of a run that did not complete.
+completed or diverged run with the same explicit settings (`reuse`), runs K jobs at once as child processes
+(`parallel`), and gives every job an honest status: completed, failed or diverged, never a score of a run that did not complete.
 
     python -m simulation.experiment --run-one '<overrides as JSON>' --engine inprocess   # one job (a child)
 """
@@ -59,7 +59,7 @@ class Outcome:
     status: str  # completed, failed, diverged (or interrupted)
     message: str = ""  # why it did not complete
     value: Any = None  # what the job's `work` returned
-    reused: bool = False  # completed earlier with the same settings
+    reused: bool = False  # completed (or diverged) earlier with the same settings: not run again
 
     @property
     def completed(self) -> bool:
@@ -97,19 +97,34 @@ def validate(jobs: Sequence[Job]) -> list[Config]:
     return configs
 
 
-def finished(folder: Path, explicit: dict) -> bool:
-    """The run in `folder` completed, and every setting given explicitly now is the one it ran with."""
+SETTLED = ("completed", "diverged")  # outcomes a rerun with the same seed and settings would repeat
+
+
+def ended_as(folder: Path, explicit: dict) -> str | None:
+    """How the run in `folder` ended, when a rerun would only repeat it: `completed` or `diverged` (the same seed
+    and settings diverge the same way), and every setting given explicitly now is the one it ran with; None for a
+    run that is missing, unfinished, failed (a crash is worth another try) or ran with other settings."""
     try:
         status = json.loads((folder / "summary.json").read_text())["status"]
         ran = json.loads((folder / "config.json").read_text())["run_config"]
     except (OSError, ValueError, KeyError):
-        return False
-    return status == "completed" and all(ran.get(k) == v for k, v in explicit.items())
+        return None
+    return status if status in SETTLED and all(ran.get(k) == v for k, v in explicit.items()) else None
+
+
+def finished(folder: Path, explicit: dict) -> bool:
+    """The run in `folder` completed, and every setting given explicitly now is the one it ran with."""
+    return ended_as(folder, explicit) == "completed"
+
+
+def reusable(job: Job) -> str | None:
+    """`completed` or `diverged` for a job whose folder holds that outcome with the same explicit settings."""
+    return None if job.folder is None else ended_as(job.folder, expand_preset(job.settings)[0])
 
 
 def is_finished(job: Job) -> bool:
     """A job whose folder holds a completed run with the same explicit settings (preset keys included)."""
-    return job.folder is not None and finished(job.folder, expand_preset(job.settings)[0])
+    return reusable(job) == "completed"
 
 
 def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None) -> Path:
@@ -191,7 +206,8 @@ def _run_children(jobs: list[Job], engine: str, parallel: int, on_done) -> list[
 def run_jobs(jobs: Sequence[Job], engine: str = "inprocess", parallel: int = 1, reuse: bool = False,
              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:  # fmt: skip
     """Run every job (one at a time, or `parallel` at once as child processes); with `reuse`, a job whose folder
-    holds a completed run with the same settings is not run again. A job that fails is recorded as such and the
+    holds a completed or diverged run with the same settings is not run again (a rerun would repeat it; a failed
+    one is redone). A job that fails is recorded as such and the
     others still run; Interrupted (a signal) stops the experiment. `on_done(outcome)` is called after each job.
     Returns the outcomes in the order of `jobs`."""
     if engine not in ENGINES:
@@ -199,9 +215,11 @@ def run_jobs(jobs: Sequence[Job], engine: str = "inprocess", parallel: int = 1, 
     outcomes: dict[int, Outcome] = {}
     todo = []
     for index, job in enumerate(jobs):
-        if reuse and is_finished(job):
-            print(f"── {job.label} ──\n   finished earlier with the same settings: reused", flush=True)
-            outcomes[index] = Outcome(job, "completed", reused=True)
+        earlier = reusable(job) if reuse else None
+        if earlier is not None:
+            print(f"── {job.label} ──\n   {earlier} earlier with the same settings: reused", flush=True)
+            message = "" if earlier == "completed" else f"{earlier} earlier with the same settings"
+            outcomes[index] = Outcome(job, earlier, message, reused=True)
             if on_done is not None:
                 on_done(outcomes[index])
         else:

@@ -4,8 +4,8 @@
         -c "num-server-rounds=150 partition-alpha=0.1" --out docs/sweep --engine inprocess --parallel 2
 
 Every run goes to <out>/runs/<algorithm>/<grid point>/seed-<s>/ (a normal results folder). The sweep is resumable:
-a run that completed with the same settings is reused, an unfinished one is redone. Runs go through the Ray
-simulation (`--engine flwr`, as `simulation.run`) or the same strategy and clients in one process
+a run that completed (or diverged) with the same settings is reused, an unfinished one is redone. Runs go through
+the Ray simulation (`--engine flwr`, as `simulation.run`) or the same strategy and clients in one process
 (`--engine inprocess`); `--parallel K` runs K of them at once as separate processes (for spare cores or a GPU).
 Then <out>/sweep.md and sweep.csv (per algorithm and grid point: final and best accuracy, rounds to each target,
 s/round, communication per client per round, each as mean ± std over seeds) and <out>/sweep.png (accuracy vs round,
@@ -25,7 +25,7 @@ from fedsuite.config import ALGORITHMS, ConfigError
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation import report
-from simulation.experiment import ENGINES, Job, grid_tag, is_finished, parse_grid, resolved, run_jobs, validate
+from simulation.experiment import ENGINES, Job, grid_tag, parse_grid, resolved, reusable, run_jobs, validate
 from simulation.run import Interrupted, parse_overrides, preflight
 
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    reused = sum(1 for job in jobs if is_finished(job))
-    print(f"sweep: {len(jobs)} runs, {reused} finished earlier and reused", flush=True)
+    reused = sum(1 for job in jobs if reusable(job))
+    print(f"sweep: {len(jobs)} runs, {reused} ended earlier (completed or diverged) and reused", flush=True)
     try:
         outcomes = run_jobs(jobs, args.engine, args.parallel, reuse=True)
     except Interrupted as err:

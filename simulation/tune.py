@@ -19,7 +19,7 @@ Outputs in --out: search/<algorithm>.csv and .md (every trial: its values, per-s
 search/runs/… (the trial runs), tuned.toml (the chosen values; fedsuite.tuned reads it), final/ (the chosen values
 on --final-seeds with validation-fraction=0: final/sweep.md, sweep.csv, sweep.png in simulation.sweep's format)
 and tune.md (chosen values, validation scores, the final table). Every run goes through simulation.experiment: a
-stopped tuning resumes where it stopped (completed runs are reused), --parallel K runs K at once.
+stopped tuning resumes where it stopped (completed and diverged runs are reused), --parallel K runs K at once.
 Exit 0 when every algorithm got tuned values and every final run completed, 1 otherwise, 2 for bad settings.
 """
 
@@ -38,7 +38,7 @@ from fedsuite import tuned as tuned_file
 from fedsuite.config import ConfigError, Scalar, active_schema
 from fedsuite.tunable import LogRange, Search, describe, grid_values, problem, rounded
 from simulation import report, sweep
-from simulation.experiment import ENGINE_HELP, ENGINES, Job, is_finished, resolved, run_jobs
+from simulation.experiment import ENGINE_HELP, ENGINES, Job, resolved, reusable, run_jobs
 from simulation.experiment import validate as validate_jobs
 from simulation.run import Interrupted, parse_overrides, preflight
 
@@ -203,8 +203,8 @@ class Setting:
 
 
 def run_points(setting: Setting, pairs: Sequence[tuple[str, Point]]) -> dict[Path, str]:
-    """Run every (algorithm, point) on every search seed (K at once, completed runs reused); the status of each
-    run folder. A pair given twice runs once."""
+    """Run every (algorithm, point) on every search seed (K at once, completed and diverged runs reused); the
+    status of each run folder. A pair given twice runs once."""
     jobs = [job for algorithm, point in dict.fromkeys(pairs) for job in setting.jobs(algorithm, point)]
     return {o.job.folder: o.status for o in run_jobs(jobs, setting.engine, setting.parallel, reuse=True)}
 
@@ -437,7 +437,7 @@ def print_plan(spaces: Mapping[str, Mapping[str, Search]], setting: Setting, arg
         lines.append(f"  {algorithm}: {trials} trials over {', '.join(space)}")
         if args.search == "grid":
             jobs = [j for p in grid_points(space) for j in setting.jobs(algorithm, p)]
-            lines[-1] += f" ({sum(1 for j in jobs if is_finished(j))} of {len(jobs)} runs finished earlier)"
+            lines[-1] += f" ({sum(1 for j in jobs if reusable(j))} of {len(jobs)} runs ended earlier)"
     finals = len(spaces) * len(final_seeds)
     print(
         f"tune: {args.search} search, {total} search runs ({len(setting.seeds)} seeds each) + {finals} final "

@@ -60,8 +60,11 @@ def test_in_process_jobs_have_honest_statuses_and_finished_ones_are_reused(tmp_p
     assert not finished(tmp_path / "ok", {**TINY, "algorithm": "fedavg", "lr": 0.03})  # other settings: redone
     capsys.readouterr()
     again = run_jobs([ok, bad], "inprocess", reuse=True)
-    assert [(o.status, o.reused) for o in again] == [("completed", True), ("diverged", False)]
-    assert capsys.readouterr().out.count("reused") == 1
+    assert [(o.status, o.reused) for o in again] == [("completed", True), ("diverged", True)]  # a rerun repeats it
+    assert again[1].message == "diverged earlier with the same settings"
+    assert capsys.readouterr().out.count("reused") == 2
+    (tmp_path / "bad" / "summary.json").write_text(json.dumps({"status": "failed"}))  # a crash is tried again
+    assert [(o.status, o.reused) for o in run_jobs([bad], "inprocess", reuse=True)] == [("diverged", False)]
 
 
 def test_parallel_children_report_each_status(tmp_path):
