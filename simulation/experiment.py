@@ -6,7 +6,8 @@ ServerApp's strategy and the ClientApp's clients in this process, `fedsuite.inpr
 writing the same results folder). A job may instead carry its own in-process `work` (a study that observes the run
 itself, e.g. the low-rank and DLG studies), whose return value is kept. The runner reuses jobs whose folder holds a
 completed or diverged run with the same explicit settings (`reuse`), runs K jobs at once as child processes
-(`parallel`), and gives every job an honest status: completed, failed or diverged, never a score of a run that did not complete.
+(`parallel`), and gives every job an honest status: completed, failed or diverged, never a score of a run that did
+not complete.
 
     python -m simulation.experiment --run-one '<overrides as JSON>' --engine inprocess   # one job (a child)
 """
