@@ -3,9 +3,10 @@
 Rule and client classes are imported only when an algorithm is built or its declarations are read, so config
 validation stays light. What an algorithm costs is derived from its declarations, never written twice: the client
 state per client from the client's `state_specs` (fedsuite.declared), the d-vectors per round from the rule's
-`sends`, `sends_each`, `uplink`, `uplink_some` and `query`. README's algorithm table is generated from this table
-(`python -m simulation.algorithms`). Other packages add algorithms through the entry-point group
-`fedsuite.algorithms` or `register(...)` (fedsuite.plugins); fedsuite.testing is their verification kit.
+`sends`, `sends_each`, `uplink`, `uplink_some` and `query`. README's and docs/algorithms/index.md's
+algorithm tables are generated from this table (`python -m simulation.algorithms --write`). Other packages add
+algorithms through the entry-point group `fedsuite.algorithms` or `register(...)` (fedsuite.plugins);
+fedsuite.testing is their verification kit.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ class Algorithm:
     name: str
     strategy: str  # the server rule, "module:Class"
     client: str
-    section: str  # ALGORITHMS.md section
+    section: str  # where it is described: its page docs/algorithms/<name>.md (a plug-in: its own reference)
     summary: str
     strategy_args: dict[str, str] = field(default_factory=dict)  # constructor kwarg -> run-config key
     client_args: dict[str, str] = field(default_factory=dict)
     # agg-scale='1/N' (the LoSAC paper's eq. (13), Σ_S Δ_i / N) is defined for the algorithms of that suite, whose
-    # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (ALGORITHMS.md §3.7)
+    # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (docs/algorithms/losac.md)
     sum_scale: bool = False
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
     keys: tuple[Key, ...] = ()  # run-config keys the algorithm adds (a plug-in's hyper-parameters)
@@ -118,97 +119,106 @@ _MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
 _LIST_ARGS = {"alphas", "betas"}  # comma-separated run-config strings → tuples of floats
 
 # What simulation.tune searches per algorithm (fedsuite.tunable): the local step size and the main hyper-parameter.
-# Value lists follow the grids the sources report where ALGORITHMS.md gives one, else [choice] values around the
-# seeds' defaults; lr ranges are [choice]: SGD-type local steps 0.005–0.5, Adam-type 3e-4–3e-2.
+# Value lists follow the grids the sources report where there is one (each algorithm's page), else [choice] values
+# around the seeds' defaults; lr ranges are [choice]: SGD-type local steps 0.005–0.5, Adam-type 3e-4–3e-2.
 _SGD_LR = LogRange(0.005, 0.5)
 _ADAM_LR = LogRange(3e-4, 3e-2)
 _SGD: dict[str, Search] = {"lr": _SGD_LR}
-_FEDPROX_TUNED = {**_SGD, "prox-mu": (0.001, 0.01, 0.1, 0.5, 1.0)}  # §4.2: the paper's μ grid
-_FEDOPT_TUNED = {**_SGD, "fedopt-lr": (0.01, 0.03, 0.1, 0.3, 1.0)}  # §4.3: server η_g
-_FEDDYN_TUNED = {**_SGD, "feddyn-alpha": (0.001, 0.01, 0.1)}  # §4.5: α_d grid
-_FEDADMM_TUNED = {**_SGD, "fedadmm-rho": (0.001, 0.01, 0.1, 0.5)}  # §4.6: ρ 0.001 … 0.1 seeds, 0.5 [choice]
-_FEDCM_TUNED = {**_SGD, "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}  # §3.3: α, seeds 0.05 / 0.1
-_SAM_TUNED = {**_SGD, "sam-rho": (0.01, 0.05, 0.1, 0.2)}  # §4.7: ρ, seed 0.1
-_FEDSPEED_TUNED = {**_SGD, "fedspeed-rho": (0.02, 0.05, 0.1, 0.2)}  # §3.1: ρ0, thesis Table 4.7 best 0.1
-_FEDSPEED_ING_TUNED = {**_SGD, "fedspeed-ing-zeta": (0.05, 0.1, 0.2, 0.5)}  # §3.2: the ζ sweep
-# §3.4: α pairs (β = 0.9, 0.1 kept) from little momentum (A = 0.6) to Table III's best (A = 0.1) and A = 0.05
+_FEDPROX_TUNED = {**_SGD, "prox-mu": (0.001, 0.01, 0.1, 0.5, 1.0)}  # the FedProx paper's μ grid
+_FEDOPT_TUNED = {**_SGD, "fedopt-lr": (0.01, 0.03, 0.1, 0.3, 1.0)}  # server η_g (Reddi et al.)
+_FEDDYN_TUNED = {**_SGD, "feddyn-alpha": (0.001, 0.01, 0.1)}  # the FedDyn paper's α grid
+_FEDADMM_TUNED = {**_SGD, "fedadmm-rho": (0.001, 0.01, 0.1, 0.5)}  # ρ: 0.001 … 0.1 as in the sources, and 0.5
+_FEDCM_TUNED = {**_SGD, "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}  # α: the FedCM paper uses 0.05 / 0.1
+_SAM_TUNED = {**_SGD, "sam-rho": (0.01, 0.05, 0.1, 0.2)}  # ρ: the papers use 0.1
+_FEDSPEED_TUNED = {**_SGD, "fedspeed-rho": (0.02, 0.05, 0.1, 0.2)}  # ρ0: FedSpeed thesis Table 4.7, best 0.1
+_FEDSPEED_ING_TUNED = {**_SGD, "fedspeed-ing-zeta": (0.05, 0.1, 0.2, 0.5)}  # the FedSpeed thesis' ζ sweep
+# FedMIM's α pairs (β = 0.9, 0.1 kept) from little momentum (A = 0.6) to Table III's best (A = 0.1) and A = 0.05
 _FEDMIM_TUNED = {**_SGD, "fedmim-alphas": ("0.3,0.1", "0.5,0.2", "0.6,0.3", "0.7,0.25")}
-_ADAM_TUNED = {"lr": _ADAM_LR, "adam-eps": (1e-8, 1e-6, 1e-4, 1e-2)}  # §3.5: ε, seed 1e-8
-_FEDLADA_TUNED = {"lr": _ADAM_LR, "fedlada-alpha": (0.05, 0.1, 0.2, 0.5)}  # §3.6: α
-_PROX_TUNED = {**_SGD, "prox-lambda": (0.001, 0.01, 0.1)}  # §3.7: λ tuned on {1e-3, 1e-2, 1e-1}
+_ADAM_TUNED = {"lr": _ADAM_LR, "adam-eps": (1e-8, 1e-6, 1e-4, 1e-2)}  # ε: the FAdamET paper uses 1e-8
+_FEDLADA_TUNED = {"lr": _ADAM_LR, "fedlada-alpha": (0.05, 0.1, 0.2, 0.5)}  # FedLADA's α
+_PROX_TUNED = {**_SGD, "prox-lambda": (0.001, 0.01, 0.1)}  # λ: the LoSAC paper tunes it on {1e-3, 1e-2, 1e-1}
 
 ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
     (
-        Algorithm("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "§4.1",
+        Algorithm("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "docs/algorithms/fedavg.md",
                   "local SGD, server averages displacements", {"server_lr": "server-lr"}, sum_scale=True,
                   tunable=_SGD),
-        Algorithm("fedprox", "strategies.fedavg:FedAvg", "clients.fedprox:FedProxClient", "§4.2",
+        Algorithm("fedprox", "strategies.fedavg:FedAvg", "clients.fedprox:FedProxClient", "docs/algorithms/fedprox.md",
                   "FedAvg + client prox term μ(x − x^t)", {"server_lr": "server-lr"}, {"mu": "prox-mu"},
                   sum_scale=True, tunable=_FEDPROX_TUNED),
-        Algorithm("fedadam", "strategies.fedopt:FedAdam", "clients.fedavg:FedAvgClient", "§4.3",
+        Algorithm("fedadam", "strategies.fedopt:FedAdam", "clients.fedavg:FedAvgClient", "docs/algorithms/fedadam.md",
                   "server Adam on mean displacement, no bias correction", _FEDOPT_ARGS, tunable=_FEDOPT_TUNED),
-        Algorithm("fedyogi", "strategies.fedopt:FedYogi", "clients.fedavg:FedAvgClient", "§4.3",
+        Algorithm("fedyogi", "strategies.fedopt:FedYogi", "clients.fedavg:FedAvgClient", "docs/algorithms/fedyogi.md",
                   "server Yogi on mean displacement", _FEDOPT_ARGS, tunable=_FEDOPT_TUNED),
-        Algorithm("fedadagrad", "strategies.fedopt:FedAdagrad", "clients.fedavg:FedAvgClient", "§4.3",
+        Algorithm("fedadagrad", "strategies.fedopt:FedAdagrad", "clients.fedavg:FedAvgClient",
+                  "docs/algorithms/fedadagrad.md",
                   "server Adagrad on mean displacement", _FEDOPT_ARGS, tunable=_FEDOPT_TUNED),
-        Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient", "§4.4",
+        Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient",
+                  "docs/algorithms/scaffold.md",
                   "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
                   {"option": "scaffold-option"}, sum_scale=True, tunable=_SGD),
-        Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "§4.5",
+        Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "docs/algorithms/feddyn.md",
                   "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
                   {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, tunable=_FEDDYN_TUNED),
-        Algorithm("fedadmm", "strategies.fedadmm:FedADMM", "clients.fedadmm:FedADMMClient", "§4.6",
+        Algorithm("fedadmm", "strategies.fedadmm:FedADMM", "clients.fedadmm:FedADMMClient",
+                  "docs/algorithms/fedadmm.md",
                   "primal-dual: step g + λ_i + ρ(x − x^t); consensus (wang) or gong",
                   {"variant": "fedadmm-variant", "server_lr": "server-lr"},
                   {"rho": "fedadmm-rho", "variant": "fedadmm-variant"}, tunable=_FEDADMM_TUNED),
-        Algorithm("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "§3.3",
+        Algorithm("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "docs/algorithms/fedcm.md",
                   "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"},
                   tunable=_FEDCM_TUNED),
-        Algorithm("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "§4.7",
+        Algorithm("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "docs/algorithms/fedsam.md",
                   "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"},
                   sum_scale=True, tunable=_SAM_TUNED),
-        Algorithm("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "§4.7",
+        Algorithm("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "docs/algorithms/mofedsam.md",
                   "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
                   {"alpha": "fedcm-alpha", "rho": "sam-rho"}, tunable=_FEDCM_TUNED),
-        Algorithm("fedspeed", "strategies.fedspeed:FedSpeed", "clients.fedspeed:FedSpeedClient", "§3.1",
+        Algorithm("fedspeed", "strategies.fedspeed:FedSpeed", "clients.fedspeed:FedSpeedClient",
+                  "docs/algorithms/fedspeed.md",
                   "FedDyn's correction + prox with a normalised SAM gradient",
                   {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
                   {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
                   tunable=_FEDSPEED_TUNED),
         Algorithm("fedspeed-ing", "strategies.fedspeed:FedSpeedIng", "clients.fedspeed_ing:FedSpeedIngClient",
-                  "§3.2", "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
+                  "docs/algorithms/fedspeed-ing.md",
+                  "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
                   {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
                   {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
                   checks=(_duals_on_clients_only,), tunable=_FEDSPEED_ING_TUNED),
-        Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "§3.4",
+        Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "docs/algorithms/fedmim.md",
                   "multi-step inertial momentum: look-ahead gradient, move along a_t",
                   {**_MIM, "server_lr": "server-lr"}, _MIM, tunable=_FEDMIM_TUNED),
-        Algorithm("localadam", "strategies.fedavg:FedAvg", "clients.localadam:LocalAdamClient", "§3.6",
+        Algorithm("localadam", "strategies.fedavg:FedAvg", "clients.localadam:LocalAdamClient",
+                  "docs/algorithms/localadam.md",
                   "local AMSGrad (m reset per round, no bias correction), client keeps v_i", {"server_lr": "server-lr"},
                   _ADAM, tunable=_ADAM_TUNED),
-        Algorithm("fadamet", "strategies.fadam:FAdam", "clients.fadamet:FAdamETClient", "§3.5",
+        Algorithm("fadamet", "strategies.fadam:FAdam", "clients.fadamet:FAdamETClient", "docs/algorithms/fadamet.md",
                   "LocalAdam + tracking y − y_i added after the Adam moments; Y^t ⊆ S^t refresh y_i", _TRACKING,
                   _ADAM, tunable=_ADAM_TUNED),
-        Algorithm("fadamgt", "strategies.fadam:FAdam", "clients.fadamgt:FAdamGTClient", "§3.5",
+        Algorithm("fadamgt", "strategies.fadam:FAdam", "clients.fadamgt:FAdamGTClient", "docs/algorithms/fadamgt.md",
                   "LocalAdam + tracking y − y_i added to the gradient before the Adam moments", _TRACKING,
                   _ADAM, tunable=_ADAM_TUNED),
-        Algorithm("fedlada", "strategies.fedlada:FedLADA", "clients.fedlada:FedLADAClient", "§3.6",
+        Algorithm("fedlada", "strategies.fedlada:FedLADA", "clients.fedlada:FedLADAClient",
+                  "docs/algorithms/fedlada.md",
                   "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed, [verify])",
                   {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, tunable=_FEDLADA_TUNED),
-        Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient", "§4.8",
+        Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient",
+                  "docs/algorithms/mimesvrg.md",
                   "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
                   sum_scale=True, tunable=_SGD),
-        Algorithm("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "§3.7",
+        Algorithm("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "docs/algorithms/losac.md",
                   "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
                   _LOSAC, sum_scale=True, tunable=_SGD),
-        Algorithm("fedsaga", "strategies.fedavg:FedAvg", "clients.fedsaga:FedSagaClient", "§3.7",
+        Algorithm("fedsaga", "strategies.fedavg:FedAvg", "clients.fedsaga:FedSagaClient", "docs/algorithms/fedsaga.md",
                   "LoSAC's loop with the local table only: step G_j − y_ij + mean_j y_ij",
                   {"server_lr": "server-lr"}, sum_scale=True, tunable=_SGD),
-        Algorithm("losac-prox", "strategies.losac:LoSAC", "clients.losac_prox:LoSACProxClient", "§3.7",
+        Algorithm("losac-prox", "strategies.losac:LoSAC", "clients.losac_prox:LoSACProxClient",
+                  "docs/algorithms/losac-prox.md",
                   "LoSAC + proximal step prox_ηΨ (ℓ1 or nuclear norm) after each move",
                   _LOSAC, sum_scale=True, tunable=_PROX_TUNED),
         Algorithm("scaffold-prox", "strategies.scaffold:Scaffold", "clients.scaffold_prox:ScaffoldProxClient",
-                  "§3.7", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
+                  "docs/algorithms/scaffold-prox.md", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
                   {"option": "scaffold-option"}, sum_scale=True, tunable=_PROX_TUNED),
     )
 )  # fmt: skip

@@ -1,7 +1,8 @@
-"""README's preset table, from the presets in fedsuite/presets.py (where the data and the logic live).
+"""The preset table of docs/running/presets.md, from the presets in fedsuite/presets.py (where the data and the
+logic live).
 
     python -m simulation.presets            # print the table
-    python -m simulation.presets --write    # refresh it in README.md between its markers
+    python -m simulation.presets --write    # refresh it in docs/running/presets.md between its markers
 
 `expand` and `describe` are re-exported for simulation.run, simulation.compare and simulation.sweep.
 """
@@ -9,10 +10,11 @@
 from __future__ import annotations
 
 from fedsuite.presets import describe, expand, presets_table
-from simulation.algorithms import README, readme_block_command
+from simulation.algorithms import ROOT, block_command
 
-__all__ = ["BEGIN", "END", "README", "describe", "expand", "generated", "main"]
+__all__ = ["BEGIN", "END", "PAGE", "describe", "expand", "generated", "main"]
 
+PAGE = ROOT / "docs" / "running" / "presets.md"
 BEGIN, END = "<!-- generated: python -m simulation.presets --write -->", "<!-- end generated presets -->"
 
 
@@ -21,7 +23,7 @@ def generated() -> str:
 
 
 def main() -> None:
-    readme_block_command(__doc__, BEGIN, END, generated)
+    block_command(__doc__, PAGE, BEGIN, END, generated)
 
 
 if __name__ == "__main__":

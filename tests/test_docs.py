@@ -1,7 +1,89 @@
-"""README's algorithm and run-config tables are generated from the registry and schema; keep them current."""
+"""The documentation: README is a short front door, the site (mkdocs.yml, docs/) has a page for every algorithm of
+the registry and for every study folder, the run-config reference has a row for every key of the schema, the
+generated tables are current, and the site builds with `mkdocs build --strict` (no broken link or anchor, no page
+left out of the navigation)."""
 
-from simulation.algorithms import README, generated
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsuite.config import ALGORITHM_KEYS, COMMON_KEYS
+from fedsuite.registry import ALGORITHMS
+from simulation import algorithms
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+NOT_STUDIES = {"algorithms", "running", "reference", "own", "deployment", "developer", "tooling", "javascripts",
+               "stylesheets"}  # fmt: skip
 
 
-def test_readme_tables_match_the_registry_and_schema():
-    assert generated() in README.read_text(), "run: python -m simulation.algorithms --write"
+def nav_pages() -> list[str]:
+    """Every page path named in mkdocs.yml's navigation."""
+    yaml = pytest.importorskip("yaml")
+
+    def walk(node) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, list):
+            return [page for item in node for page in walk(item)]
+        if isinstance(node, dict):
+            return [page for value in node.values() for page in walk(value)]
+        return []
+
+    return walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+
+
+def test_generated_tables_and_the_run_config_reference_are_current():
+    assert algorithms.stale() == [], "run: python -m simulation.algorithms --write"
+
+
+def test_every_algorithm_has_its_page_in_the_navigation():
+    nav = set(nav_pages())
+    for name in ALGORITHMS.built_in:
+        page = f"algorithms/{name}.md"
+        assert (DOCS / page).is_file(), f"docs/{page} is missing"
+        assert page in nav, f"docs/{page} is not in mkdocs.yml's nav"
+        text = (DOCS / page).read_text()
+        for section in ("## Source", "## Update rule", "## State", "## How it is verified"):
+            assert section in text, f"docs/{page} has no '{section}' section"
+
+
+def test_every_run_config_key_has_its_row():
+    text = algorithms.RUN_CONFIG_PAGE.read_text()
+    ids = re.findall(r'<span id="([^"]+)"></span>`([^`]+)`', text)
+    assert all(anchor == name for anchor, name in ids)
+    rows = [name for _, name in ids]
+    assert sorted(rows) == sorted(k.name for k in COMMON_KEYS + ALGORITHM_KEYS)
+    assert len(rows) == len(set(rows))
+
+
+def test_every_study_folder_has_a_page_in_the_navigation():
+    nav = set(nav_pages())
+    studies = [d.name for d in DOCS.iterdir() if d.is_dir() and d.name not in NOT_STUDIES]
+    assert {"comparison", "cpu-study", "losac", "lowrank", "dlg", "adaptive", "gpu"} <= set(studies)
+    for name in studies:
+        assert (DOCS / name / "index.md").is_file(), f"docs/{name}/ has no index.md"
+        assert f"{name}/index.md" in nav, f"docs/{name}/index.md is not in mkdocs.yml's nav"
+
+
+def test_readme_is_a_short_front_door_whose_links_exist():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    assert 'pip install -e ".[dev]"' in text and 'python -m pytest -m "not slow and not deploy"' in text
+    for target in re.findall(r"\]\(((?:docs/)[^)#\s]+)", text):
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_site_builds_strictly(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    problems = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert done.returncode == 0, "\n".join(problems) or done.stderr[-3000:]
+    assert (tmp_path / "site" / "algorithms" / "fedspeed.html").is_file()
