@@ -58,7 +58,7 @@ class FedClient(NumPyClient):
 
     # ---- helpers for algorithms ------------------------------------------------------------------
     def blocks(self) -> FixedBlocks:
-        """This client's M fixed data blocks (`losac-blocks`, ALGORITHMS.md §3.7)."""
+        """This client's M fixed data blocks (`losac-blocks`, docs/algorithms/losac.md)."""
         node = self.node
         return FixedBlocks(len(node.data), node.cfg.local.blocks, node.cfg.seed, node.partition_id)
 

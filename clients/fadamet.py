@@ -1,4 +1,4 @@
-"""FAdamET client (FAdamET paper, Alg. 1, error tracking; ALGORITHMS.md §3.5).
+"""FAdamET client (FAdamET paper, Alg. 1, error tracking; docs/algorithms/fadamet.md).
 
 The tracking correction y − y_i is an `after_step` transform: it is added to the Adam move, *after* the moments,
 u = m/(√v̂ + ε) + y − y_i, x ← x − η_l·u (so it is not clipped). Clients in Y^t set

@@ -1,4 +1,4 @@
-"""FAdamGT client (FAdamET paper, Alg. 1, gradient tracking; ALGORITHMS.md §3.5).
+"""FAdamGT client (FAdamET paper, Alg. 1, gradient tracking; docs/algorithms/fadamgt.md).
 
 The tracking correction y − y_i is a `corrections` transform: it is added to the gradient *before* the Adam
 moments (and is clipped with it), ĝ = g + y − y_i, u = m/(√v̂ + ε), x ← x − η_l·u. Clients in Y^t set

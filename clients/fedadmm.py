@@ -1,4 +1,4 @@
-"""FedADMM clients (ALGORITHMS.md §4.6). Both take x ← x − η_l (g + λ_i + ρ(x − x^t) + wd·x) from x^t and then
+"""FedADMM clients (docs/algorithms/fedadmm.md). Both take x ← x − η_l (g + λ_i + ρ(x − x^t) + wd·x) from x^t and then
 λ_i⁺ = λ_i + ρ(x_{i,K} − x^t); λ_i is persistent client state. They differ in what goes up:
     variant 'wang' (consensus ADMM, default): the client also keeps its augmented model x̂_i = x_{i,K} + λ_i/ρ
         (x̂_i = x^0 before its first round) and uploads Δx̂_i = x̂_i⁺ − x̂_i;

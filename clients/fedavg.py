@@ -1,6 +1,6 @@
-"""FedAvg client (ALGORITHMS.md §4.1): plain local SGD x ← x − η_l (g + wd·x); uplink Δ_i = x_{i,K} − x^t.
+"""FedAvg client (docs/algorithms/fedavg.md): plain local SGD x ← x − η_l (g + wd·x); uplink Δ_i = x_{i,K} − x^t.
 
-Also the client of FedAdam / FedYogi / FedAdagrad (§4.3), whose difference is all on the server.
+Also the client of FedAdam / FedYogi / FedAdagrad (docs/algorithms/fedadam.md), whose difference is all on the server.
 """
 
 from clients.base import FedClient

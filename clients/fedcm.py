@@ -1,4 +1,4 @@
-"""FedCM client (Xu et al., Alg. 2; ALGORITHMS.md §3.3): x ← x − η_l (α·g + (1−α)·D + wd·x).
+"""FedCM client (Xu et al., Alg. 2; docs/algorithms/fedcm.md): x ← x − η_l (α·g + (1−α)·D + wd·x).
 
 D (gradient-scale client-level momentum) comes from the server; α weighs the *local* gradient (small α =
 strong momentum); weight decay is not scaled by α. Stateless: new clients can join any round.

@@ -1,4 +1,4 @@
-"""FedDyn client (Acar et al. 2021, Alg. 1; ALGORITHMS.md §4.5), paper form:
+"""FedDyn client (Acar et al. 2021, Alg. 1; docs/algorithms/feddyn.md), paper form:
     step   x ← x − η_l (g − ∇L_i + α_d(x − x^t) + wd·x)      (−∇L_i clipped with g, the prox term after)
     after  ∇L_i ← ∇L_i − α_d (x_{i,K} − x^t);   uplink Δ_i.
 ∇L_i is persistent client state (dual_storage='client'), or the server mirrors h_i = −∇L_i/α_d and sends it

@@ -1,4 +1,4 @@
-"""FedLADA client (Sun et al., TPAMI 2023, as reconstructed in ALGORITHMS.md §3.6 [verify]).
+"""FedLADA client (Sun et al., TPAMI 2023, as reconstructed in docs/algorithms/fedlada.md [verify]).
 
 Adam stage as LocalAdam (m = 0 every round, AMSGrad max, no bias correction) but v and v̂ start from the
 server's averaged second moment v̄; the move mixes the local Adam direction with the server's global direction

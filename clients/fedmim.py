@@ -1,4 +1,4 @@
-"""FedMIM client (Liu et al., Alg. 1 l.8–12; ALGORITHMS.md §3.4):
+"""FedMIM client (Liu et al., Alg. 1 l.8–12; docs/algorithms/fedmim.md):
     g = ∇F_i(x − b_t; ξ)                         gradient at the look-ahead point
     x ← x − a_t − η_l (A·g + wd·x)               inertial move along recent global descent, A = 1 − Σα_j
 a_t, b_t come from the server; weight decay is not scaled by A. Stateless client.

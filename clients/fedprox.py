@@ -1,6 +1,7 @@
-"""FedProx client (ALGORITHMS.md §4.2): x ← x − η_l (g + μ(x − x^t) + wd·x); uplink Δ_i.
+"""FedProx client (docs/algorithms/fedprox.md): x ← x − η_l (g + μ(x − x^t) + wd·x); uplink Δ_i.
 
-μ multiplies (μ/2)‖x − x^t‖², so the gradient term is μ(x − x^t); it is added after clipping (§0.3.2).
+μ multiplies (μ/2)‖x − x^t‖², so the gradient term is μ(x − x^t); it is added after clipping
+(clipping: docs/algorithms/index.md).
 """
 
 from __future__ import annotations

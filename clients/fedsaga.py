@@ -1,4 +1,4 @@
-"""FedSaga client (LoSAC paper, Alg. 1, eq. 9; ALGORITHMS.md §3.7): LoSAC's loop with the local table only,
+"""FedSaga client (LoSAC paper, Alg. 1, eq. 9; docs/algorithms/fedsaga.md): LoSAC's loop with the local table only,
     x ← x − η_l·(G_j(x) − y_{i,j} + φ̃_i),    φ̃_i ← φ̃_i + (G_j(x) − y_{i,j})/M,    y_{i,j} ← G_j(x),
 φ̃_i = mean_j y_{i,j} (recomputed from the persistent table at the start of the round). Uplink Δx_i; the server is
 FedAvg's. No global estimate reaches the client, so client drift is not corrected (the paper shows it worse than

@@ -1,5 +1,5 @@
-"""FedSAM and MoFedSAM clients (Qu et al. 2022; ALGORITHMS.md §4.7). The gradient is taken at the SAM point
-x + ρ·g1/(‖g1‖ + 1e-12) of the same minibatch (g1 = loss gradient only), then:
+"""FedSAM and MoFedSAM clients (Qu et al. 2022; docs/algorithms/fedsam.md, mofedsam.md). The gradient is
+taken at the SAM point x + ρ·g1/(‖g1‖ + 1e-12) of the same minibatch (g1 = loss gradient only), then:
     FedSAM:   x ← x − η_l (g_s + wd·x)                          server: FedAvg
     MoFedSAM: x ← x − η_l (α g_s + (1−α) D + wd·x)              FedCM's client with the SAM point; server: FedCM
 """

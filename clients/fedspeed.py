@@ -1,4 +1,4 @@
-"""FedSpeed client (FedSpeed thesis Alg. 2, §4; ALGORITHMS.md §3.1): FedDyn's correction and prox with
+"""FedSpeed client (FedSpeed thesis Alg. 2, §4; docs/algorithms/fedspeed.md): FedDyn's correction and prox with
 μ = 1/λ in place of α_d, and the gradient taken at the normalised SAM ascent point:
     g1 = ∇F_i(x; ξ),  x̆ = x + ρ0·g1/(‖g1‖ + 1e-7),  g̃ = (1−α)·g1 + α·∇F_i(x̆; ξ)
     x ← x − η_l (g̃ − ĝ_i + μ(x − x^t) + wd·x);   after K steps ĝ_i ← ĝ_i − μ(x_{i,K} − x^t).

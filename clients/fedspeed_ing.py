@@ -1,4 +1,4 @@
-"""FedSpeed-Ing client (FedSpeed thesis Alg. 3, our reading in ALGORITHMS.md §3.2): FedSpeed with
+"""FedSpeed-Ing client (FedSpeed thesis Alg. 3, our reading in docs/algorithms/fedspeed-ing.md): FedSpeed with
     prox centre x̃^t = x^t + ζ(x^t − x^{t−1}) (sent by the server) and the extrapolated correction ǧ_i:
     x ← x − η_l (g̃ − ǧ_i + μ(x − x̃^t) + wd·x)
     after: ĝ_i⁺ = ĝ_i − μ(x_{i,K} − x^t),  ǧ_i⁺ = ĝ_i⁺ + ζ(ĝ_i⁺ − ĝ_i);  the upload uses ĝ_i⁺ (not ǧ).

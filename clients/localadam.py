@@ -1,4 +1,4 @@
-"""LocalAdam client (baseline of the FAdamET paper; ALGORITHMS.md §3.6, §3.5 with y ≡ 0).
+"""LocalAdam client (baseline of the FAdamET paper; docs/algorithms/localadam.md; FAdamET's step with y ≡ 0).
 
 Step: d = g (+ wd·x, clipped as for every algorithm), then the Adam stage u = m/(√v̂ + ε) with the AMSGrad max,
 no bias correction, m = 0 every round, v starting from this client's persistent v_i; x ← x − η_l·u.

@@ -1,4 +1,4 @@
-"""LoSAC client (LoSAC paper, Alg. 2, eqs. 10–12; ALGORITHMS.md §3.7, scale-consistent form).
+"""LoSAC client (LoSAC paper, Alg. 2, eqs. 10–12; docs/algorithms/losac.md, scale-consistent form).
 
 Each local step trains on one of the client's M fixed data blocks j (`FixedBlocks`):
     x ← x − η_l·(G_j(x) + ϕ_i/N − y_{i,j}),    ϕ_i ← ϕ_i + (G_j(x) − y_{i,j})/M,    y_{i,j} ← G_j(x)

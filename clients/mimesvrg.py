@@ -1,9 +1,9 @@
-"""MimeSVRG client (Karimireddy et al., Mime with SGD base and the SVRG control variate; ALGORITHMS.md §4.8).
+"""MimeSVRG client (Karimireddy et al., Mime with SGD base and the SVRG control variate; docs/algorithms/mimesvrg.md).
 
 Two messages per round, told apart by the fit config's `phase`:
 - phase A, `phase = GRADIENT_PHASE` (the gradient query): return ∇F_i(x^t), the mean-loss gradient over the whole
   local dataset (one pass, no augmentation, no weight decay), as the single array `GRADIENT_NAME`. This upload is
-  what the LoSAC paper's DLG study attacks (§4.9).
+  what the LoSAC paper's DLG study attacks (docs/dlg/index.md).
 - phase B (a normal fit): K_i steps x ← x − η_l·(g(x; ξ) − g(x^t; ξ) + c + wd·x), both gradients on the same
   minibatch, c = the server's mean of the phase-A gradients; uplink Δ_i. Stateless.
 """

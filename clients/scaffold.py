@@ -1,6 +1,7 @@
-"""SCAFFOLD client (Karimireddy et al. 2020, Alg. 1; ALGORITHMS.md §4.4).
+"""SCAFFOLD client (Karimireddy et al. 2020, Alg. 1; docs/algorithms/scaffold.md).
 
-Step x ← x − η_l (g − c_i + c + wd·x) with the correction clipped together with g (§0.3.2). After K_i steps:
+Step x ← x − η_l (g − c_i + c + wd·x) with the correction clipped together with g (clipping:
+docs/algorithms/index.md). After K_i steps:
     option II: c_i⁺ = c_i − c + (x^t − x_{i,K}) / (K_i η_l)      (η_l of this round, K_i actually taken)
     option I:  c_i⁺ = ∇F_i(x^t) + wd·x^t over the whole local dataset (one extra pass)
 Uplink Δ_i and Δc_i = c_i⁺ − c_i; c_i is persistent client state (zeros on first participation).

@@ -1,5 +1,5 @@
-"""SCAFFOLD-Prox client (LoSAC paper §V-E; ALGORITHMS.md §3.7): SCAFFOLD's corrected step followed by the same
-proximal step as LoSAC-Prox, x ← prox_{η_l Ψ}(x); control variates as SCAFFOLD's."""
+"""SCAFFOLD-Prox client (LoSAC paper §V-E; docs/algorithms/scaffold-prox.md): SCAFFOLD's corrected step
+followed by the same proximal step as LoSAC-Prox, x ← prox_{η_l Ψ}(x); control variates as SCAFFOLD's."""
 
 from __future__ import annotations
 

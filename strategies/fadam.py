@@ -1,5 +1,5 @@
-"""FAdamET / FAdamGT server (FAdamET paper, Alg. 1; ALGORITHMS.md §3.5). One server for both: they differ only
-in where the client puts the tracking correction.
+"""FAdamET / FAdamGT server (FAdamET paper, Alg. 1; docs/algorithms/fadamet.md, fadamgt.md). One server for
+both: they differ only in where the client puts the tracking correction.
 
 Each round: the cohort S^t and the tracking subset Y^t ⊆ S^t (`Sampler.tracking`, from (seed, round) like the
 cohort; `tracking-clients`, default half of |S^t|, at least 1); broadcast (x, y) and the ids of Y^t.

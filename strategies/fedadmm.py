@@ -1,4 +1,4 @@
-"""FedADMM servers (ALGORITHMS.md §4.6).
+"""FedADMM servers (docs/algorithms/fedadmm.md).
 'wang' (default): x̄ ← x̄ + (1/N)·Σ_{i∈S} Δx̂_i, z^{t+1} = x̄ (x̄^0 = x^0 = mean_N of the initial x̂_i);
     exact at its fixed point under partial participation, like FedDyn.
 'gong': x^{t+1} = x^t + η_g·mean_S(u_i); converges to argmin f + (ρ/2)‖x − x^0‖² (anchored at x^0)."""

@@ -1,6 +1,6 @@
-"""FedAvg server rule (ALGORITHMS.md §4.1): x^{t+1} = x^t + η_g · mean_S(Δ_i); η_g = 1 is plain averaging.
+"""FedAvg server rule (docs/algorithms/fedavg.md): x^{t+1} = x^t + η_g · mean_S(Δ_i); η_g = 1 is plain averaging.
 
-FedProx (§4.2) uses this server unchanged: its prox term lives in the client.
+FedProx (docs/algorithms/fedprox.md) uses this server unchanged: its prox term lives in the client.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""FedCM server (ALGORITHMS.md §3.3, App. C form): broadcast (x, D), D^0 = 0;
+"""FedCM server (docs/algorithms/fedcm.md, App. C form): broadcast (x, D), D^0 = 0;
 D^{t+1} = −mean_S(Δ_i / (η_l K_i))   with each client's own K_i and this round's η_l (never scaled by η_g),
 x^{t+1} = x^t + η_g·mean_S(Δ_i)      (η_g = 1 ⇔ averaging client models).
-MoFedSAM (§4.7) uses this server unchanged."""
+MoFedSAM (docs/algorithms/mofedsam.md) uses this server unchanged."""
 
 from __future__ import annotations
 

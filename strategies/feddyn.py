@@ -1,8 +1,8 @@
-"""FedDyn server (ALGORITHMS.md §4.5), in the code form both forms reduce to:
+"""FedDyn server (docs/algorithms/feddyn.md), in the code form both forms reduce to:
     h_i ← h_i + Δ_i for i ∈ S (h_i = −∇L_i/α_d),   x^{t+1} = mean_S(x_{i,K}) + mean_N(h_i).
 With client-held duals the server keeps only Σ_N h_i (the paper's h = −α_d·mean_N h_i, 1/N not 1/S); with
 dual_storage='server' it keeps the table h_i (N·d, created lazily) and sends each client its own h_i.
-FedSpeed (§3.1) extends this server."""
+FedSpeed (docs/algorithms/fedspeed.md) extends this server."""
 
 from __future__ import annotations
 

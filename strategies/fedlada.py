@@ -1,4 +1,4 @@
-"""FedLADA server (ALGORITHMS.md §3.6, reconstructed [verify]): broadcast (x, g_a, v̄), g_a^0 = v̄^0 = 0;
+"""FedLADA server (docs/algorithms/fedlada.md, reconstructed [verify]): broadcast (x, g_a, v̄), g_a^0 = v̄^0 = 0;
 x^{t+1} = x^t + η_g·mean_S(Δ_i),  g_a^{t+1} = −mean_S(Δ_i/(K_i·η_l)) (this round's η_l, each client's K_i),
 v̄^{t+1} = mean_S(v_i) (the clients' final second moments). Hyper-parameters: server-lr η_g = 1."""
 

@@ -1,4 +1,4 @@
-"""FedMIM server (ALGORITHMS.md §3.4). After each round δ_{t+1} = −(x_{t+1} − x_t)/K (K of that round, mean over
+"""FedMIM server (docs/algorithms/fedmim.md). After each round δ_{t+1} = −(x_{t+1} − x_t)/K (K of that round, mean over
 the cohort; η_l is not divided out), with δ = 0 before the first round; it broadcasts
     a_t = Σ_j α_j δ_{t−j},   b_t = Σ_j β_j δ_{t−j}   (j = 0 the newest; +2 d downlink)
 and x_{t+1} = x_t + η_g·mean_S(Δ_i). J = len(alphas); J = 1, β = 0, α_0 = 1 − α_FedCM is FedCM (no lr decay)."""

@@ -1,4 +1,4 @@
-"""FedAdam / FedYogi / FedAdagrad (Reddi et al. 2021, Alg. 2; ALGORITHMS.md §4.3).
+"""FedAdam / FedYogi / FedAdagrad (Reddi et al. 2021, Alg. 2; docs/algorithms/fedadam.md, fedyogi.md, fedadagrad.md).
 
 Clients run plain local SGD and send Δ_i. Server, with Δ = mean_S(Δ_i) (the "+" sign, points downhill):
     m ← β1·m + (1−β1)·Δ

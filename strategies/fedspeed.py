@@ -1,7 +1,8 @@
-"""FedSpeed server (ALGORITHMS.md §3.1) = FedDyn's server with a choice of dual aggregation:
+"""FedSpeed server (docs/algorithms/fedspeed.md) = FedDyn's server with a choice of dual aggregation:
     dual_agg='all' (official code, default): x^{t+1} = mean_S(x_{i,K}) + mean_N(h_i)
     dual_agg='sampled' (thesis Alg. 2 l.16):  x^{t+1} = mean_S(x̂_i),  x̂_i = x_{i,K} + h_i,  h_i = −ĝ_i/μ.
-The two coincide under full participation. FedSpeed-Ing (§3.2) adds the extrapolated prox centre x̃^t."""
+The two coincide under full participation. FedSpeed-Ing (docs/algorithms/fedspeed-ing.md) adds the extrapolated
+prox centre x̃^t."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""LoSAC server (LoSAC paper, eq. 13; ALGORITHMS.md §3.7): broadcast (x, ϕ);
+"""LoSAC server (LoSAC paper, eq. 13; docs/algorithms/losac.md): broadcast (x, ϕ);
     x ← x + η_g·mean_S(Δx_i)       (agg-scale='1/N': η_g·Σ_S Δx_i / N, the literal eq. 13)
     ϕ ← ϕ + Σ_S Δϕ_i               (losac-phi-scale='N/S': ϕ + (N/|S|)·Σ_S Δϕ_i, the paper's factor)
 Factor 1 keeps ϕ = Σ_n ḡ_n (every client's table mean, visited or not) exactly, as SCAFFOLD keeps c = mean c_i;
-the N/S factor overshoots while clients are still unvisited (§3.7). |S| = the replies accepted this round."""
+the N/S factor overshoots while clients are still unvisited (docs/algorithms/losac.md). |S| = the replies accepted
+this round."""
 
 from __future__ import annotations
 

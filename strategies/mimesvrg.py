@@ -1,4 +1,4 @@
-"""MimeSVRG server (ALGORITHMS.md §4.8): a round with two exchanges.
+"""MimeSVRG server (docs/algorithms/mimesvrg.md): a round with two exchanges.
 
 Before the round's training the sampled clients answer a query (`Query`, see `clients.mimesvrg`) with
 ∇F_i(x^t); the valid answers give c = mean_S(∇F_i(x^t)) (uniform, or by n_i with weighting='samples' as fedjax

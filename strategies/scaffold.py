@@ -1,4 +1,4 @@
-"""SCAFFOLD server (ALGORITHMS.md §4.4): broadcast (x, c);
+"""SCAFFOLD server (docs/algorithms/scaffold.md): broadcast (x, c);
 x^{t+1} = x^t + η_g·mean_S(Δ_i),  c ← c + (1/N)·Σ_{i∈S} Δc_i  (keeps c = mean_N(c_i) exactly; unweighted)."""
 
 from __future__ import annotations
