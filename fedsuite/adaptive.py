@@ -1,12 +1,13 @@
 """Stages of the shared local loop (`fedsuite.local.train_local`) for the adaptive family and MimeSVRG.
 
-- `AdamStep` is a *step* stage (ALGORITHMS.md §3.5): u = m/(√v̂ + ε) with the AMSGrad max v̂ = max(v̂, v), no
+- `AdamStep` is a *step* stage (docs/algorithms/fadamet.md): u = m/(√v̂ + ε) with the AMSGrad max v̂ = max(v̂, v), no
   bias correction, m = 0 at the start of every round, v (and v̂) starting from the carried v_i (LocalAdam,
   FAdamET/GT) or the server's v̄ (FedLADA). Corrections placed before it (FAdamGT's y − y_i) enter the moments;
   `after_step` transforms (FAdamET's y − y_i, FedLADA's α/(1 − α) mix) edit the move u it returns.
 - `GradientSum` is a correction that changes nothing but records Σ_k (g_k + wd·x_k), the raw gradients FAdamGT
   uploads as its new tracking term (1/K) Σ_k g_k.
-- `ControlVariatePoint` is a gradient point: g(x; ξ) − g(x^t; ξ) on the same minibatch (Mime's SVRG term, §4.8).
+- `ControlVariatePoint` is a gradient point: g(x; ξ) − g(x^t; ξ) on the same minibatch (Mime's SVRG term,
+  docs/algorithms/mimesvrg.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from fedsuite.local import StepContext
 from fedsuite.models import FlatModel
 
-TRACKING_KEY = "tracking"  # fit-config key: comma-separated partition ids of Y^t (§3.5)
+TRACKING_KEY = "tracking"  # fit-config key: comma-separated partition ids of Y^t (docs/algorithms/fadamet.md)
 
 
 class AdamStep:
@@ -28,7 +29,7 @@ class AdamStep:
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
         self.m = torch.zeros_like(v)
         self.v = v.clone()
-        self.vhat = v.clone()  # [decision] §3.5: v̂ starts each round at the carried v
+        self.vhat = v.clone()  # [decision] (docs/algorithms/fadamet.md): v̂ starts each round at the carried v
         self._u = torch.empty_like(v)
 
     def __call__(self, d: torch.Tensor, ctx: StepContext) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Checkpoint and exact resume (issue 9).
+"""Checkpoint and exact resume (docs/running/checkpoints.md).
 
 Every `checkpoint-every` rounds (and after the last) the ServerApp writes `checkpoints/round-<r>/` into the results
 folder: the strategy's whole algorithm state (`server.json` + `server.npz`), the results rows so far, the run

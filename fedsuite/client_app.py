@@ -1,6 +1,6 @@
 """Flower ClientApp: run config + the partition a message is for → the algorithm's NumPyClient.
 
-A SuperNode is a worker, not a client (issue 9): every fit message names the partition (logical client) it is
+A SuperNode is a worker, not a client: every fit message names the partition (logical client) it is
 for (`fedsuite.partition-id` in its config), and the node builds that partition's client for that message. Data
 and models are cached per process (fedsuite.node, bounded), client state is in per-partition files
 (fedsuite.state), so one node can train any number of partitions, one after another or at once.
@@ -57,7 +57,7 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         held = cfg.client_state
         where = choose_backend(held.mode, cfg.num_clients, node.model.dim, units(specs), held.budget_mb)
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
-        # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id (issue 10)
+        # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id
         # and a resumed run sends its first run's id as the state key
         key = context.run_id if state_key is None else state_key
         if not _STATE_KEY.fullmatch(str(key)):  # it names a folder under the operator's client-state-dir

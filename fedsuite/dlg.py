@@ -1,4 +1,4 @@
-"""Deep Leakage from Gradients (Zhu, Liu, Han 2019; ALGORITHMS.md §4.9): reconstruct a private batch from the
+"""Deep Leakage from Gradients (Zhu, Liu, Han 2019; docs/dlg/index.md): reconstruct a private batch from the
 gradient a client reveals.
 
 Dummy inputs X' ~ N(0, 1) and soft-label logits Y' ~ N(0, 1) are moved to minimise
@@ -48,7 +48,7 @@ def soft_loss(task: str, reduction: str = "mean") -> SoftLoss:
 
 
 def label_probabilities(task: str, logits: torch.Tensor) -> torch.Tensor:
-    """soft(Y'): softmax over classes, or sigmoid of the single binary logit (§4.9)."""
+    """soft(Y'): softmax over classes, or sigmoid of the single binary logit."""
     return logits.softmax(-1) if task == "classification" else torch.sigmoid(logits)
 
 
@@ -73,7 +73,7 @@ def model_gradient(
 
 
 def pseudo_gradient(delta: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
-    """What an attacker reads from an uplink Δ = x_1^+ − x^t: (x^t − x_1^+)/(η·T) (§3.7 "DLG study", the
+    """What an attacker reads from an uplink Δ = x_1^+ − x^t: (x^t − x_1^+)/(η·T) (docs/dlg/index.md, the
     correct sign; the paper's (x_1^+ − x)/(ηL) points uphill). One full-batch step gives ∇F_1(x) exactly."""
     return -delta / (lr * steps)
 

@@ -1,5 +1,4 @@
-"""What each algorithm reveals to a curious server, captured from a real in-process run (ALGORITHMS.md §4.9,
-§3.7 "DLG study").
+"""What each algorithm reveals to a curious server, captured from a real in-process run (docs/dlg/index.md).
 
 `MESSAGES` is the study's table: a study name → the registry algorithm that runs, the run-config keys it forces,
 and where its message comes from: `delta` = the client's uplink Δ = x_1^+ − x^t, read as the pseudo-gradient

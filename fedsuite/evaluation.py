@@ -1,6 +1,7 @@
-"""Evaluation of the broadcast model x^{t+1} (ALGORITHMS.md §0.3.4, §2.7): centrally on the server's test set
-(`Evaluator`), on the union of the clients' validation shares (`validation_evaluator`), and by the clients on their
-own held-out data (clients/base.py `evaluate`). One batched pass (`batch_metrics`) serves all three."""
+"""Evaluation of the broadcast model x^{t+1} (docs/evaluation.md; docs/reference/protocol.md, Metrics): centrally on
+the server's test set (`Evaluator`), on the union of the clients' validation shares (`validation_evaluator`), and by
+the clients on their own held-out data (clients/base.py `evaluate`). One batched pass (`batch_metrics`) serves all
+three."""
 
 from __future__ import annotations
 

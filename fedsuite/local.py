@@ -1,13 +1,13 @@
 """The one local training loop every algorithm runs, and the composable pieces of its update rule.
 
-One step (DESIGN.md, ALGORITHMS.md §0.3):
+One step (docs/developer/architecture.md; conventions in docs/algorithms/index.md):
     (ξ, j) = next minibatch              epochs/iterations, or a fixed block j     (rule.batches)
     g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
-    g ← |ξ|·g                            loss-reduction='sum' (the LoSAC paper's block losses, §3.7)
+    g ← |ξ|·g                            loss-reduction='sum' (the LoSAC paper's block losses)
     d  = g + clipped terms               SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …   (rule.clipped)
     d  = clip(d, clip_norm)              the loss gradient and exactly the terms in rule.clipped
     d += unclipped terms                 FedProx μ(x − x^t), FedMIM's a_t …             (rule.unclipped)
-    d += wd·x                            coupled weight decay (§0.3.1)
+    d += wd·x                            coupled weight decay
     u  = step(d)                         SGD: u = d; Adam-type rules               (rule.step)
     u += corrections after the step      FAdamET's y − y_i, FedLADA's mix …          (rule.after_step)
     x ← x − η_l·u
@@ -60,7 +60,7 @@ class AtIterate:
 
 
 class SharpnessAware:
-    """Gradient at the SAM ascent point x + ρ0·g1/(‖g1‖ + eps), same minibatch (§4.7, §3.1).
+    """Gradient at the SAM ascent point x + ρ0·g1/(‖g1‖ + eps), same minibatch (docs/algorithms/fedsam.md, fedspeed.md).
 
     g1 is the loss gradient only (no weight decay or corrections). `mix` = α of FedSpeed: the returned gradient
     is (1−α)·g1 + α·g2 (α = 1: plain SAM). x is restored by copy, bit for bit.
@@ -88,7 +88,7 @@ class SharpnessAware:
 
 
 class LookAhead:
-    """Gradient at x − b (FedMIM's look-ahead point, §3.4); x is restored by copy."""
+    """Gradient at x − b (FedMIM's look-ahead point, docs/algorithms/fedmim.md); x is restored by copy."""
 
     def __init__(self, shift: torch.Tensor):
         self.shift = shift
@@ -106,7 +106,7 @@ class LookAhead:
 
 @dataclass
 class Prox:
-    """+ μ(x − centre): gradient of (μ/2)‖x − centre‖², centre = x^t unless given (FedProx §4.2, FedDyn §4.5).
+    """+ μ(x − centre): gradient of (μ/2)‖x − centre‖², centre = x^t unless given (FedProx, FedDyn).
 
     Its two halves are separate transforms because clip-scope='reference' clips the −μ·centre half with the
     gradient, as FL-Simulator's and FedDyn's code do (they write the prox as weight decay μ plus a linear loss
@@ -153,7 +153,7 @@ def prox_terms(
     mu: float, centre: torch.Tensor | None = None, clip_scope: str = "clean"
 ) -> tuple[tuple[Transform, ...], tuple[Transform, ...]]:
     """(clipped, unclipped) transforms of + μ(x − centre) under `clip_scope`: 'clean' clips none of it,
-    'reference' clips the −μ·centre half (§0.3.2)."""
+    'reference' clips the −μ·centre half (clipping: docs/algorithms/index.md)."""
     prox = Prox(mu, centre)
     if clip_scope == "reference":
         return (prox.centre_part,), (prox.iterate_part,)
@@ -201,7 +201,8 @@ class LocalResult:
 
 
 def num_steps(n: int, epochs: int, steps: int, batch_size: int) -> int:
-    """K_i: fixed `steps`, else E·ceil(n_i/B) with the last partial batch kept (§2.5)."""
+    """K_i: fixed `steps`, else E·ceil(n_i/B) with the last partial batch kept
+    (docs/reference/protocol.md, Local work)."""
     if steps > 0:
         return steps
     b = n if batch_size <= 0 else min(batch_size, n)

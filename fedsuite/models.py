@@ -1,4 +1,4 @@
-"""Networks (ALGORITHMS.md §2.1) and the flat parameter view every algorithm works on.
+"""Networks (docs/reference/protocol.md, Datasets and models) and the flat parameter view every algorithm works on.
 
 `FlatModel` rebinds a module's parameters as views into one contiguous vector `x` (and their gradients into
 one vector `grad`), so algorithm state, corrections and updates are single flat-tensor operations.
@@ -37,7 +37,7 @@ def _two_nn(features: int, classes: int) -> nn.Module:
 
 
 def _resnet18_gn(in_ch: int, classes: int) -> nn.Module:
-    """torchvision ResNet-18 topology, every BatchNorm replaced by GroupNorm(2, c) (§2.1)."""
+    """torchvision ResNet-18 topology, every BatchNorm replaced by GroupNorm(2, c)."""
     from torchvision.models import resnet18
 
     net = resnet18(num_classes=classes, norm_layer=lambda c: nn.GroupNorm(2, c))
@@ -48,7 +48,7 @@ def _resnet18_gn(in_ch: int, classes: int) -> nn.Module:
 
 class MatrixInner(nn.Module):
     """Prediction ⟨X, D⟩ of a square matrix parameter X (zeros at start) with each flattened input D: the low-rank
-    estimation model of ALGORITHMS.md §3.7, whose X the nuclear-norm prox acts on."""
+    estimation model of docs/lowrank/index.md, whose X the nuclear-norm prox acts on."""
 
     def __init__(self, features: int):
         super().__init__()

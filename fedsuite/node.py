@@ -92,7 +92,7 @@ class ClientNode:
         cfg, ds, device = self.cfg, self.dataset, self.device
         idx = None if self.data_dir else client_partition(cfg, ds)[self.partition_id]
         targets = ds.train.y if idx is None else ds.train.y[torch.as_tensor(idx, dtype=torch.long)]
-        inputs = client_inputs(cfg, ds, idx, self.partition_id, str(device))  # §2.2 colour
+        inputs = client_inputs(cfg, ds, idx, self.partition_id, str(device))  # FedMIM's colour perturbation
         own_test = client_test_rows(cfg, ds, self.partition_id, self.data_dir) if cfg.evaluation.federated else None
         evaluation = cfg.evaluation
         test_share = evaluation.local_test_fraction if evaluation.federated and own_test is None else 0.0

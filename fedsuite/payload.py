@@ -14,7 +14,7 @@ import numpy as np
 ARRAYS_KEY = "fedsuite.arrays"
 # Fit config: the last round in which the server accepted this client's reply (0: never), fedsuite.state.
 STATE_ACCEPTED = "fedsuite.state-accepted"
-# Fit config: the partition (logical client) this message is for; a SuperNode trains whichever it is told (issue 9).
+# Fit config: the partition (logical client) this message is for; a SuperNode trains whichever it is told.
 PARTITION_KEY = "fedsuite.partition-id"
 # Fit/evaluate config: the run id of the run that started the experiment (kept across resumes); a SuperNode's
 # node-held client state lives in `client-state-dir/run-<key>`, so a resumed run (a new Flower run id) finds it.

@@ -1,7 +1,7 @@
-"""Per-round cohorts of partition ids, a pure function of (seed, round) (ALGORITHMS.md §2.4).
+"""Per-round cohorts of partition ids, a pure function of (seed, round) (docs/reference/protocol.md, Client sampling).
 
 Every algorithm run with the same seed and sampling settings sees the same cohort in every round, and the same
-tracking subset Y^t ⊆ S^t (FAdamET/FAdamGT, §3.5), which depends on (seed, round, cohort) only.
+tracking subset Y^t ⊆ S^t (FAdamET/FAdamGT, docs/algorithms/fadamet.md), which depends on (seed, round, cohort) only.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Sampler:
         raise ValueError(f"sampling={self.mode!r}: allowed values are fixed, bernoulli")
 
     def tracking(self, server_round: int, cohort: Sequence[int], size: int = 0) -> list[int]:
-        """Y^t ⊆ S^t, the clients that refresh their tracking terms (§3.5): `size` of them (at most |S^t|),
+        """Y^t ⊆ S^t, the clients that refresh their tracking terms: `size` of them (at most |S^t|),
         or with size 0 half of the realised cohort, at least 1. Drawn from (seed, round) on a stream of its own,
         so it is the same for every algorithm that sees this cohort."""
         if not cohort:

@@ -1,8 +1,8 @@
-"""Per-partition client state (SCAFFOLD c_i, FedDyn ∇L_i, FedSpeed ĝ_i, FedADMM λ_i …), ALGORITHMS.md §0.3.5.
+"""Per-partition client state (SCAFFOLD c_i, FedDyn ∇L_i, FedSpeed ĝ_i, FedADMM λ_i …), docs/algorithms/index.md.
 
 A client's vectors are created lazily (zeros) on its first participation, loaded once per fit and written
 back once after it, always as one `.npz` file per partition, replaced atomically (DiskStore). Never in a node's
-Flower Context.state: a SuperNode trains many partitions (issue 9), and Flower's simulation engine may run two
+Flower Context.state: a SuperNode trains many partitions, and Flower's simulation engine may run two
 messages of one node on two workers at once and write the node's Context back last-write-wins, which would lose
 one partition's update. Where the files live (`state_root`), chosen identically by server and clients:
 - memory: a per-run folder in RAM (/dev/shm when the machine has it, else the temp folder), used while the whole
@@ -208,7 +208,7 @@ class ClientState:
             raise KeyError(f"client state {name!r} is not declared (state_specs declares {sorted(self.names)})")
 
     def get(self, name: str) -> torch.Tensor:
-        """The stored vector, or zeros on first use (ALGORITHMS.md: every client state starts at 0)."""
+        """The stored vector, or zeros on first use (every client state starts at 0)."""
         self._declared(name)
         self._reconcile()
         if name not in self._tensors:

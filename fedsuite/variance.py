@@ -1,9 +1,9 @@
-"""Stages of the shared local loop for the LoSAC family (ALGORITHMS.md §3.7): fixed data blocks, the per-block
+"""Stages of the shared local loop for the LoSAC family (docs/algorithms/losac.md): fixed data blocks, the per-block
 gradient table, and proximal operators.
 
 - `FixedBlocks`: a client's data split once into M equal blocks (a permutation fixed by (run seed, partition));
   each local step trains on one whole block j (a `batches` source of `fedsuite.local`).
-- `BlockTable`: the SAGA-type correction of one step on block j (eqs. 9–11, scale-consistent form of §3.7):
+- `BlockTable`: the SAGA-type correction of one step on block j (eqs. 9–11, scale-consistent form):
       d = G_j(x) + e/scale − y_j,    e ← e + (G_j(x) − y_j)/M,    y_j ← G_j(x)
   with e = ϕ_i (a copy of the server's ϕ, scale N: LoSAC) or e = φ̃_i = mean_j y_j (scale 1: FedSaga).
 - `SoftThreshold` (Ψ = λ‖x‖₁) and `NuclearShrink` (Ψ = λ‖X‖_* per matrix parameter): x ← prox_{ηΨ}(x), applied
@@ -122,5 +122,5 @@ def proximal_stage(cfg, module: torch.nn.Module):
 
 
 def numerical_rank(matrix: np.ndarray, tol: float = 1e-3) -> int:
-    """Number of singular values above `tol` (the low-rank study's rank, §3.7)."""
+    """Number of singular values above `tol` (the low-rank study's rank, docs/lowrank/index.md)."""
     return int((np.linalg.svd(np.asarray(matrix, np.float64), compute_uv=False) > tol).sum())

@@ -84,7 +84,7 @@ def _own(name: str, data_dir: str, image_size: int, label: str, feature: str, gr
 
 @lru_cache(maxsize=2)
 def _labelled(name: str, data_dir: str, download: bool, transform: str) -> Images | Tabular:
-    return apply_label_transform(_images(name, data_dir, download), transform)  # ALGORITHMS.md §2.3
+    return apply_label_transform(_images(name, data_dir, download), transform)  # docs/reference/protocol.md
 
 
 @lru_cache(maxsize=2)
@@ -163,10 +163,10 @@ def partition_sizes(cfg: Config, dataset: Dataset) -> list[int]:
 
 def client_inputs(cfg: Config, dataset: Dataset, idx: np.ndarray | None, partition_id: int, device: str):
     """Client `partition_id`'s training inputs on `device`, built once per LocalData; with colour-perturbation,
-    its own brightness/saturation (ALGORITHMS.md §2.2) applied before normalisation."""
+    its own brightness/saturation (docs/reference/protocol.md, Partitions) applied before normalisation."""
     if cfg.data.colour_perturbation:
         if not isinstance(dataset, Images):
-            raise ValueError(f"colour-perturbation: dataset={dataset.name!r} holds no images (ALGORITHMS.md §2.2)")
+            raise ValueError(f"colour-perturbation: dataset={dataset.name!r} holds no images")
         colour = client_coefficients(cfg.seed, partition_id)
         return dataset.features(dataset.train, idx, device, colour=colour)
     return dataset.features(dataset.train, idx, device)

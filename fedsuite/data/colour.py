@@ -1,4 +1,4 @@
-"""FedMIM's per-client colour perturbation (ALGORITHMS.md §2.2 [decision]).
+"""FedMIM's per-client colour perturbation (docs/reference/protocol.md, Partitions; [decision]).
 
 Client i draws once, from (run seed, partition id) alone, b_i ~ U[0.6, 1.4] and s_i ~ U[0.6, 1.4], and applies
 torchvision's `adjust_brightness(b_i)` then `adjust_saturation(s_i)` to every one of its training images, as uint8
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-LOW, HIGH = 0.6, 1.4  # §2.2: b_i, s_i ~ U[0.6, 1.4]
+LOW, HIGH = 0.6, 1.4  # b_i, s_i ~ U[0.6, 1.4]
 _STREAM = 0xC0105  # keeps this draw apart from the other (seed, …) streams (cohorts, minibatches)
 
 
@@ -26,5 +26,5 @@ def perturb(images: torch.Tensor, brightness: float, saturation: float) -> torch
     from torchvision.transforms.functional import adjust_brightness, adjust_saturation
 
     if images.dim() != 4 or images.shape[1] != 3:
-        raise ValueError(f"colour perturbation needs N×3×H×W images, got shape {tuple(images.shape)} (§2.2)")
+        raise ValueError(f"colour perturbation needs N×3×H×W images, got shape {tuple(images.shape)}")
     return adjust_saturation(adjust_brightness(images, brightness), saturation)

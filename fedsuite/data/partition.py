@@ -1,4 +1,5 @@
-"""Client partitions of a labelled training set (ALGORITHMS.md §2.2), deterministic from the run seed.
+"""Client partitions of a labelled training set (docs/reference/protocol.md, Partitions), deterministic from the
+run seed.
 
 Each function returns one sorted int64 index array per client. Partitions are disjoint; IID, balanced
 Dirichlet and shards give every client exactly floor(n/N) samples (the remainder is left out).
@@ -67,7 +68,8 @@ def dirichlet_unbalanced(
     >= min_size samples; a clear ValueError when α is too small for that.
 
     flwr-datasets' DirichletPartitioner does exactly this split; it walks each class in dataset order, so
-    the rows are handed to it in a seeded random order to split *shuffled* class indices as §2.2 says.
+    the rows are handed to it in a seeded random order to split *shuffled* class indices
+    (docs/reference/protocol.md, Partitions).
     """
     import datasets
     from flwr_datasets.partitioner import DirichletPartitioner

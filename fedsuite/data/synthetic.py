@@ -108,7 +108,7 @@ def make_federation(
 def make_lowrank(
     num_clients: int, samples: int, size: int, rank: int, noise: float, weight_decay: float, seed: int
 ) -> SyntheticFederation:
-    """The LoSAC paper's low-rank matrix estimation (§V-E; ALGORITHMS.md §3.7): X_G = diag(I_r, 0) (size × size),
+    """The LoSAC paper's low-rank matrix estimation (§V-E; docs/lowrank/index.md): X_G = diag(I_r, 0) (size × size),
     samples D_j with i.i.d. N(0.1, 1) entries, y_j = ⟨X_G, D_j⟩ + noise·N(0, 1), the same law on every client.
     Local loss (1/2n)Σ_j (⟨X, D_j⟩ − y_j)². `x_star` is the ground truth X_G (not the penalised optimum), so
     relative_error = ‖X − X_G‖_F / ‖X_G‖_F and objective_gap is measured against f(X_G)."""

@@ -1,4 +1,4 @@
-"""Tabular classification data (HAR, ESR: ALGORITHMS.md §2.1): float features, standardised once.
+"""Tabular classification data (HAR, ESR: docs/reference/protocol.md): float features, standardised once.
 
 Features are standardised per feature with the training split's mean and std (a constant feature keeps std 1),
 and the same statistics are applied to the test split, so no test information reaches training.
