@@ -4,7 +4,8 @@
 `ConfigError` that lists every bad key with what is allowed. Algorithm hyper-parameters are declared here too
 (grouped by the algorithm family that reads them). The schema is the only place a default is written:
 pyproject.toml's `[tool.flwr.app.config]` table (where Flower reads them) is generated from it
-(`python -m fedsuite.config --write-pyproject`), README's key table too (simulation.algorithms).
+(`python -m fedsuite.config --write-pyproject`), the run-config reference page docs/reference/run-config.md too
+(simulation.algorithms).
 A `Config` also carries typed settings objects (`cfg.local`, `cfg.evaluation`, …) for the groups the code reads.
 """
 
@@ -85,9 +86,9 @@ BUFFERS = ("average", "local")
 EVALUATIONS = ("central", "federated", "both")
 TARGET_METRICS = ("auto", "accuracy", "fed-accuracy", "val-accuracy", "fed-val-accuracy")
 LABEL_TRANSFORMS = ("none", "binary")
-# Datasets with a binary label rule (ALGORITHMS.md §2.3; the rules live in fedsuite/data/labels.py).
+# Datasets with a binary label rule (docs/reference/protocol.md, Label transforms; the rules: fedsuite/data/labels.py).
 BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
-# 3-channel image datasets: where FedMIM's colour perturbation (brightness, saturation; ALGORITHMS.md §2.2) is defined.
+# 3-channel image datasets: where FedMIM's colour perturbation (brightness, saturation) is defined.
 COLOUR_DATASETS = ("cifar10", "cifar100", "tinyimagenet")
 
 # Which models fit which dataset; the first is what model="auto" picks.
@@ -97,7 +98,7 @@ DATASET_MODELS: dict[str, tuple[str, ...]] = {
     "cifar10": ("resnet18-gn", "cnn", "logreg"),
     "cifar100": ("resnet18-gn", "cnn", "logreg"),
     "tinyimagenet": ("resnet18-gn", "cnn", "logreg"),
-    "har": ("2nn", "logreg"),  # LoSAC's 2NN on 561 features (ALGORITHMS.md §2.1)
+    "har": ("2nn", "logreg"),  # LoSAC's 2NN on 561 features
     "esr": ("2nn", "logreg"),  # LoSAC's 2NN on 178 features
     "synthetic-lsq": ("linear",),
     "synthetic-logistic": ("logreg",),
@@ -107,18 +108,19 @@ DATASET_MODELS: dict[str, tuple[str, ...]] = {
 COMMON_KEYS: tuple[Key, ...] = (
     Key("algorithm", "fedavg", "federated optimiser (see the algorithm table)", ALGORITHMS),
     Key("dataset", "fashion-mnist", "training data: a built-in name, imagefolder / table / hf (own files in data-dir), "
-        "or 'package.module:loader' (README Your own data)"),
+        "or 'package.module:loader' (docs/own/data.md)"),
     Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location"),
     Key("download", False, "allow torchvision to download a missing dataset (needs a network)"),
-    Key("label-transform", "none", "none = the dataset's classes; binary = the 2-class relabelling of "
-        "ALGORITHMS.md §2.3 (mnist ≤ 5, fashion-mnist ≤ 4, har ≤ 3 → 0, else 1; esr is binary either way)",
+    Key("label-transform", "none", "none = the dataset's classes; binary = the LoSAC studies' 2-class "
+        "relabelling (mnist ≤ 5, fashion-mnist ≤ 4, har ≤ 3 → 0, else 1; esr is binary either way; "
+        "docs/reference/protocol.md)",
         LABEL_TRANSFORMS),
-    Key("preset", "", "named bundle of run-config keys for a seed's main table (README Presets, ALGORITHMS.md §5); "
+    Key("preset", "", "named bundle of run-config keys for a seed's main table (docs/running/presets.md); "
         "empty = none. Keys given explicitly win; under a bare `flwr run` a key counts as explicit only when it "
         "differs from its default"),
     Key("preset-expanded", False, "set by simulation.run/compare: the run config already holds the preset's "
         "values with the -c keys applied, so the apps do not apply the preset again"),
-    Key("model", "auto", "network: a built-in name or 'package.module:factory' (README Your own model); auto = the "
+    Key("model", "auto", "network: a built-in name or 'package.module:factory' (docs/own/model.md); auto = the "
         "dataset's default (first in DATASET_MODELS; own data: cnn for images, else 2nn)"),
     Key("model-args", "", "further keyword arguments of the model factory, a TOML inline table such as '{width=64}'"),
     Key("buffers", "average", "model buffers (BatchNorm statistics): average = the cohort's, weighted as the model, "
@@ -130,17 +132,17 @@ COMMON_KEYS: tuple[Key, ...] = (
         "loaders return it as `groups`"),
     Key("colour-perturbation", False, "FedMIM's per-client colour shift: client i draws b_i, s_i ~ U[0.6, 1.4] "
         "from (seed, partition) and applies adjust_brightness(b_i), then adjust_saturation(s_i) to its training "
-        "images (ALGORITHMS.md §2.2); test set untouched; 3-channel image datasets only"),
+        "images; test set untouched; 3-channel image datasets only"),
     Key("num-clients", 100, "N, number of clients (partitions); any number of SuperNodes trains them", low=1),
     Key("client-mapping", "logical", "logical = each message names its partition and any SuperNode trains it (the "
         "number of SuperNodes is a parallelism setting); fixed = one SuperNode per partition, tied to it by its "
         "--node-config partition-id (deployment)", ("logical", "fixed")),
-    Key("partition", "dirichlet", "how training data is split across clients (ALGORITHMS.md §2.2); natural = one "
-        "client per value of partition-column (num-clients comes from the data)", PARTITIONS),
+    Key("partition", "dirichlet", "how training data is split across clients (docs/reference/protocol.md); natural "
+        "= one client per value of partition-column (num-clients comes from the data)", PARTITIONS),
     Key("partition-alpha", 0.3, "Dirichlet concentration α", low=0.0, low_open=True),
     Key("partition-balanced", True, "Dirichlet with equal client sizes (FedDyn routine) or per-class split"),
     Key("partition-mixture", 0.5, "c of the c % mixture partition (share of label-sorted data)", low=0.0, high=1.0),
-    Key("sampling", "fixed", "client sampling per round (ALGORITHMS.md §2.4)", ("fixed", "bernoulli")),
+    Key("sampling", "fixed", "client sampling per round (docs/reference/protocol.md)", ("fixed", "bernoulli")),
     Key("clients-per-round", 10, "S for sampling=fixed", low=1),
     Key("participation", 0.1, "p for sampling=bernoulli", low=0.0, high=1.0, low_open=True),
     Key("num-server-rounds", 20, "T, number of rounds", low=1),
@@ -149,20 +151,21 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("batch-size", 50, "B; 0 = full local batch", low=0),
     Key("lr", 0.05, "η_l^0, local learning rate", low=0.0, low_open=True),
     Key("lr-decay", 1.0, "γ, per-round local lr decay η_l^t = η_l^0 γ^t", low=0.0, high=1.0, low_open=True),
-    Key("weight-decay", 0.0, "coupled L2 added to every local step (ALGORITHMS.md §0.3)", low=0.0),
+    Key("weight-decay", 0.0, "coupled L2 added to every local step (docs/algorithms/index.md)", low=0.0),
     Key("clip-norm", 0.0, "clip each local step's gradient to this L2 norm; 0 = off", low=0.0),
     Key("clip-scope", "clean", "what clip-norm clips: clean = loss gradient + linear corrections; reference = also "
-        "the −μ·centre half of every prox term, as FL-Simulator/FedDyn code (ALGORITHMS.md §0.3.2)",
+        "the −μ·centre half of every prox term, as FL-Simulator/FedDyn code (docs/algorithms/index.md)",
         ("clean", "reference")),
     Key("local-batches", "minibatch", "what one local step trains on: minibatch = B samples (epochs or K draws); "
         "blocks = one of the client's M fixed data blocks (losac-blocks), drawn uniformly, as LoSAC/FedSaga always "
-        "do and the LoSAC suite's baselines do (ALGORITHMS.md §3.7)", ("minibatch", "blocks")),
+        "do and the LoSAC suite's baselines do (docs/algorithms/losac.md)", ("minibatch", "blocks")),
     Key("loss-reduction", "mean", "local loss over a minibatch or block: mean, or sum (the LoSAC paper's step sizes "
-        "assume sum, ALGORITHMS.md §3.7)", ("mean", "sum")),
+        "assume sum, docs/algorithms/losac.md)", ("mean", "sum")),
     Key("agg-scale", "mean", "server move: mean = η_g·mean_S(Δ_i); 1/N = η_g·Σ_S Δ_i / N, the LoSAC paper's eq. (13), "
-        "for the algorithms of that suite (ALGORITHMS.md §3.7)", ("mean", "1/N")),
+        "for the algorithms of that suite (docs/algorithms/losac.md)", ("mean", "1/N")),
     Key("server-lr", 1.0, "η_g for averaging algorithms (1 = plain averaging)", low=0.0, low_open=True),
-    Key("weighting", "uniform", "aggregation weights over the cohort (ALGORITHMS.md §0.3)", ("uniform", "samples")),
+    Key("weighting", "uniform", "aggregation weights over the cohort (docs/algorithms/index.md)",
+        ("uniform", "samples")),
     Key("seed", 0, "run seed: partition, cohorts, init, minibatches", low=0),
     Key("eval-every", 1, "centralised evaluation every r rounds (the last round always)", low=1),
     Key("eval-batch-size", 1000, "batch size of server-side evaluation", low=1),
@@ -210,8 +213,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1),
     Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0),
     Key("synthetic-noise", 0.1, "label noise std of the synthetic federation", low=0.0),
-    Key("lowrank-size", 64, "synthetic-lowrank: side of the square matrix X (ALGORITHMS.md §3.7)", low=1),
-    Key("lowrank-rank", 4, "synthetic-lowrank: rank r of the ground truth X_G = diag(I_r, 0) (§3.7)", low=0),
+    Key("lowrank-size", 64, "synthetic-lowrank: side of the square matrix X (docs/lowrank/index.md)", low=1),
+    Key("lowrank-rank", 4, "synthetic-lowrank: rank r of the ground truth X_G = diag(I_r, 0)", low=0),
     Key("client-state", "auto", "where persistent client state lives (auto: memory while it fits the budget)",
         ("auto", "memory", "disk")),
     Key("client-state-budget-mb", 4096.0, "memory budget for all clients' state (auto mode)", low=0.0),
@@ -224,48 +227,57 @@ COMMON_KEYS: tuple[Key, ...] = (
 
 # Hyper-parameters by family; the registry says which algorithm reads which.
 ALGORITHM_KEYS: tuple[Key, ...] = (
-    Key("prox-mu", 0.01, "FedProx μ, gradient term μ(x − x^t) (ALGORITHMS.md §4.2)", low=0.0),
-    Key("fedopt-lr", 0.1, "FedAdam/FedYogi/FedAdagrad server lr η_g (§4.3)", low=0.0, low_open=True),
-    Key("fedopt-beta1", 0.9, "FedOpt β1 (§4.3)", low=0.0, high=1.0),
-    Key("fedopt-beta2", 0.99, "FedOpt β2 (FedAdam/FedYogi) (§4.3)", low=0.0, high=1.0),
-    Key("fedopt-tau", 0.01, "FedOpt adaptivity τ (§4.3)", low=0.0, low_open=True),
-    Key("scaffold-option", 2, "SCAFFOLD control-variate update: 2 = from the displacement, 1 = full local pass (§4.4)",
+    Key("prox-mu", 0.01, "FedProx μ, gradient term μ(x − x^t) (docs/algorithms/fedprox.md)", low=0.0),
+    Key("fedopt-lr", 0.1, "FedAdam/FedYogi/FedAdagrad server lr η_g (docs/algorithms/fedadam.md)", low=0.0,
+        low_open=True),
+    Key("fedopt-beta1", 0.9, "FedOpt β1 (docs/algorithms/fedadam.md)", low=0.0, high=1.0),
+    Key("fedopt-beta2", 0.99, "FedOpt β2 (FedAdam/FedYogi; docs/algorithms/fedadam.md)", low=0.0, high=1.0),
+    Key("fedopt-tau", 0.01, "FedOpt adaptivity τ (docs/algorithms/fedadam.md)", low=0.0, low_open=True),
+    Key("scaffold-option", 2, "SCAFFOLD control-variate update: 2 = from the displacement, 1 = full local pass "
+        "(docs/algorithms/scaffold.md)",
         low=1, high=2),
-    Key("feddyn-alpha", 0.1, "FedDyn α_d (§4.5)", low=0.0, low_open=True),
+    Key("feddyn-alpha", 0.1, "FedDyn α_d (docs/algorithms/feddyn.md)", low=0.0, low_open=True),
     Key("dual-storage", "client", "FedDyn/FedSpeed duals held by clients, or mirrored on the server (+1 d down)",
         ("client", "server")),
-    Key("fedadmm-rho", 0.1, "FedADMM ρ (§4.6)", low=0.0, low_open=True),
-    Key("fedadmm-variant", "wang", "FedADMM reading: wang = consensus ADMM (exact), gong = Gong et al. (§4.6)",
+    Key("fedadmm-rho", 0.1, "FedADMM ρ (docs/algorithms/fedadmm.md)", low=0.0, low_open=True),
+    Key("fedadmm-variant", "wang", "FedADMM reading: wang = consensus ADMM (exact), gong = Gong et al. "
+        "(docs/algorithms/fedadmm.md)",
         ("wang", "gong")),
-    Key("fedcm-alpha", 0.1, "FedCM/MoFedSAM α, weight of the local gradient (§3.3)", low=0.0, high=1.0,
-        low_open=True),
-    Key("sam-rho", 0.1, "FedSAM/MoFedSAM ascent radius ρ (§4.7)", low=0.0),
-    Key("fedspeed-mu", 0.1, "FedSpeed prox weight μ = 1/λ (§3.1)", low=0.0, low_open=True),
-    Key("fedspeed-rho", 0.1, "FedSpeed normalised ascent radius ρ0 (§3.1)", low=0.0),
-    Key("fedspeed-alpha", 1.0, "FedSpeed perturbation weight α: g̃ = (1−α)g1 + αg2 (§3.1)", low=0.0, high=1.0),
-    Key("fedspeed-dual-agg", "all", "FedSpeed dual aggregation: all = code form, sampled = thesis form (§3.1)",
+    Key("fedcm-alpha", 0.1, "FedCM/MoFedSAM α, weight of the local gradient (docs/algorithms/fedcm.md)", low=0.0,
+        high=1.0, low_open=True),
+    Key("sam-rho", 0.1, "FedSAM/MoFedSAM ascent radius ρ (docs/algorithms/fedsam.md)", low=0.0),
+    Key("fedspeed-mu", 0.1, "FedSpeed prox weight μ = 1/λ (docs/algorithms/fedspeed.md)", low=0.0, low_open=True),
+    Key("fedspeed-rho", 0.1, "FedSpeed normalised ascent radius ρ0 (docs/algorithms/fedspeed.md)", low=0.0),
+    Key("fedspeed-alpha", 1.0, "FedSpeed perturbation weight α: g̃ = (1−α)g1 + αg2 "
+        "(docs/algorithms/fedspeed.md)", low=0.0, high=1.0),
+    Key("fedspeed-dual-agg", "all", "FedSpeed dual aggregation: all = code form, sampled = thesis form "
+        "(docs/algorithms/fedspeed.md)",
         ("all", "sampled")),
-    Key("fedspeed-ing-zeta", 0.1, "FedSpeed-Ing extrapolation ζ (§3.2)", low=0.0),
+    Key("fedspeed-ing-zeta", 0.1, "FedSpeed-Ing extrapolation ζ (docs/algorithms/fedspeed-ing.md)", low=0.0),
     Key("fedspeed-ing-dual-agg", "all", "FedSpeed-Ing dual aggregation: all = as FedSpeed (ζ = 0 is FedSpeed), "
-        "sampled = the thesis' Alg. 3 (§3.2)",
+        "sampled = the thesis' Alg. 3 (docs/algorithms/fedspeed-ing.md)",
         ("all", "sampled")),
-    Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (§3.4)"),
-    Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (§3.4)"),
-    Key("adam-beta1", 0.9, "local Adam β1 of LocalAdam, FAdamET/GT and FedLADA; m is reset every round (§3.5)",
+    Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (docs/algorithms/fedmim.md)"),
+    Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (docs/algorithms/fedmim.md)"),
+    Key("adam-beta1", 0.9, "local Adam β1 of LocalAdam, FAdamET/GT and FedLADA; m is reset every round "
+        "(docs/algorithms/fadamet.md)",
         low=0.0, high=1.0),
-    Key("adam-beta2", 0.99, "local Adam β2; v_i persists per client (LocalAdam, FAdamET/GT) (§3.5)", low=0.0,
+    Key("adam-beta2", 0.99, "local Adam β2; v_i persists per client (LocalAdam, FAdamET/GT; "
+        "docs/algorithms/fadamet.md)", low=0.0,
         high=1.0),
-    Key("adam-eps", 1e-8, "local Adam ε in m/(√v̂ + ε) (§3.5)", low=0.0, low_open=True),
+    Key("adam-eps", 1e-8, "local Adam ε in m/(√v̂ + ε) (docs/algorithms/fadamet.md)", low=0.0, low_open=True),
     Key("tracking-clients", 0, "FAdamET/GT: |Y^t|, sampled clients that refresh y_i each round (at most |S^t|); "
-        "0 = half of the realised cohort, at least 1 (§3.5)", low=0),
+        "0 = half of the realised cohort, at least 1 (docs/algorithms/fadamet.md)", low=0),
     Key("losac-blocks", 5, "M, fixed equal data blocks per client, fixed from the run seed; LoSAC/FedSaga keep one "
-        "stored block gradient each (M·d client state) (§3.7)", low=1),
+        "stored block gradient each (M·d client state; docs/algorithms/losac.md)", low=1),
     Key("losac-phi-scale", "1", "LoSAC server estimate: 1 = ϕ ← ϕ + Σ_S Δϕ_i (exact, ϕ = Σ_N ḡ_n); N/S = the paper's "
-        "eq. (13) factor (§3.7)", ("1", "N/S")),
+        "eq. (13) factor (docs/algorithms/losac.md)", ("1", "N/S")),
     Key("prox-penalty", "l1", "LoSAC-Prox/SCAFFOLD-Prox Ψ: l1 = λ‖x‖₁ (soft threshold); nuclear = λ‖X‖_* of every "
-        "matrix-shaped parameter (SVD shrinkage) (§3.7)", ("l1", "nuclear")),
-    Key("prox-lambda", 0.01, "λ of the proximal penalty Ψ (LoSAC-Prox, SCAFFOLD-Prox) (§3.7)", low=0.0),
-    Key("fedlada-alpha", 0.1, "FedLADA α, weight of the local Adam direction against the global g_a (§3.6)",
+        "matrix-shaped parameter (SVD shrinkage; docs/algorithms/losac-prox.md)", ("l1", "nuclear")),
+    Key("prox-lambda", 0.01, "λ of the proximal penalty Ψ (LoSAC-Prox, SCAFFOLD-Prox; "
+        "docs/algorithms/losac-prox.md)", low=0.0),
+    Key("fedlada-alpha", 0.1, "FedLADA α, weight of the local Adam direction against the global g_a "
+        "(docs/algorithms/fedlada.md)",
         low=0.0, high=1.0),
 )  # fmt: skip
 
@@ -335,8 +347,8 @@ class DataSource(Settings):
     name (dataset): the dataset, one of DATASETS.
     data_dir (data-dir): folder with its files; '' = the dataset's default location.
     download (download): may torchvision download a missing dataset.
-    label_transform (label-transform): 'none' or 'binary' (ALGORITHMS.md §2.3).
-    colour_perturbation (colour-perturbation): FedMIM's per-client brightness/saturation shift (§2.2).
+    label_transform (label-transform): 'none' or 'binary' (docs/reference/protocol.md, Label transforms).
+    colour_perturbation (colour-perturbation): FedMIM's per-client brightness/saturation shift.
     image_size (image-size): imagefolder: the side images are resized to.
     label_column (label-column): table/hf: the label column.
     feature_column (feature-column): hf: the feature column ('' = every numeric column but label and partition).
@@ -388,7 +400,8 @@ class SyntheticData(Settings):
 
 @dataclass(frozen=True)
 class Partitioning(Settings):
-    """How the training data is split across clients (ALGORITHMS.md §2.2; fedsuite/data/partition.py).
+    """How the training data is split across clients (docs/reference/protocol.md, Partitions;
+    fedsuite/data/partition.py).
 
     scheme (partition): 'iid', 'dirichlet', 'shards' or 'mixture'.
     num_clients (num-clients): N, the number of partitions.
@@ -408,7 +421,7 @@ class Partitioning(Settings):
 
 @dataclass(frozen=True)
 class ClientSampling(Settings):
-    """Which clients take part in a round (ALGORITHMS.md §2.4; fedsuite/sampling.py's Sampler).
+    """Which clients take part in a round (docs/reference/protocol.md, Client sampling; fedsuite/sampling.py's Sampler).
 
     mode (sampling): 'fixed' (S clients without replacement) or 'bernoulli' (each with probability p).
     num_clients (num-clients): N, the clients to draw from.
@@ -435,7 +448,7 @@ class LocalLoop(Settings):
     lr_decay (lr-decay): γ, η_l^t = η_l^0 γ^t.
     weight_decay (weight-decay): coupled L2 added to every local step.
     clip_norm (clip-norm): clip each step's gradient to this L2 norm; 0 = off.
-    clip_scope (clip-scope): 'clean' or 'reference', what clip_norm clips (ALGORITHMS.md §0.3.2).
+    clip_scope (clip-scope): 'clean' or 'reference', what clip_norm clips (docs/algorithms/index.md).
     local_batches (local-batches): 'minibatch' (B samples) or 'blocks' (one of the client's fixed blocks).
     blocks (losac-blocks): M, the fixed data blocks per client for local_batches = 'blocks'.
     loss_reduction (loss-reduction): 'mean' or 'sum' over a minibatch or block.
@@ -466,7 +479,7 @@ class Aggregation(Settings):
 
     server_lr (server-lr): η_g of the averaging algorithms (1 = plain averaging).
     weighting (weighting): 'uniform' or 'samples', the weights over the cohort.
-    agg_scale (agg-scale): 'mean' (η_g·mean_S Δ_i) or '1/N' (η_g·Σ_S Δ_i / N, ALGORITHMS.md §3.7).
+    agg_scale (agg-scale): 'mean' (η_g·mean_S Δ_i) or '1/N' (η_g·Σ_S Δ_i / N, docs/algorithms/losac.md).
     """
 
     server_lr: float = _key("server-lr")
@@ -817,12 +830,12 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     if v.get("label-transform") == "binary" and "dataset" in v and v["dataset"] not in BINARY_LABEL_DATASETS:
         errors.append(
             f"label-transform='binary' is not defined for dataset={v['dataset']!r}: allowed datasets are "
-            f"{', '.join(BINARY_LABEL_DATASETS)} (ALGORITHMS.md §2.3); use label-transform='none'"
+            f"{', '.join(BINARY_LABEL_DATASETS)}; use label-transform='none'"
         )
     if v.get("colour-perturbation") is True and "dataset" in v and v["dataset"] not in COLOUR_DATASETS:
         errors.append(
             f"colour-perturbation=true is defined for 3-channel images only: allowed datasets are "
-            f"{', '.join(COLOUR_DATASETS)} (ALGORITHMS.md §2.2), not dataset={v['dataset']!r}"
+            f"{', '.join(COLOUR_DATASETS)}, not dataset={v['dataset']!r}"
         )
     has = all(k in v for k in ("sampling", "clients-per-round", "num-clients"))
     if has and v["sampling"] == "fixed" and int(v["clients-per-round"]) > int(v["num-clients"]):
