@@ -201,7 +201,7 @@ ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
                   _ADAM, tunable=_ADAM_TUNED),
         Algorithm("fedlada", "strategies.fedlada:FedLADA", "clients.fedlada:FedLADAClient",
                   "docs/algorithms/fedlada.md",
-                  "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed, [verify])",
+                  "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed from the paper)",
                   {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, tunable=_FEDLADA_TUNED),
         Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient",
                   "docs/algorithms/mimesvrg.md",
