@@ -1,5 +1,5 @@
 """Presets (fedsuite/presets.py): they resolve, explicit keys win through both paths, the launcher prints them,
-unknown names and missing data are reported, and the values are the spec's numbers (ALGORITHMS.md §5)."""
+unknown names and missing data are reported, and the values are the papers' numbers (docs/reference/papers.md)."""
 
 import pytest
 
@@ -9,6 +9,8 @@ from simulation import compare, presets
 from simulation import run as runmod
 
 NAMES = sorted(PRESETS)
+# the sources a preset reproduces (their numbers: docs/reference/papers.md)
+PAPERS = ("FedSpeed thesis", "FedCM paper", "FedMIM paper", "FAdamET paper", "LoSAC paper", "FL-Simulator README")
 
 
 def _launch_cfg(overrides: dict):
@@ -23,7 +25,7 @@ def _launch_cfg(overrides: dict):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_preset_resolves_for_each_of_its_algorithms(name):
     p = PRESETS[name]
-    assert p.description and "\n" not in p.description and p.source.startswith("ALGORITHMS.md §5")
+    assert p.description and "\n" not in p.description and p.source.startswith(PAPERS)
     assert p.algorithms and set(p.algorithms) <= set(ALGORITHMS)
     assert set(p.values) <= set(SCHEMA), set(p.values) - set(SCHEMA)
     assert set(p.per_algorithm) <= set(p.algorithms)
@@ -83,7 +85,7 @@ def test_simulation_run_expansion_lets_every_explicit_key_win():
 
 
 def test_per_algorithm_values_follow_the_algorithm():
-    # §2.6: γ = 0.9995 for FedDyn/FedADMM/FedSpeed at 100/10 %, 0.998 for the others
+    # docs/reference/protocol.md: γ = 0.9995 for FedDyn/FedADMM/FedSpeed at 100/10 %, 0.998 for the others
     assert _launch_cfg({"preset": "fedspeed-cifar10-100x10"})["lr-decay"] == 0.9995
     assert _launch_cfg({"preset": "fedspeed-cifar10-100x10", "algorithm": "fedavg"})["lr-decay"] == 0.998
     assert _launch_cfg({"preset": "fedspeed-cifar10-100x10", "algorithm": "feddyn"})["lr-decay"] == 0.9995
@@ -150,10 +152,10 @@ def test_describe_without_a_preset_lists_only_changed_keys():
     assert "lr" in text and "(-c)" in text and "algorithm" not in text
 
 
-# --- the values are the spec's numbers (spot checks; the section is named in each assert) -----------------------
+# --- the values are the papers' numbers (spot checks; docs/reference/papers.md, the algorithms' pages) -----------
 
 
-def test_fedspeed_thesis_presets_match_section_3_1_and_5_1():
+def test_fedspeed_thesis_presets_match_the_thesis():
     c10 = resolve({"preset": "fedspeed-cifar10-100x10"})
     assert (c10["dataset"], c10["model"], c10["num-clients"], c10["participation"]) == (
         "cifar10", "resnet18-gn", 100, 0.1)  # fmt: skip
@@ -166,14 +168,16 @@ def test_fedspeed_thesis_presets_match_section_3_1_and_5_1():
     assert (c500["fedspeed-mu"], c500["lr-decay"]) == (0.001, 0.9998) and c500.targets == [0.75, 0.825]
     c100 = resolve({"preset": "fedspeed-cifar100-500x2"})
     assert c100["dataset"] == "cifar100" and c100.targets == [0.4, 0.5] and c100["num-server-rounds"] == 1500
-    assert _launch_cfg({"preset": "fedspeed-cifar100-500x2", "algorithm": "fedprox"})["prox-mu"] == 0.001  # §4.2
+    # docs/algorithms/fedprox.md
+    assert _launch_cfg({"preset": "fedspeed-cifar100-500x2", "algorithm": "fedprox"})["prox-mu"] == 0.001
 
 
-def test_fedcm_presets_match_section_3_3_and_5_2():
+def test_fedcm_presets_match_the_paper():
     one = resolve({"preset": "fedcm-cifar10-100x10"})
     assert (one["algorithm"], one["num-clients"], one["participation"], one["fedcm-alpha"]) == ("fedcm", 100, 0.1, 0.1)
     assert (one["local-epochs"], one["batch-size"], one["lr-decay"], one["num-server-rounds"]) == (5, 50, 0.998, 4000)
-    assert _launch_cfg({"preset": "fedcm-cifar10-100x10", "algorithm": "feddyn"})["lr-decay"] == 0.9995  # §2.6
+    # docs/reference/protocol.md
+    assert _launch_cfg({"preset": "fedcm-cifar10-100x10", "algorithm": "feddyn"})["lr-decay"] == 0.9995
     two = resolve({"preset": "fedcm-cifar10-500x2"})
     assert (two["num-clients"], two["participation"], two["fedcm-alpha"]) == (500, 0.02, 0.05)
     c100 = _launch_cfg({"preset": "fedcm-cifar100-500x2"})  # FedCM itself: E = 5 at 500 clients, B = 50
@@ -181,11 +185,12 @@ def test_fedcm_presets_match_section_3_3_and_5_2():
     base = _launch_cfg({"preset": "fedcm-cifar100-500x2", "algorithm": "scaffold"})  # baselines: E = 2, B = 20
     assert (base["local-epochs"], base["batch-size"]) == (2, 20)
     dyn = _launch_cfg({"preset": "fedcm-cifar100-500x2", "algorithm": "feddyn"})
-    assert (dyn["lr-decay"], dyn["feddyn-alpha"]) == (0.999, 0.001)  # §2.6, §4.5
+    # docs/reference/protocol.md, docs/algorithms/feddyn.md
+    assert (dyn["lr-decay"], dyn["feddyn-alpha"]) == (0.999, 0.001)
     assert _launch_cfg({"preset": "fedcm-cifar100-100x10", "algorithm": "fedadam"})["batch-size"] == 50
 
 
-def test_fedmim_preset_matches_section_3_4_and_5_3():
+def test_fedmim_preset_matches_the_paper():
     cfg = resolve({"preset": "fedmim-cifar10-table3"})
     assert cfg["colour-perturbation"] is True and cfg["dataset"] == "cifar10"
     assert (cfg["fedmim-alphas"], cfg["fedmim-betas"]) == ("0.6,0.3", "0.9,0.1")
@@ -193,7 +198,7 @@ def test_fedmim_preset_matches_section_3_4_and_5_3():
     assert (cfg["lr"], cfg["lr-decay"], cfg["weight-decay"], cfg["participation"]) == (0.1, 0.998, 1e-3, 0.1)
 
 
-def test_fadamet_presets_match_section_3_5_and_5_4():
+def test_fadamet_presets_match_the_paper():
     cfg = resolve({"preset": "fadamet-cifar10"})
     assert (cfg["algorithm"], cfg["num-clients"], cfg["sampling"], cfg["clients-per-round"]) == (
         "fadamet", 100, "fixed", 10)  # fmt: skip
@@ -204,7 +209,7 @@ def test_fadamet_presets_match_section_3_5_and_5_4():
     assert resolve({"preset": "fadamet-cifar100"}).targets == [0.5]
 
 
-def test_losac_preset_matches_section_5_5():
+def test_losac_preset_matches_table_ii():
     cfg = resolve({"preset": "losac-mnist"})
     assert (cfg["dataset"], cfg["model"], cfg["partition"], cfg["num-clients"]) == ("mnist", "2nn", "shards", 100)
     assert (cfg["sampling"], cfg["clients-per-round"], cfg["local-batches"], cfg["loss-reduction"]) == (
@@ -213,7 +218,7 @@ def test_losac_preset_matches_section_5_5():
     assert cfg.targets == [0.85] and cfg["weight-decay"] == 0.0 and cfg["clip-norm"] == 0.0
 
 
-def test_flsim_preset_matches_section_5_6():
+def test_flsim_preset_matches_the_flsim_readme():
     cfg = resolve({"preset": "flsim-cifar10-100x10"})
     assert (cfg["num-clients"], cfg["participation"], cfg["local-epochs"], cfg["batch-size"]) == (100, 0.1, 5, 50)
     assert (cfg["num-server-rounds"], cfg["lr-decay"], cfg["algorithm"]) == (1000, 0.998, "fedspeed")
