@@ -12,7 +12,7 @@ per-round generator), then take the plain mean of the client models (FedAvg with
   created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
 - bare 1-proc (extra line): the same rounds in this process with 2 torch threads.
 Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
-discovery: the federation has as many SuperNodes as workers, whatever N, issue 9) and the last round
+discovery: the federation has as many SuperNodes as workers, whatever N) and the last round
 also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path
 (fedsuite.results.steady_seconds with skip_last=True). The last line,
 `overhead_ratio x`, is suite steady round / bare 2-proc steady round: 1.00 = no overhead, 1.10 = 10 % overhead.

@@ -1,4 +1,4 @@
-"""The LoSAC paper's DLG leakage study (ALGORITHMS.md §3.7 "DLG study", §4.9): attack the message each algorithm
+"""The LoSAC paper's DLG leakage study (§V-D; docs/dlg/index.md): attack the message each algorithm
 really reveals, on binary logistic regression.
 
     python -m simulation.dlg --out docs/dlg --dataset fashion-mnist
@@ -32,9 +32,9 @@ from simulation.dlg_report import StudyRow, write_all
 from simulation.experiment import Job, Outcome, run_jobs, validate
 from simulation.run import parse_overrides
 
-# Binary logistic regression per dataset (§2.3: Fashion-MNIST label ≤ 4 → 0, else 1; issue 8).
+# Binary logistic regression per dataset (Fashion-MNIST label ≤ 4 → 0, else 1; docs/reference/protocol.md).
 # Training η for a mean-reduced loss, tuned to η·L < 1 (client 1's L ≈ 151 on standardised Fashion-MNIST,
-# ≈ 0.2 on the synthetic set); the sum-reduced default is the paper's η = 1e-4 (§3.7 "DLG study").
+# ≈ 0.2 on the synthetic set); the sum-reduced default is the paper's η = 1e-4 (docs/dlg/index.md).
 MEAN_LR = {"fashion-mnist": 0.005, "synthetic": 1.0}
 SUM_LR = 1e-4
 DATASETS = {
@@ -162,7 +162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--loss-reduction",
         choices=("mean", "sum"),
         default="mean",
-        help="training loss; sum with the paper's η = 1e-4 is unstable on standardised features (§3.7)",
+        help="training loss; sum with the paper's η = 1e-4 is unstable on standardised features (docs/dlg/index.md)",
     )
     p.add_argument("--attack-lr", type=float, default=1e-3, help="attacker step (L-BFGS: its lr)")
     p.add_argument("--iterations", type=int, default=100, help="attack iterations")

@@ -1,4 +1,4 @@
-"""Files of the DLG leakage study (ALGORITHMS.md §3.7 "DLG study"): the table (markdown + csv), the plot of
+"""Files of the DLG leakage study (docs/dlg/index.md): the table (markdown + csv), the plot of
 ‖X̂ − X‖_F per attack iteration (log y) and the raw per-iteration rows."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ CIFAR-shaped inputs (3×32×32, 10 classes) are random tensors made on the devic
 "client" runs `fedsuite.local.train_local` for `--steps` steps from the same start point, one after the other,
 as a simulation worker does. Prints one line per rule (SGD = FedAvg's client, SAM = FedSAM/FedSpeed's two
 gradients per step) with seconds per round and peak device memory, then `seconds_per_round <sgd value>` last.
-Used for the GPU figures in README (the reference simulator: 15.9 s/round on a V100 for this workload).
+Used for the GPU figures in docs/performance.md (the reference simulator: 15.9 s/round on a V100 for this workload).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The FAdamET paper's App. C experiment (ALGORITHMS.md §5.4 Table 2, §3.5–3.6) in shape, on a 2-core CPU: LoRA
+"""The FAdamET paper's App. C experiment (its Table 2; docs/lora-study/index.md) in shape, on a 2-core CPU: LoRA
 adapters on a small randomly initialised GPT-2, fine-tuned in FL for topic classification of Debian's `fortunes`
 texts; LocalAdam, FAdamET, FAdamGT and FedAvg, several seeds; rounds to a target accuracy and communication per
 client to that target (bytes, from the suite's per-round accounting), mean ± std over seeds, as in Table 2.

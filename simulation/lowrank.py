@@ -1,7 +1,7 @@
-"""The LoSAC paper's low-rank matrix estimation study (§V-E; ALGORITHMS.md §3.7): LoSAC-Prox vs SCAFFOLD-Prox with
+"""The LoSAC paper's low-rank matrix estimation study (§V-E; docs/lowrank/index.md): LoSAC-Prox vs SCAFFOLD-Prox with
 the nuclear-norm prox on X ∈ R^{64×64}, ground truth X_G = diag(I_r, 0), r ∈ {32, 16, 8, 4, 2}.
 
-    python -m simulation.lowrank --out docs/lowrank                       # the spec's settings (long on CPU)
+    python -m simulation.lowrank --out docs/lowrank                       # the paper's settings (long on CPU)
     python -m simulation.lowrank --out /tmp/lr --ranks 4 --rounds 20 --lambdas 0.1
 
 Every (algorithm, r, λ) is one run of the real strategy and clients in one process (`fedsuite.inprocess`), same
@@ -26,7 +26,7 @@ from simulation import report
 from simulation.experiment import Job, Outcome, run_jobs, validate
 from simulation.run import parse_overrides
 
-# The spec's setting (§3.7): N = 100, S = 10, M = 5, T = 5, 100 samples per client (blocks of 20), mean-reduced
+# The paper's setting: N = 100, S = 10, M = 5, T = 5, 100 samples per client (blocks of 20), mean-reduced
 # block loss; η = 2e-3 (halve it if it diverges), every step on one block, nuclear prox after each step.
 BASE = {
     "dataset": "synthetic-lowrank",
@@ -116,7 +116,7 @@ def write(out: Path, rows: list[dict], lr: float, lambdas: list[float]) -> list[
               str(row["round"]), f"{row['frobenius_error']:.4f}", str(row["estimated_rank"]),
               "yes" if row["rank_exact"] else "no"] for row in table]  # fmt: skip
     lines = [
-        f"Low-rank matrix estimation (ALGORITHMS.md §3.7): η = {lr:g}, λ ∈ "
+        f"Low-rank matrix estimation (LoSAC paper §V-E): η = {lr:g}, λ ∈ "
         f"{{{', '.join(f'{x:g}' for x in lambdas)}}}; * = the λ with the lowest final ‖X − X_G‖_F for that row's "
         "algorithm and r; rank = singular values > 1e-3.",
         "",

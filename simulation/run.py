@@ -10,7 +10,7 @@ What it adds to a bare `flwr run . --stream`:
   `overwrite=true`, and default names are unique per launch;
 - the federation is sized for parallelism, not for N: as many SuperNodes as client workers fit the machine
   (CPU cores / --cpus-per-client, or GPU shares), each training whichever partitions the server names
-  (client-mapping='logical', issue 9); with client-mapping='fixed' one SuperNode per client;
+  (client-mapping='logical'); with client-mapping='fixed' one SuperNode per client;
 - every process of the launch (the local SuperLink, SuperExec, `flwr-simulation`, Ray) carries a token in its
   environment and gets a private FLWR_HOME and ports, so Ctrl-C or SIGTERM stops all of them within seconds,
   the end of the run stops the SuperLink, and a reaper process does the same if this command is killed;

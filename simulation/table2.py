@@ -1,4 +1,4 @@
-"""The LoSAC paper's Table II protocol (ALGORITHMS.md §5.5): LoSAC vs SCAFFOLD vs FedAvg vs FedSaga on a
+"""The LoSAC paper's Table II protocol (docs/losac/index.md): LoSAC vs SCAFFOLD vs FedAvg vs FedSaga on a
 sort-by-label federation, for every (M, T) of a grid, in the paper's form: rounds to the target accuracy, loss and
 accuracy at the last round, and LoSAC's speed-up over SCAFFOLD with the same M and T.
 
@@ -12,9 +12,9 @@ Several seeds: one such folder per seed (`-c "seed=<s>"`), then
 
 writes <out>/seeds.md and seeds.csv: mean ± std over the folders of each cell (rounds to target over the seeds
 that reached it, with how many did; the speed-up over SCAFFOLD is taken per seed, then averaged).
-Setting (§3.7, §5.5): N = 100, S = 10, 2NN, partition='shards' (stable sort by label, N equal contiguous shards),
-every local step on one of the M fixed blocks (`local-batches='blocks'` for the baselines too), sum-reduced block
-loss with the paper's η = 1e-4, no weight decay; override any of it with -c.
+Setting (docs/algorithms/losac.md, docs/reference/papers.md): N = 100, S = 10, 2NN, partition='shards' (stable sort
+by label, N equal contiguous shards), every local step on one of the M fixed blocks (`local-batches='blocks'` for the
+baselines too), sum-reduced block loss with the paper's η = 1e-4, no weight decay; override any of it with -c.
 """
 
 from __future__ import annotations
