@@ -1,5 +1,5 @@
-"""Independent float64 numpy implementations of the drift-correction family on a full-batch least-squares
-federation, written from ALGORITHMS.md alone (no fedsuite code beyond the cohort sampler and the data).
+"""Independent float64 numpy implementations of the drift-correction family on a full-batch least-squares federation,
+written from the algorithm pages (docs/algorithms/) alone (no fedsuite code beyond the cohort sampler and the data).
 
 F_i(x) = (1/2n)‖A_i x − b_i‖²; every local step adds weight decay wd·x; lr of round t is lr·γ^t.
 """
@@ -49,7 +49,7 @@ class Federation:
     def batches(self, i: int) -> list[np.ndarray | None]:
         """The row indices of client i's minibatches this round (None = all rows). The data order is replayed from
         fedsuite's recipe (a generator seeded by (seed, round, partition); randperm per step or per epoch); the
-        number of steps is K_i = K, or E·ceil(n_i/B) in epoch mode (§2.5)."""
+        number of steps is K_i = K, or E·ceil(n_i/B) in epoch mode (docs/reference/protocol.md)."""
         n = len(self.clients[i][1])
         b = n if self.batch <= 0 else min(self.batch, n)
         seed = np.random.SeedSequence([int(self.cfg["seed"]), self.round, i]).generate_state(1)[0]
@@ -75,7 +75,7 @@ class Federation:
         return x
 
     def mean(self, cohort, vectors) -> np.ndarray:
-        """mean_S, uniform or weighted by n_i (§0.3.3)."""
+        """mean_S, uniform or weighted by n_i."""
         w = np.array([len(self.clients[i][1]) if self.by_samples else 1.0 for i in cohort], np.float64)
         return np.sum([wi * v for wi, v in zip(w / w.sum(), vectors, strict=True)], axis=0)
 
@@ -96,7 +96,7 @@ def scaffold(f: Federation) -> np.ndarray:
 
 
 def fedsam(f: Federation, rho: float) -> np.ndarray:
-    """FedSAM (§4.7): both gradients on the step's minibatch, ε = 1e-12."""
+    """FedSAM (docs/algorithms/fedsam.md): both gradients on the step's minibatch, ε = 1e-12."""
     x = f.x0.copy()
     for t in range(f.rounds):
         lr, cohort = f.lr(t), f.sampler.cohort(t + 1)
@@ -106,7 +106,7 @@ def fedsam(f: Federation, rho: float) -> np.ndarray:
 
 
 def feddyn(f: Federation, alpha: float, rho: float = 0.0, eps: float = 1e-7, mix: float = 1.0) -> np.ndarray:
-    """Paper form (§4.5); rho > 0 gives FedSpeed's code form with μ = alpha (§3.1)."""
+    """FedDyn's paper form; rho > 0 gives FedSpeed's code form with μ = alpha (docs/algorithms/fedspeed.md)."""
     x, h, dual = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
     for t in range(f.rounds):
         lr, cohort, local_models = f.lr(t), f.sampler.cohort(t + 1), []
@@ -121,7 +121,8 @@ def feddyn(f: Federation, alpha: float, rho: float = 0.0, eps: float = 1e-7, mix
 
 
 def fedspeed_ing(f: Federation, mu: float, rho: float, zeta: float) -> np.ndarray:
-    """§3.2 with the thesis' sampled aggregation x^{t+1} = mean_S(x_{i,K} − ĝ_i/μ)."""
+    """FedSpeed-Ing (docs/algorithms/fedspeed-ing.md) with the thesis' sampled aggregation
+    x^{t+1} = mean_S(x_{i,K} − ĝ_i/μ)."""
     x, x_prev = f.x0.copy(), f.x0.copy()
     ghat = [np.zeros_like(x) for _ in range(f.n)]
     gcheck = [np.zeros_like(x) for _ in range(f.n)]
@@ -156,7 +157,7 @@ def fedadmm_wang(f: Federation, rho: float) -> np.ndarray:
 
 
 def fedcm(f: Federation, alpha: float, rho: float = 0.0) -> np.ndarray:
-    """FedCM (§3.3); rho > 0 is MoFedSAM (§4.7)."""
+    """FedCM (docs/algorithms/fedcm.md); rho > 0 is MoFedSAM (docs/algorithms/mofedsam.md)."""
     x, big_d = f.x0.copy(), np.zeros_like(f.x0)
     for t in range(f.rounds):
         lr, cohort, deltas = f.lr(t), f.sampler.cohort(t + 1), []

@@ -1,6 +1,6 @@
-"""Independent float64 numpy implementations of the adaptive family (ALGORITHMS.md §3.5, §3.6) and MimeSVRG
-(§4.8) on the full-batch least-squares federation of `tests/reference.py`, written from the spec alone (no
-fedsuite code beyond the cohort/tracking sampler and the data).
+"""Independent float64 numpy implementations of the adaptive family (docs/algorithms/fadamet.md, fadamgt.md,
+localadam.md, fedlada.md) and MimeSVRG on the full-batch least-squares federation of `tests/reference.py`, written from
+those pages alone (no fedsuite code beyond the cohort/tracking sampler and the data).
 
 Every local step uses g = ∇F_i(x) + wd·x; the Adam rule is AMSGrad without bias correction, m = 0 each round,
 v̂ starting at the carried v.

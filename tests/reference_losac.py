@@ -1,6 +1,6 @@
-"""Independent float64 numpy implementations of the LoSAC family (ALGORITHMS.md §3.7) on a least-squares
-federation, written from the spec alone. Shared with fedsuite only: the data, the cohort sampler, and the data
-order (each client's fixed blocks and the block drawn at each step), which the reference replays.
+"""Independent float64 numpy implementations of the LoSAC family (docs/algorithms/losac.md) on a least-squares
+federation, written from the algorithm pages alone. Shared with fedsuite only: the data, the cohort sampler, and the
+data order (each client's fixed blocks and the block drawn at each step), which the reference replays.
 
 F_i(x) = (1/2n)‖A_i x − b_i‖²; block j's gradient is the mean (or sum) over its rows; no weight decay.
 """
@@ -66,7 +66,8 @@ def losac(f: BlockFederation, phi_scale: str = "1", local_table: bool = False, p
 
 
 def scaffold_blocks(f: BlockFederation, prox=None) -> np.ndarray:
-    """SCAFFOLD option II (§4.4) on the same block draws; prox(x, lr) after each move is SCAFFOLD-Prox."""
+    """SCAFFOLD option II (docs/algorithms/scaffold.md) on the same block draws; prox(x, lr) after each move is
+    SCAFFOLD-Prox."""
     x, c, ci = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
     for t in range(f.rounds):
         lr, cohort, deltas, dcs = f.lr(t), f.sampler.cohort(t + 1), [], []

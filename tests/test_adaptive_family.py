@@ -1,9 +1,10 @@
-"""Math-verification harness for the adaptive family (ALGORITHMS.md §3.5, §3.6) and MimeSVRG (§4.8).
+"""Math-verification harness for the adaptive family (docs/algorithms/fadamet.md and its siblings) and MimeSVRG.
 
-The Adam stage against a hand-written float64 version on a small network; FAdamET/GT with y ≡ 0 are LocalAdam
-bit for bit (and are not once tracking is on); y = mean_N(y_i) after every round under Bernoulli participation,
-Y < S and a crashing client; trajectories against independent numpy implementations (`tests/reference_adaptive.py`);
-MimeSVRG's c and its one-step identity; both MimeSVRG exchanges and their failures; communication per §1.
+The Adam stage against a hand-written float64 version on a small network; FAdamET/GT with y ≡ 0 are LocalAdam bit for
+bit (and are not once tracking is on); y = mean_N(y_i) after every round under Bernoulli participation, Y < S and a
+crashing client; trajectories against independent numpy implementations (`tests/reference_adaptive.py`); MimeSVRG's c
+and its one-step identity; both MimeSVRG exchanges and their failures; communication per round
+(docs/algorithms/index.md).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_tracking_with_y_forced_to_zero_is_localadam_bit_for_bit(algorithm, monk
     assert rel(tracked, localadam) > 1e-4
 
 
-# ---- the tracking invariant (§6 item 3) ---------------------------------------------------------------------
+# ---- the tracking invariant (docs/developer/verification.md) -------------------------------------------------------
 BERNOULLI = {"dataset": "synthetic-lsq", "num-clients": 8, "sampling": "bernoulli", "participation": 0.5,
              "synthetic-dim": 6, "synthetic-samples": 16, "batch-size": 4, "local-steps": 5, "lr": 0.01,
              "num-server-rounds": 7, "eval-every": 1000, "tracking-clients": 1}  # fmt: skip
@@ -178,7 +179,7 @@ def test_partial_participation_trajectory_matches_numpy_reference(algorithm, ext
 
 def test_fadamgt_with_full_tracking_ends_closer_to_the_optimum_than_localadam():
     """Full participation, Y = S, full-batch gradients: gradient tracking removes the client drift that
-    LocalAdam keeps (figures in README)."""
+    LocalAdam keeps (figures in docs/developer/verification.md)."""
     cfg = {**FED, "num-server-rounds": 300, "lr": 0.005, "tracking-clients": 5, **ADAM}
     errors = {a: run_inprocess({**cfg, "algorithm": a}) for a in ("localadam", "fadamgt")}
     errors = {a: s.plan.evaluate(s.x)["relative_error"] for a, s in errors.items()}
@@ -236,9 +237,10 @@ def test_mimesvrg_client_failing_either_exchange_is_a_failure_of_the_round(phase
     assert all(r["failures"] + r["rejected"] == 0 for r in rows.rows if r["round"] in (1, 3))
 
 
-# ---- communication (§1, §5.4 Table 1) ----------------------------------------------------------------------------
+# ---- communication (docs/algorithms/index.md; the FAdamET paper's Table 1) ------------------------------------
 def test_registry_declares_the_fadamet_table_1_communication():
-    """Down + up d-vectors per participating client per round; FAdamET/GT at Y = S/2: 3 + 1/2 (§1)."""
+    """Down + up d-vectors per participating client per round; FAdamET/GT at Y = S/2: 3 + 1/2
+    (docs/algorithms/index.md)."""
     per_round = {a: sum(ALGORITHMS[a].vectors) + ALGORITHMS[a].tracking_up / 2 for a in
                  ("fedavg", "scaffold", "localadam", "fedlada", "fadamet", "fadamgt")}  # fmt: skip
     assert per_round == {"fedavg": 2, "scaffold": 4, "localadam": 2, "fedlada": 5, "fadamet": 3.5, "fadamgt": 3.5}

@@ -1,5 +1,5 @@
-"""Checkpoint and exact resume (issue 9): for every algorithm in the registry, a run stopped after round r and
-resumed to R ends bit-identical to the uninterrupted R-round run (model, algorithm state, client state)."""
+"""Checkpoint and exact resume (docs/running/checkpoints.md): for every algorithm in the registry, a run stopped after
+round r and resumed to R ends bit-identical to the uninterrupted R-round run (model, algorithm state, client state)."""
 
 from __future__ import annotations
 

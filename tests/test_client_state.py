@@ -1,5 +1,6 @@
 """Client state: the store's backends, state invariants under partial participation and failures, persistence
-across rounds (per-partition files in RAM or on disk), and communication per round against ALGORITHMS.md §1."""
+across rounds (per-partition files in RAM or on disk), and communication per round against the summary table of
+docs/algorithms/index.md."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_memory_estimate_and_backend_choice():
     assert "= 42,654.6 MiB → on disk" in describe("auto", 500, 11_181_642, 1, 4096)
 
 
-# ---- invariants (§6 item 3) -------------------------------------------------------------------------------
+# ---- invariants (docs/developer/verification.md) ---------------------------------------------------------------
 def fail_in_round(monkeypatch, partition: int, server_round: int):
     """Partition `partition` crashes after local training in `server_round` (before its state is saved)."""
     original = ScaffoldClient.uplink
@@ -225,16 +226,16 @@ def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path
         assert not any(tmp_path.iterdir())
 
 
-# ---- communication per round (§1, §6 item 5) ---------------------------------------------------------------
-SUMMARY_TABLE = {  # ALGORITHMS.md §1: (vectors down, vectors up) per participating client per round
+# ---- communication per round (docs/algorithms/index.md, docs/developer/verification.md) -------------------------
+SUMMARY_TABLE = {  # docs/algorithms/index.md: (vectors down, vectors up) per participating client per round
     "fedavg": (1, 1), "fedprox": (1, 1), "fedadam": (1, 1), "fedyogi": (1, 1), "fedadagrad": (1, 1),
     "scaffold": (2, 2), "feddyn": (1, 1), "fedadmm": (1, 1), "fedcm": (2, 1), "fedsam": (1, 1), "mofedsam": (2, 1),
     "fedspeed": (1, 1), "fedspeed-ing": (2, 1), "fedmim": (3, 1), "localadam": (1, 1), "fadamet": (2, 1),
     "fadamgt": (2, 1), "fedlada": (3, 2), "mimesvrg": (3, 2), "losac": (2, 2), "fedsaga": (1, 1),
     "losac-prox": (2, 2), "scaffold-prox": (2, 2),
 }  # fmt: skip
-# The server-mirror protocol sends each client its dual: +1 down (§1, "Mirroring"). FAdamET/GT's uplink depends on
-# the tracking subset: checked in tests/test_adaptive_family.py.
+# The server-mirror protocol sends each client its dual: +1 down (docs/algorithms/index.md). FAdamET/GT's uplink depends
+# on the tracking subset: checked in tests/test_adaptive_family.py.
 COMMUNICATION = {**{k: v for k, v in SUMMARY_TABLE.items() if not ALGORITHMS[k].tracking_up},
                  "feddyn/server": (2, 1), "fedspeed/server": (2, 1)}  # fmt: skip
 

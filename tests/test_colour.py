@@ -1,4 +1,5 @@
-"""FedMIM's per-client colour perturbation (ALGORITHMS.md §2.2), on small synthetic CIFAR-shaped uint8 images."""
+"""FedMIM's per-client colour perturbation (docs/reference/protocol.md, Partitions), on small synthetic CIFAR-shaped
+uint8 images."""
 
 import numpy as np
 import pytest

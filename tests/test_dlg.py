@@ -1,4 +1,4 @@
-"""DLG attack (ALGORITHMS.md §4.9) and the LoSAC paper's leakage study command (§3.7 "DLG study")."""
+"""DLG attack and the LoSAC paper's leakage study command (docs/dlg/index.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ TASK, CLASSES, FEATURES = "classification", 2, 4
 
 
 def tiny_problem(samples: int = 1):
-    """A sigmoid MLP (twice differentiable, §4.9) whose gradient (58 entries) far outnumbers the batch's unknowns."""
+    """A sigmoid MLP (twice differentiable) whose gradient (58 entries) far outnumbers the batch's unknowns."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(FEATURES, 8), nn.Sigmoid(), nn.Linear(8, CLASSES)).double()
     x = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
@@ -27,7 +27,7 @@ def tiny_problem(samples: int = 1):
 
 
 def local_sgd_message(forward, loss, x, inputs, probs, lr: float, steps: int) -> torch.Tensor:
-    """FedAvg's client on the full batch, read as the attacker reads it: (x^t − x^+)/(η·T) (§3.7)."""
+    """FedAvg's client on the full batch, read as the attacker reads it: (x^t − x^+)/(η·T) (docs/dlg/index.md)."""
     z = x.clone()
     for _ in range(steps):
         z = z - lr * dlg.model_gradient(forward, loss, z, inputs, probs)

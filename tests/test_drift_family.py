@@ -1,4 +1,4 @@
-"""Math-verification harness for the drift-correction family (ALGORITHMS.md §3.1–3.4, §4.4–4.7, §6).
+"""Math-verification harness for the drift-correction family (docs/algorithms/, docs/developer/verification.md).
 
 Every claim is checked on both sides: drift-free methods reach x*, FedAvg/FedProx visibly do not; reductions
 hold to 1e-6 and the reduced-from knob really changes the result when turned on.
@@ -32,7 +32,7 @@ def rel(a, b) -> float:
     return float(np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(b))
 
 
-# ---- fixed points (§6 item 6) -----------------------------------------------------------------------------
+# ---- fixed points (docs/developer/verification.md) -----------------------------------------------------------
 EXACT = {
     "scaffold": {},
     "feddyn": {"feddyn-alpha": 0.3},
@@ -58,15 +58,16 @@ def test_fedcm_and_fedmim_reduce_drift_without_removing_it():
     _, avg = final({**rounds, "algorithm": "fedavg"})
     _, cm_03 = final({**rounds, "algorithm": "fedcm", "fedcm-alpha": 0.3})
     _, cm_01 = final({**rounds, "algorithm": "fedcm", "fedcm-alpha": 0.1})
-    assert 1e-4 < cm_01 < cm_03 < avg  # roughly α × FedAvg's error (§6)
+    assert 1e-4 < cm_01 < cm_03 < avg  # roughly α × FedAvg's error
     _, mim_weak = final({**rounds, "algorithm": "fedmim", "fedmim-alphas": "0.5,0.2", "fedmim-betas": "0.5,0.1"})
     _, mim_strong = final({**rounds, "algorithm": "fedmim", "fedmim-alphas": "0.6,0.3", "fedmim-betas": "0.9,0.1"})
     assert 1e-4 < mim_strong < mim_weak < avg  # A = 0.1 beats A = 0.3
 
 
 def test_fedadmm_gong_converges_to_the_anchored_optimum():
-    """§4.6: (G) as read here solves argmin f + (c/2)‖x − x^0‖², not f. Its uplink is 2Δ_i, so with server lr η_g
-    the duals sum to Σλ_i = N·ρ/(2η_g)·(x − x^0): c = ρ/(2η_g), the spec's ρ at η_g = 0.5 (Gong's later value)."""
+    """docs/algorithms/fedadmm.md: (G) as read here solves argmin f + (c/2)‖x − x^0‖², not f. Its uplink is 2Δ_i, so
+    with server lr η_g the duals sum to Σλ_i = N·ρ/(2η_g)·(x − x^0): c = ρ/(2η_g), the documented ρ at η_g = 0.5 (Gong's
+    later value)."""
     rho, server_lr = 0.2, 0.5
     strategy, error = final({**FED, "algorithm": "fedadmm", "fedadmm-variant": "gong", "fedadmm-rho": rho,
                              "server-lr": server_lr, "num-server-rounds": 500})  # fmt: skip
@@ -109,7 +110,7 @@ def test_partial_participation_trajectory_matches_numpy_reference(algorithm, ext
     assert rel(strategy.x, ref.Federation(cfg).x0) > 1e-2  # it moved
 
 
-# ---- reduction identities (§6 items 1, 2, 4) -------------------------------------------------------------
+# ---- reduction identities (docs/developer/verification.md) ---------------------------------------------------
 REDUCTIONS = [
     ("fedcm", {"fedcm-alpha": 1.0}, "fedavg", {}, {"fedcm-alpha": 0.5}),
     ("mofedsam", {"fedcm-alpha": 1.0, "sam-rho": 0.0}, "fedavg", {}, {"sam-rho": 0.1}),
@@ -155,7 +156,7 @@ def test_thesis_form_equals_code_form_under_full_participation(algorithm):
     assert rel(run_inprocess({**partial, key: "sampled"}).x, run_inprocess({**partial, key: "all"}).x) > 1e-4
 
 
-# ---- harness gaps (issue 11): minibatches, Bernoulli cohorts of varying size, η_g ≠ 1, unequal K_i, weighting ----
+# ---- harness gaps: minibatches, Bernoulli cohorts of varying size, η_g ≠ 1, unequal K_i, weighting ----
 # Epoch mode with B = 7 on 20 rows: 3 minibatches per epoch, the last one partial; the numpy references replay
 # fedsuite's minibatch order (tests/reference.py: Federation.batches) and nothing else.
 MINI = {**PARTIAL, "batch-size": 7, "local-steps": 0, "local-epochs": 2, "sampling": "bernoulli", "participation": 0.5,

@@ -1,4 +1,4 @@
-"""The examples README's "Your own model" and "Your own data" sections point to (examples/own_model,
+"""The examples that docs/own/model.md and docs/own/data.md point to (examples/own_model,
 examples/own_data) run as their READMEs say, shortened to a round or two in process."""
 
 from __future__ import annotations

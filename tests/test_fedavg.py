@@ -1,4 +1,5 @@
-"""FedAvg and FedProx against independent numpy implementations (ALGORITHMS.md §4.1, §4.2, §6)."""
+"""FedAvg and FedProx against independent numpy implementations (docs/algorithms/fedavg.md, fedprox.md;
+docs/developer/verification.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedAdam / FedYogi / FedAdagrad server steps against values computed by hand (ALGORITHMS.md §4.3)."""
+"""FedAdam / FedYogi / FedAdagrad server steps against values computed by hand (docs/algorithms/fedadam.md)."""
 
 from __future__ import annotations
 

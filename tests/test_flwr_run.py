@@ -57,7 +57,7 @@ def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):
 
 def test_plain_flwr_run_uses_flowers_default_federation(tmp_path, flwr_home):
     """`flwr run .` as a new user types it: Flower simulates 2 SuperNodes, the default experiment (100 clients,
-    10 per round; here 1 round of 1 epoch) runs on them with every sampled client trained (issue 9)."""
+    10 per round; here 1 round of 1 epoch) runs on them with every sampled client trained."""
     token = new_token()
     cmd = [sim.flwr_executable(), "run", str(sim.PROJECT), "--stream", "-c",
            f"num-server-rounds=1 local-epochs=1 out-dir='{tmp_path}' run-name='plain'"]  # fmt: skip
@@ -188,8 +188,8 @@ def test_compare_in_process_engine_records_the_same_results_folder(tmp_path):
 
 def _invariant_gap(algorithm: str, ckpt, num_clients: int) -> float:
     """The algorithm's server/client consistency from a checkpoint: SCAFFOLD c = mean_N c_i, FedDyn
-    Σh_i/N = mean_N(−∇L_i/α), FedADMM x = mean_N x̂_i (ALGORITHMS.md §4.4–4.6), each client's state as it would
-    train next (fedsuite.state.effective)."""
+    Σh_i/N = mean_N(−∇L_i/α), FedADMM x = mean_N x̂_i (docs/algorithms/: scaffold.md, feddyn.md, fedadmm.md), each
+    client's state as it would train next (fedsuite.state.effective)."""
     from fedsuite.config import resolve
     from fedsuite.data import load_dataset
     from fedsuite.server_app import initial_model
@@ -223,7 +223,7 @@ MANY_ON_TWO = [("feddyn", "disk"),
 @pytest.mark.parametrize("algorithm,mode", MANY_ON_TWO)
 def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mode, tmp_path, flwr_home):
     """40 partitions, 20 per round, on 2 SuperNodes (10 messages per node per round, run by 2 workers at once):
-    the stateful runs equal the in-process run to 1e-6 and keep their invariants (issue 9: no client state may
+    the stateful runs equal the in-process run to 1e-6 and keep their invariants (no client state may
     live in a shared node's Context, which Flower writes back last-write-wins)."""
     from fedsuite import checkpoint
 

@@ -1,4 +1,5 @@
-"""label-transform (ALGORITHMS.md §2.3): the binary relabelling per dataset, its config check, model sizing."""
+"""label-transform (docs/reference/protocol.md, Label transforms): the binary relabelling per dataset, its config check,
+model sizing."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def test_partitions_follow_the_transformed_labels(tmp_path):
         ds = load_dataset(cfg)
         parts = client_partition(cfg, ds)
         labels = ds.train.y.numpy()
-        # shards (§2.2) are contiguous in the label-sorted order of the labels the run trains on
+        # shards are contiguous in the label-sorted order of the labels the run trains on
         for a, b in zip(parts, parts[1:], strict=False):
             assert labels[a].max() <= labels[b].min()
         assert max(labels[p].max() for p in parts) < classes

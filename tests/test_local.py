@@ -17,7 +17,7 @@ def small_cnn_and_data(n=40):
 
 
 def reference_sgd(net, data, lr, wd, clip, epochs, batch, seed, mu=0.0):
-    """torch.optim.SGD(weight_decay) on the same minibatches; prox added after clipping (ALGORITHMS.md §0.3)."""
+    """torch.optim.SGD(weight_decay) on the same minibatches; prox added after clipping (docs/algorithms/index.md)."""
     anchor = [p.detach().clone() for p in net.parameters()]
     opt = torch.optim.SGD(net.parameters(), lr=lr, weight_decay=wd)
     for xb, yb in minibatches(data, epochs, 0, batch, torch.Generator().manual_seed(seed)):
@@ -138,7 +138,7 @@ def test_local_benchmark_short_run_prints_seconds_per_round_last(capsys, tmp_pat
 
 
 def test_reference_clip_scope_clips_the_centre_half_of_the_prox():
-    """clip-scope='reference' (FL-Simulator/FedDyn code, ALGORITHMS.md §0.3.2): x ← x − η(clip(g − μ·x^t) + μ·x +
+    """clip-scope='reference' (FL-Simulator/FedDyn code, docs/algorithms/index.md): x ← x − η(clip(g − μ·x^t) + μ·x +
     wd·x), against a hand-written loop; 'clean' clips g alone and differs once clipping is active."""
     net, data = small_cnn_and_data()
     model = FlatModel(net)

@@ -1,4 +1,4 @@
-"""Logical clients on any number of SuperNodes (issue 9): routing of a round's cohort, the fixed mapping's
+"""Logical clients on any number of SuperNodes: routing of a round's cohort, the fixed mapping's
 discovery, and how simulation.run sizes the federation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Math harness for the LoSAC family (ALGORITHMS.md §3.7): LoSAC, FedSaga, LoSAC-Prox, SCAFFOLD-Prox, and the
+"""Math harness for the LoSAC family (docs/algorithms/losac.md): LoSAC, FedSaga, LoSAC-Prox, SCAFFOLD-Prox, and the
 shared options they brought (fixed data blocks for any algorithm, sum-reduced losses, the 1/N aggregation).
 
 Each claim is checked on both sides: LoSAC reaches x* where FedSaga and FedAvg visibly do not; the factor-1
@@ -51,7 +51,7 @@ def rel(a, b) -> float:
     return float(np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(b))
 
 
-# ---- fixed points: LoSAC and SCAFFOLD remove client drift, FedSaga and FedAvg do not (issue 8) ------------
+# ---- fixed points: LoSAC and SCAFFOLD remove client drift, FedSaga and FedAvg do not -----------------------
 @pytest.mark.parametrize("algorithm", ["losac", "scaffold"])
 def test_losac_and_scaffold_reach_the_optimum_with_full_block_gradients(algorithm):
     cfg = {**FED, "algorithm": algorithm, "num-server-rounds": 250, "local-batches": "blocks", "losac-blocks": 1}
@@ -102,7 +102,7 @@ def test_partial_participation_trajectory_matches_numpy_reference(algorithm, ext
     assert rel(strategy.x, f.x0) > 1e-2  # it moved
 
 
-# ---- ϕ bookkeeping (§3.7): factor 1 keeps ϕ = Σ_n mean_j y_{n,j}; N/S does not -----------------------------
+# ---- ϕ bookkeeping (docs/algorithms/losac.md): factor 1 keeps ϕ = Σ_n mean_j y_{n,j}; N/S does not ------------
 def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | None = None) -> tuple[list[float], int]:
     """After every round: max |ϕ − Σ_n ḡ_n| over the clients' effective tables; and the number of failed replies."""
     from clients.losac import LoSACClient
@@ -151,7 +151,7 @@ def test_the_papers_n_over_s_factor_breaks_the_phi_bookkeeping(monkeypatch):
 
 # ---- reductions and shared options -------------------------------------------------------------------------
 def test_first_step_of_losac_is_fedavg_on_the_same_block():
-    """ϕ = 0 and y = 0 at the start: the first step is plain block SGD (§3.7); from the second step on ϕ_i already
+    """ϕ = 0 and y = 0 at the start: the first step is plain block SGD; from the second step on ϕ_i already
     holds the first block's gradient, so K = 4 steps differ from FedAvg."""
     cfg = {**PARTIAL, "num-server-rounds": 1, "local-batches": "blocks", "local-steps": 1}
     losac, fedavg = run_inprocess({**cfg, "algorithm": "losac"}).x, run_inprocess({**cfg, "algorithm": "fedavg"}).x
@@ -178,7 +178,7 @@ def test_sum_reduction_equals_mean_reduction_with_the_step_scaled_by_the_block_s
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold", "losac"])
 def test_agg_scale_one_over_n_is_the_mean_times_s_over_n(algorithm):
-    """eq. (13): x + Σ_S Δ_i / N = x + (S/N)·mean_S Δ_i under fixed sampling (§3.7)."""
+    """eq. (13): x + Σ_S Δ_i / N = x + (S/N)·mean_S Δ_i under fixed sampling."""
     cfg = {**PARTIAL, "algorithm": algorithm, "local-batches": "blocks"}
     literal = run_inprocess({**cfg, "agg-scale": "1/N"}).x
     assert rel(literal, run_inprocess({**cfg, "server-lr": 0.5}).x) < 1e-6  # S/N = 3/6

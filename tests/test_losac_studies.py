@@ -1,5 +1,6 @@
-"""Short CI versions of the LoSAC studies' commands (the long runs are in README): the low-rank estimation study
-and the Table II protocol write their table, plot and raw rows; the pieces they rely on are checked here too."""
+"""Short CI versions of the LoSAC studies' commands (the long runs: docs/losac/index.md, docs/lowrank/index.md): the
+low-rank estimation study and the Table II protocol write their table, plot and raw rows; the pieces they rely on are
+checked here too."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_lowrank_federation_is_the_spec_setting():
     assert np.array_equal(truth, np.diag([1.0, 1, 1, 0, 0, 0, 0, 0])) and numerical_rank(truth) == 3
     assert fed.features_x.shape == (200, 64) and abs(fed.features_x.mean() - 0.1) < 0.05  # N(0.1, 1) entries
     residual = fed.targets - fed.features_x @ fed.x_star
-    assert 0.07 < residual.std() < 0.13  # noise std 0.1 (§3.7 [decision])
+    assert 0.07 < residual.std() < 0.13  # noise std 0.1 ([decision])
     model = build_model("matrix", (64,), 1, "regression")
     assert [tuple(p.shape) for p in model.parameters()] == [(8, 8)]
     with pytest.raises(ConfigError, match="lowrank-rank=9: must be <= lowrank-size=8"):

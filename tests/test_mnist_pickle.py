@@ -1,4 +1,4 @@
-"""MNIST from the deeplearning.net pickle `mnist.pkl.gz` (fedsuite/data/mnist_pickle.py, ENVIRONMENT.md §3)."""
+"""MNIST from the deeplearning.net pickle `mnist.pkl.gz` (fedsuite/data/mnist_pickle.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fedsuite.data.datasets import DatasetCorrupt, DatasetNotFound
 from fedsuite.node import ClientNode
 from tests.test_datasets import fake_mnist
 
-# ENVIRONMENT.md §3: official MNIST counts per class
+# official MNIST counts per class
 OFFICIAL_TRAIN = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 OFFICIAL_TEST = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 

@@ -1,4 +1,4 @@
-"""Models of ALGORITHMS.md §2.1 and the node's data placement."""
+"""Models (docs/reference/protocol.md, Datasets and models) and the node's data placement."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_resnet18_gn_has_groupnorm_everywhere_and_no_buffers():
     assert not any(isinstance(m, nn.BatchNorm2d) for m in net.modules())
     norms = [m for m in net.modules() if isinstance(m, nn.GroupNorm)]
     assert len(norms) == 20 and all(m.num_groups == 2 for m in norms)  # 17 in blocks/stem + 3 downsample
-    assert net.conv1.kernel_size == (7, 7) and net.conv1.stride == (2, 2)  # torchvision stem kept (§2.1)
+    assert net.conv1.kernel_size == (7, 7) and net.conv1.stride == (2, 2)  # torchvision stem kept
     FlatModel(net)  # no buffers: averaging flat vectors is valid
     assert build_model("resnet18-gn", (1, 28, 28), 10, "classification")(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
@@ -59,7 +59,7 @@ def test_node_trains_on_its_partition_or_on_its_own_data_dir():
 
 def test_channels_last_and_bf16_autocast_are_speed_options_with_float32_state():
     """channels_last leaves the numbers as they are (to float tolerance); bf16 autocast changes them a little, so it
-    is off by default; x and the gradient stay float32 in both (the GPU README options)."""
+    is off by default; x and the gradient stay float32 in both (the GPU options, docs/running/scale.md)."""
     import torch
 
     from fedsuite.models import FlatModel, build_model, loss_function

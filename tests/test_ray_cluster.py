@@ -1,8 +1,8 @@
-"""A simulation on a Ray cluster (issue 9), on one machine: a head and a second Ray node started with `ray start`,
-1 CPU each with a resource of their own; `simulation.run` reaches the cluster through Flower's Ray backend
-(RAY_ADDRESS in its environment; Flower's `ray.init()` then joins the cluster instead of starting Ray), and client
-state goes to a folder both nodes see. Every process of the cluster carries a token of its own in its environment
-and is stopped by it at the end (never `ray stop`, which would stop every Ray process on the machine)."""
+"""A simulation on a Ray cluster (docs/running/scale.md), on one machine: a head and a second Ray node started with
+`ray start`, 1 CPU each with a resource of their own; `simulation.run` reaches the cluster through Flower's Ray backend
+(RAY_ADDRESS in its environment; Flower's `ray.init()` then joins the cluster instead of starting Ray), and client state
+goes to a folder both nodes see. Every process of the cluster carries a token of its own in its environment and is
+stopped by it at the end (never `ray stop`, which would stop every Ray process on the machine)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def test_a_killed_driver_leaves_nothing_running(tmp_path):
 def test_a_run_killed_mid_round_resumes_from_its_last_checkpoint(tmp_path):
     """SIGKILL to the driver in round ≈8 of a SCAFFOLD run that checkpoints every 3 rounds: the summary says
     interrupted and names the resume command; resuming (to 2 rounds past the checkpoint) redoes the lost rounds
-    and ends where the uninterrupted run ends (issue 9)."""
+    and ends where the uninterrupted run ends."""
     from fedsuite import checkpoint
     from fedsuite.inprocess import run_inprocess
 

@@ -133,7 +133,7 @@ def _har_cfg(tmp_path: Path, **extra):
 def test_har_through_the_partition_and_node_path_with_the_2nn(tmp_path):
     write_har(tmp_path, n_train=30, n_test=12)
     cfg = _har_cfg(tmp_path, partition="shards")
-    assert cfg.model == "2nn"  # the LoSAC default for tabular data (§2.1)
+    assert cfg.model == "2nn"  # the LoSAC default for tabular data
     ds = load_dataset(cfg)
     parts = client_partition(cfg, ds)
     assert [len(p) for p in parts] == [10, 10, 10]
@@ -160,7 +160,7 @@ def test_har_federated_run_in_process_learns(tmp_path):
     write_har(tmp_path, n_train=60, n_test=30, signal=2.0)
     cfg = {
         **_har_cfg(tmp_path),
-        "algorithm": "scaffold",  # LoSAC's reference method (ALGORITHMS.md §5.5)
+        "algorithm": "scaffold",  # LoSAC's reference method (Table II)
         "partition": "iid",
         "num-server-rounds": 4,
         "local-steps": 10,
@@ -194,7 +194,7 @@ def test_esr_split_has_the_papers_sizes_and_ignores_the_run_seed(tmp_path):
     y = np.repeat(np.arange(1, 6), 2300)
     np.random.default_rng(1).shuffle(y)
     train, test = esr.stratified_split(y)
-    assert (len(train), len(test)) == (9200, 2300)  # ALGORITHMS.md §2.1
+    assert (len(train), len(test)) == (9200, 2300)  # the LoSAC paper's split
     assert np.bincount(y[test]).tolist() == [0, 460, 460, 460, 460, 460]
     assert np.intersect1d(train, test).size == 0 and len(np.union1d(train, test)) == len(y)
     assert np.array_equal(esr.stratified_split(y)[1], test)  # fixed seed: the same rows every time

@@ -1,4 +1,4 @@
-"""Your own data (README "Your own data"): loaders named by import path, image folders, tables, natural partitions,
+"""Your own data (docs/own/data.md): loaders named by import path, image folders, tables, natural partitions,
 and the one-line errors before training."""
 
 from __future__ import annotations

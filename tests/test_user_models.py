@@ -1,4 +1,4 @@
-"""Your own model (README "Your own model"): import-path factories, BatchNorm buffers averaged beside every algorithm
+"""Your own model (docs/own/model.md): import-path factories, BatchNorm buffers averaged beside every algorithm
 or kept per client, trainable subsets (frozen backbone, LoRA adapters), and the one-line errors before training."""
 
 from __future__ import annotations
