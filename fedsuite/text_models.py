@@ -1,4 +1,4 @@
-"""Text models for `model='fedsuite.text_models:<factory>'` (README "Your own model").
+"""Text models for `model='fedsuite.text_models:<factory>'` (docs/own/model.md).
 
 `gpt2_lora`: a small GPT-2 body (transformers' GPT2Config, randomly initialised: no weights are downloaded) with
 LoRA adapters (peft) on the token embedding and on every block's query-key-value projection (c_attn), and a linear

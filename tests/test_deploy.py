@@ -327,7 +327,7 @@ def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
     folder = bed.root / "results" / name
     assert checkpoint.load(folder).server_round == 1 and len(rows(bed, name)) == 2
     killed = time.monotonic()
-    bed.start_superlink("--database", str(bed.root / "superlink.db"))  # the operator's steps (README)
+    bed.start_superlink("--database", str(bed.root / "superlink.db"))  # the operator's steps (docs/deployment/index.md)
     bed.wait_online(2)
     resumed = start_run(bed, {**CRASH, "resume-from": str(folder)}, name, role="run-crash-resumed")
     finish(bed, resumed, name, role="run-crash-resumed")

@@ -129,7 +129,8 @@ def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_ho
 
 @pytest.mark.slow
 def test_default_experiment_learns(tmp_path, flwr_home):
-    """The README's default run: 100 clients, 10 per round, Dirichlet 0.3, small CNN, 20 rounds."""
+    """The default experiment (docs/getting-started.md): 100 clients, 10 per round, Dirichlet 0.3, small CNN, 20
+    rounds."""
     folder = sim.run({"out-dir": str(tmp_path), "run-name": "default"}, quiet=True)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["final_accuracy"] > 0.7 and summary["total_seconds"] < 180

@@ -1,4 +1,4 @@
-"""Data loaders for `dataset='examples.own_data.loaders:<name>'` (README "Your own data").
+"""Data loaders for `dataset='examples.own_data.loaders:<name>'` (docs/own/data.md).
 
 A loader is any callable returning `fedsuite.data.LoadedData`; fedsuite passes `data_dir` and `seed` when the
 signature names them. This one needs no files: two Gaussian blobs per class in 10 dimensions, with a `region`

@@ -1,4 +1,4 @@
-"""Model factories for `model='examples.own_model.models:<name>'` (README "Your own model").
+"""Model factories for `model='examples.own_model.models:<name>'` (docs/own/model.md).
 
 A factory is any callable returning a torch.nn.Module; fedsuite passes `input_shape` and `num_classes` when the
 signature names them, and `model-args` as further keyword arguments. It is called under the run seed in every
