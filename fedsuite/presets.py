@@ -3,10 +3,9 @@ data and everything done with it.
 
 A preset is `values` (every algorithm) and `per_algorithm` (keys whose value the source gives per method, e.g.
 FedDyn's slower lr decay). Precedence: schema defaults < preset values < per-algorithm values < explicit keys.
-Every value carries a comment naming the documentation page that gives it: protocol.md and papers.md are
-docs/reference/protocol.md and docs/reference/papers.md, index.md (the conventions) and an algorithm's page
-(fedspeed.md, fedcm.md, …) are under docs/algorithms/. "[choice]" marks a value the sources leave open and this file
-fixes.
+Every value carries a comment naming the documentation page that gives it: protocol.md and papers.md are under
+docs/reference/; index.md (the conventions) and an algorithm's page (fedspeed.md, fedcm.md, …) are under
+docs/algorithms/. "[choice]" marks a value the sources leave open and this file fixes.
 
 Two ways a preset is applied:
 - `apply_preset` (fedsuite.config.resolve, i.e. the ServerApp/ClientApp): they only see Flower's merged run
