@@ -205,8 +205,16 @@ def _hparams_summary(kind: str, value):
     return Summary(value=[Summary.Value(tag=tag, metadata=smd, tensor=metadata.NULL_TENSOR)])
 
 
+def run_label(folder: Path) -> str:
+    """A run's name in a tracker: its folder below the experiment's `runs/` folder (`fedcm/lr=0.05/seed-0`, unique
+    within a sweep or a tuning), else the results folder's own name."""
+    parts = folder.parts
+    below = parts[len(parts) - parts[::-1].index("runs") :] if "runs" in parts else ()
+    return "/".join(below) or folder.name
+
+
 class WandbTracker(Tracker):
-    """A W&B run named after the results folder, config = the run config, one history row per results row.
+    """A W&B run named after the results folder (run_label), config = the run config, one history row per results row.
     Offline, its folder is <folder>/wandb/offline-run-*, uploaded later with `wandb sync`."""
 
     name = "W&B"
@@ -227,7 +235,7 @@ class WandbTracker(Tracker):
             mode=self.mode,
             project=self.project,
             dir=str(self.folder),
-            name=self.folder.name,
+            name=run_label(self.folder),
             group=self.group,
             config=self.config,
             reinit="create_new",  # one process may hold several runs (an in-process sweep)

@@ -266,3 +266,11 @@ def test_a_flwr_run_writes_tensorboard_events_for_every_round(tmp_path):
                             quiet=True)  # fmt: skip
     acc = tensorboard_events(folder / "tensorboard")
     assert [e.step for e in acc.Scalars("loss")] == [0, 1, 2, 3]
+
+
+def test_runs_of_an_experiment_get_distinct_names():
+    from fedsuite.tracking import run_label
+
+    assert run_label(Path("/r/sweep/runs/fedcm/lr=0.05/seed-0")) == "fedcm/lr=0.05/seed-0"
+    assert run_label(Path("/r/tune/search/runs/fedcm/lr=0.05/seed-1")) == "fedcm/lr=0.05/seed-1"
+    assert run_label(Path("/r/results/fedavg-fashion-mnist-20261124")) == "fedavg-fashion-mnist-20261124"
