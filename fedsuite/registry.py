@@ -106,6 +106,23 @@ def _duals_on_clients_only(values: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _full_gradient_in_mean_scale(what: str, when: Callable[[Mapping[str, Any]], bool]):
+    """A rule for an algorithm that builds a correction from a full local gradient of the mean loss: under
+    loss-reduction='sum' the steps are |ξ| times larger, so the correction would be off by the batch size."""
+
+    def check(values: Mapping[str, Any]) -> str | None:
+        if values.get("loss-reduction") == "sum" and when(values):
+            return (f"loss-reduction='sum' with {what}: its correction is a full gradient of the mean loss, the steps "
+                    f"are sum-scaled; use loss-reduction='mean'")  # fmt: skip
+        return None
+
+    return check
+
+
+_SCAFFOLD_OPTION_1 = _full_gradient_in_mean_scale("scaffold-option=1", lambda v: v.get("scaffold-option") == 1)
+_MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True)
+
+
 _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
 
 _ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
@@ -156,7 +173,7 @@ ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
         Algorithm("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient",
                   "docs/algorithms/scaffold.md",
                   "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}, sum_scale=True, tunable=_SGD),
+                  {"option": "scaffold-option"}, sum_scale=True, checks=(_SCAFFOLD_OPTION_1,), tunable=_SGD),
         Algorithm("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "docs/algorithms/feddyn.md",
                   "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
                   {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, tunable=_FEDDYN_TUNED),
@@ -206,7 +223,7 @@ ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
         Algorithm("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient",
                   "docs/algorithms/mimesvrg.md",
                   "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
-                  sum_scale=True, tunable=_SGD),
+                  sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD),
         Algorithm("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "docs/algorithms/losac.md",
                   "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
                   _LOSAC, sum_scale=True, tunable=_SGD),
@@ -219,7 +236,8 @@ ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
                   _LOSAC, sum_scale=True, tunable=_PROX_TUNED),
         Algorithm("scaffold-prox", "strategies.scaffold:Scaffold", "clients.scaffold_prox:ScaffoldProxClient",
                   "docs/algorithms/scaffold-prox.md", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
-                  {"option": "scaffold-option"}, sum_scale=True, tunable=_PROX_TUNED),
+                  {"option": "scaffold-option"}, sum_scale=True, checks=(_SCAFFOLD_OPTION_1,),
+                  tunable=_PROX_TUNED),
     )
 )  # fmt: skip
 

@@ -323,3 +323,12 @@ def test_fedspeed_ing_needs_client_held_duals():
     msg = _error({"algorithm": "fedspeed-ing", "dual-storage": "server"})
     assert "dual-storage='server'" in msg and "use client" in msg
     assert resolve({"algorithm": "fedspeed", "dual-storage": "server"})["dual-storage"] == "server"
+
+
+@pytest.mark.parametrize("algorithm, extra", [("scaffold", {"scaffold-option": 1}),
+                                              ("scaffold-prox", {"scaffold-option": 1}), ("mimesvrg", {})])  # fmt: skip
+def test_a_mean_loss_full_gradient_correction_refuses_sum_reduced_steps(algorithm, extra):
+    msg = _error({"algorithm": algorithm, "loss-reduction": "sum", **extra})
+    assert "loss-reduction='sum'" in msg and "use loss-reduction='mean'" in msg
+    assert resolve({"algorithm": algorithm, "loss-reduction": "mean", **extra})["loss-reduction"] == "mean"
+    assert resolve({"algorithm": "scaffold", "loss-reduction": "sum"})["scaffold-option"] == 2  # option 2 is fine
