@@ -32,17 +32,18 @@ METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
 
 
 def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict, out: Path,
-             tuned: Tuned | None = None) -> list[Job]:  # fmt: skip
-    """Algorithms × grid points × seeds, each into <out>/runs/<algorithm>/<grid point>/seed-<s>/, tracked in the
-    group named after <out> (TensorBoard: `tensorboard --logdir <out>` shows every run; W&B: the runs' group).
-    `tuned`: each algorithm's values from simulation.tune (the shared -c keys win)."""
+             tuned: Tuned | None = None, group: str | None = None) -> list[Job]:  # fmt: skip
+    """Algorithms × grid points × seeds, each into <out>/runs/<algorithm>/<grid point>/seed-<s>/, tracked in
+    `group`, by default named after <out> (TensorBoard: `tensorboard --logdir <out>` shows every run; W&B: the
+    runs' group). `tuned`: each algorithm's values from simulation.tune (the shared -c keys win)."""
 
     def settings(a: str) -> dict:
         return shared if tuned is None else with_tuned(shared, tuned, a)
 
+    group = group or out.name
     return [
         Job({**settings(a), **dict(point), "algorithm": a, "seed": s}, out / "runs" / a / grid_tag(point) / f"seed-{s}",
-            f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point), "seed": s}, group=out.name)
+            f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point), "seed": s}, group=group)
         for a, point, s in itertools.product(algorithms, points, seeds)
     ]  # fmt: skip
 

@@ -199,7 +199,14 @@ class Setting:
     maximize: bool
 
     def jobs(self, algorithm: str, point: Point) -> list[Job]:
-        return sweep.jobs_for([algorithm], [point], list(self.seeds), self.shared, self.out)
+        return sweep.jobs_for(
+            [algorithm], [point], list(self.seeds), self.shared, self.out, group=stage_group(self.out)
+        )
+
+
+def stage_group(folder: Path) -> str:
+    """The tracking group of a tuning's stage: `<out>/search` or `<out>/final` (two tunings do not share one)."""
+    return f"{folder.parent.name}/{folder.name}"
 
 
 def run_points(setting: Setting, pairs: Sequence[tuple[str, Point]]) -> dict[Path, str]:
@@ -497,8 +504,9 @@ def main(argv: list[str] | None = None) -> int:
             f"chosen by: {command}",
             f"score: mean {setting.column} over the last {setting.last} evaluations, seeds {args.seeds}"])  # fmt: skip
         final_text = ""
-        final_jobs = [j for a, v in values.items() for j in sweep.jobs_for([a], [tuple(v.items())], final_seeds,
-                                                                           final, out / "final")]  # fmt: skip
+        final_jobs = [j for a, v in values.items()
+                      for j in sweep.jobs_for([a], [tuple(v.items())], final_seeds, final, out / "final",
+                                              group=stage_group(out / "final"))]  # fmt: skip
         outcomes = run_jobs(final_jobs, args.engine, args.parallel, reuse=True) if final_jobs else []
         if final_jobs:
             cfg = resolved(final)

@@ -225,10 +225,10 @@ def test_flsim_preset_matches_the_flsim_readme():
     assert cfg["clip-scope"] == "reference" and cfg["fedcm-alpha"] == 0.1
 
 
-# --- README ------------------------------------------------------------------------------------------------------
+# --- the presets page ---------------------------------------------------------------------------------------------
 
 
-def test_readme_has_the_presets_table_and_an_example():
-    text = presets.README.read_text()
+def test_the_presets_page_has_the_presets_table_and_an_example():
+    text = presets.PAGE.read_text()
     assert presets.generated() in text, "run: python -m simulation.presets --write"
-    assert "## Presets" in text and "python -m simulation.run -c \"preset='" in text
+    assert text.startswith("# Presets") and "python -m simulation.run -c \"preset='" in text

@@ -46,7 +46,7 @@ def test_sweep_runs_every_seed_aggregates_and_resumes(tmp_path, capsys):
     assert row["seeds"] == "2/2" and "± " in (tmp_path / "sweep.md").read_text()
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     capsys.readouterr()
-    assert sweep.main(argv) == 0 and "4 finished earlier and reused" in capsys.readouterr().out
+    assert sweep.main(argv) == 0 and "4 ended earlier (completed or diverged) and reused" in capsys.readouterr().out
 
 
 def test_parallel_children_write_the_same_runs(tmp_path):

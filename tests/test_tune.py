@@ -32,12 +32,13 @@ class FakeEngine:
     and test accuracy from `accuracies(settings) -> (val, test)`, or a diverged run when it returns None."""
 
     def __init__(self, accuracies, stop_after: int | None = None):
-        self.accuracies, self.stop_after, self.launches = accuracies, stop_after, []
+        self.accuracies, self.stop_after, self.launches, self.groups = accuracies, stop_after, [], []
 
     def __call__(self, overrides: dict, engine: str, *rest, **kwargs) -> Path:
         if self.stop_after is not None and len(self.launches) >= self.stop_after:
             raise Interrupted(signal.SIGTERM)
         self.launches.append(dict(overrides))
+        self.groups.append(rest[0] if rest else kwargs.get("group"))
         folder = Path(overrides["out-dir"]) / overrides["run-name"]
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps({"run_config": overrides}))
@@ -220,6 +221,7 @@ def test_final_runs_use_the_chosen_values_on_the_final_seeds_without_validation(
     assert {o["validation-fraction"] for o in search} == {0.2} and {o["seed"] for o in search} == {0, 1}
     assert [(o["seed"], o["lr"], o["validation-fraction"]) for o in final] == [(10, 0.0158, 0.0), (11, 0.0158, 0.0)]
     assert all(Path(o["out-dir"]).parent == tmp_path / "final" / "runs" / "fedavg" for o in final)
+    assert engine.groups == [f"{tmp_path.name}/search"] * 10 + [f"{tmp_path.name}/final"] * 2  # tracking groups
     row = read_csv(tmp_path / "final" / "sweep.csv")[0]
     assert (row["algorithm"], row["grid"], row["seeds"]) == ("fedavg", "lr=0.0158", "2/2")
     test = val_peaks_at_small_lr_test_at_large({"lr": 0.0158, "seed": 10})[1] - 0.1 / 4
