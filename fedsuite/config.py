@@ -128,8 +128,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("image-size", 32, "dataset='imagefolder': images are resized to image-size × image-size", low=1),
     Key("label-column", "label", "dataset='table' / 'hf': the label column"),
     Key("feature-column", "", "dataset='hf': the feature column (empty: every numeric column but the label)"),
-    Key("partition-column", "", "partition='natural': the column (table/hf) whose values are the clients; own "
-        "loaders return it as `groups`"),
+    Key("partition-column", "", "partition='natural': the column (table/hf) whose values are the clients; an own "
+        "loader returns it among its `columns`"),
     Key("colour-perturbation", False, "FedMIM's per-client colour shift: client i draws b_i, s_i ~ U[0.6, 1.4] "
         "from (seed, partition) and applies adjust_brightness(b_i), then adjust_saturation(s_i) to its training "
         "images; test set untouched; 3-channel image datasets only"),
@@ -188,7 +188,8 @@ COMMON_KEYS: tuple[Key, ...] = (
         "must be federated"),
     Key("input-shape", "", "server-data=false: one sample's shape, comma-separated (e.g. '8' or '3,32,32')"),
     Key("num-classes", 0, "server-data=false: number of classes (1 = regression)", low=0),
-    Key("out-dir", "results", "results root; relative paths are taken from the project directory"),
+    Key("out-dir", "results", "results root; a relative path starts at the current directory of simulation.run "
+        "(of the SuperLink under a plain flwr run)"),
     Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>-<random>"),
     Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)"),
     Key("tensorboard", False, "also write TensorBoard event files (per-round scalars, the run config) into the "

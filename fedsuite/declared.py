@@ -6,7 +6,7 @@ may hand out), the memory estimate printed before a run (`units`, in multiples o
 
     Vector("c")                 one d-vector, zeros at first
     Table("h_table")            one d-vector per partition, created on first use (server-side mirrors)
-    History("history", 2)       the newest `length` d-vectors, newest first (FedMIM's δ's)
+    History("history", length=2)  the newest `length` d-vectors, newest first (FedMIM's δ's)
     Counter("accepted")         one integer per partition (the server's acceptance ledger)
     Value("initial_loss")       one number or None
     Buffers("buffers")          the model's own buffers (BatchNorm statistics), kept per client (buffers='local')

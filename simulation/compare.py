@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(-c keys win)")  # fmt: skip
     parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
     parser.add_argument("--skip-finished", action="store_true",
-                        help="reuse runs in --out that completed with the same explicit settings")  # fmt: skip
+                        help="reuse runs in --out that completed (or diverged) with the same settings")  # fmt: skip
     args = parser.parse_args(argv)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     out = Path(args.out).resolve()

@@ -4,6 +4,7 @@ round r and resumed to R ends bit-identical to the uninterrupted R-round run (mo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +73,14 @@ def test_resume_refuses_a_changed_config_and_a_missing_checkpoint(tmp_path):
         run_inprocess({**cfg, "resume-from": str(tmp_path / "a")}, record=True)
     with pytest.raises(checkpoint.CheckpointError, match="no checkpoint"):
         run_inprocess({**cfg, "num-server-rounds": 4, "resume-from": str(tmp_path)}, record=True)
+
+
+def test_keys_that_do_not_change_the_numbers_may_change_on_resume():
+    ckpt = checkpoint.Checkpoint(Path("/ckpt"), 2, {}, [], {"lr": 0.1, "num-server-rounds": 2}, None)
+    free = {"tensorboard": True, "wandb-mode": "offline", "wandb-project": "p", "round-timeout": 60.0}
+    checkpoint.check_compatible(ckpt, {"lr": 0.1, "num-server-rounds": 4, **free})  # tracking switched on: fine
+    with pytest.raises(checkpoint.CheckpointError, match=r"differs in lr=0\.2"):
+        checkpoint.check_compatible(ckpt, {"lr": 0.2, "num-server-rounds": 4, **free})
 
 
 def test_state_of_an_unknown_type_is_an_error_not_silently_dropped():

@@ -1,8 +1,8 @@
 """Your own data: what a `dataset='package.module:loader'` returns (`LoadedData`), checked and turned into the
 dataset object every other part of fedsuite reads (`OwnDataset`, the same interface as `Images` and `Tabular`).
 
-A loader is any importable callable; it is called with the keyword arguments it names among `data_dir`, `seed`
-and `cfg` (the run's Config) and returns a `LoadedData`:
+A loader is any importable callable; it is called with the keyword arguments it names among `data_dir` and `seed`
+(what its result may depend on: a process loads it once per data-dir and seed) and returns a `LoadedData`:
 
     train, test     (features, targets) pairs of tensors / numpy arrays, or torch Datasets of (x, y) items;
                     test=None: the data has no test set (central evaluation then refuses to start; with
@@ -72,10 +72,10 @@ class OwnDataset:
         return x.to(device)
 
 
-def load_from_loader(path: str, data_dir: str, seed: int, cfg: Any = None) -> OwnDataset:
+def load_from_loader(path: str, data_dir: str, seed: int) -> OwnDataset:
     """Call the loader `path` ('package.module:callable') and check what it returns."""
     loader = _import(path)
-    offered = {"data_dir": data_dir, "seed": seed, "cfg": cfg}
+    offered = {"data_dir": data_dir, "seed": seed}
     try:
         params = inspect.signature(loader).parameters
         takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
