@@ -197,9 +197,12 @@ def claim_folder(folder: Path, overwrite: bool, token: str | None = None, resume
         raise ResultsFolderTaken(taken_message(folder)) from None
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}))
-    if overwrite:
+    if overwrite:  # the replaced run's files and its checkpoints (else a resume hint could name the old run's)
+        import shutil
+
         for name in RUN_FILES:
             (folder / name).unlink(missing_ok=True)
+        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
 
 
 def _marker(path: Path) -> dict[str, Any]:
