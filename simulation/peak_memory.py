@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
