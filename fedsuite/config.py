@@ -150,7 +150,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("local-steps", 0, "K, fixed local steps per round; 0 = epoch mode", low=0),
     Key("batch-size", 50, "B; 0 = full local batch", low=0),
     Key("lr", 0.05, "η_l^0, local learning rate", low=0.0, low_open=True),
-    Key("lr-decay", 1.0, "γ, per-round local lr decay: η_l = η_l^0 γ^(t−1) in round t", low=0.0, high=1.0, low_open=True),
+    Key("lr-decay", 1.0, "γ, per-round local lr decay: η_l = η_l^0 γ^(t−1) in round t", low=0.0, high=1.0,
+        low_open=True),
     Key("weight-decay", 0.0, "coupled L2 added to every local step (docs/algorithms/index.md)", low=0.0),
     Key("clip-norm", 0.0, "clip each local step's gradient to this L2 norm; 0 = off", low=0.0),
     Key("clip-scope", "clean", "what clip-norm clips: clean = loss gradient + linear corrections; reference = also "
