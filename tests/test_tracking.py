@@ -222,7 +222,7 @@ def test_a_sweep_tracks_its_runs_as_one_group(tmp_path):
     for seed in (0, 1):
         (run_folder,) = (out / f"runs/fedavg/default/seed-{seed}/wandb").glob("offline-run-*")
         (run,) = [r["run"] for r in wandb_records(run_folder) if r["type"] == "run"]
-        assert run["run_group"] == "lr-study" and run["display_name"] == f"seed-{seed}"
+        assert run["run_group"] == "lr-study" and run["display_name"] == f"fedavg/default/seed-{seed}"
         assert run["config"]["update"]["seed"] == seed
 
 
