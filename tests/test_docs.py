@@ -20,7 +20,7 @@ from simulation import algorithms
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 NOT_STUDIES = {"algorithms", "running", "reference", "own", "deployment", "developer", "tooling", "javascripts",
-               "stylesheets"}  # fmt: skip
+               "stylesheets", "studies"}  # fmt: skip
 
 
 def nav_pages() -> list[str]:
