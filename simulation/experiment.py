@@ -79,8 +79,10 @@ def parse_grid(text: str) -> list[tuple[tuple[str, object], ...]]:
 
 
 def grid_tag(point: tuple[tuple[str, object], ...]) -> str:
-    """A grid point's folder name: `lr=0.05_local-epochs=2`, or `default` for the empty point."""
-    return "_".join(f"{k}={v}" for k, v in point) or "default"
+    """A grid point's folder name: `lr=0.05_local-epochs=2`, or `default` for the empty point. A list value's commas
+    become '-' (`fedmim-alphas=0.3-0.1`): Flower's app bundle cannot hold a path with a comma, and a results folder
+    may lie inside the project (docs/)."""
+    return "_".join(f"{k}={v}".replace(",", "-") for k, v in point) or "default"
 
 
 def resolved(settings: dict) -> Config:

@@ -18,6 +18,7 @@ def test_grid_points_and_their_folder_names():
     points = parse_grid("lr=0.01,0.05 local-epochs=2")
     assert points == [(("lr", 0.01), ("local-epochs", 2)), (("lr", 0.05), ("local-epochs", 2))]
     assert grid_tag(points[0]) == "lr=0.01_local-epochs=2" and grid_tag(()) == "default"
+    assert grid_tag((("fedmim-alphas", "0.3,0.1"),)) == "fedmim-alphas=0.3-0.1"  # no comma in a path
     with pytest.raises(ConfigError, match="key=value1,value2"):
         parse_grid("lr=")
 
