@@ -4,9 +4,14 @@ Every `checkpoint-every` rounds (and after the last) the ServerApp writes `check
 folder: the strategy's whole algorithm state (`server.json` + `server.npz`), the results rows so far, the run
 config, and a snapshot of the client-state files (`client-state/`); `checkpoints/latest.json` then names it.
 Each checkpoint is built in a temporary folder and renamed into place, and latest.json is replaced atomically, so a
-run killed at any moment leaves the previous checkpoint whole. The client-state snapshot is taken between rounds
-(no client writes then) as hard links where the files share a file system (clients replace files, never edit
-them, so a link keeps the old version), else as copies.
+run killed at any moment leaves the previous checkpoint whole; a file that cannot be written (a full disk) is named
+in the CheckpointError. The client-state snapshot is taken between rounds (no client writes then) as copies, never
+hard links, and a resume copies them back: damage done in place to a live state file (a truncation, a write into
+it) cannot reach the checkpoint, nor damage to the checkpoint the live files.
+
+`load` reads the folder latest.json names. When latest.json is damaged (or missing beside round folders), it
+loads the newest `round-<r>` folder whose manifest verifies, with a warning naming both: a sealed folder is a
+whole checkpoint, and a resume from it is as exact as from any other.
 
 The state saved is what the strategy declares (`RuleStrategy.state_dict`: the rule's declared state with the
 global model, the acceptance ledger, the run guard's initial loss; fedsuite.declared), so an algorithm added later is
@@ -21,8 +26,11 @@ unconfirmed write (fedsuite.state); `check_node_held_state` refuses a resume the
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
+import re
 import shutil
 import uuid
 from collections import deque
@@ -35,6 +43,7 @@ import numpy as np
 from fedsuite import checkpoint_files
 from fedsuite.checkpoint_files import CheckpointError
 
+log = logging.getLogger("flwr.fedsuite")
 FOLDER = "checkpoints"
 LATEST = "latest.json"
 CLIENT_STATE = "client-state"
@@ -113,37 +122,53 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
           client_state_root: Path | None, state_key: int | None = None) -> Path:  # fmt: skip
     """Write checkpoint `server_round` (module docstring); returns its folder. Older checkpoints are removed once
     the new one is in place and named by latest.json. A failure at any byte (a full disk) removes what this call
-    wrote and raises: the previous checkpoint stays whole and latest."""
+    wrote, the `checkpoints/` folder too when this call made it, and raises: the previous checkpoint stays whole and
+    latest. A file that cannot be written is a CheckpointError naming it and the OSError."""
     base = results / FOLDER
-    base.mkdir(parents=True, exist_ok=True)
+    made_base = not base.exists()
     tmp = base / f".round-{server_round:06d}-{uuid.uuid4().hex[:8]}.tmp"
     target = base / f"round-{server_round:06d}"
     latest = base / f".{LATEST}.{uuid.uuid4().hex[:8]}"
     placed = False
+    where = base  # the file or folder being written, named when writing it fails
     try:
+        base.mkdir(parents=True, exist_ok=True)
+        where = tmp
         tmp.mkdir()
         tree, arrays = encode_state(state)
-        np.savez(tmp / "server.npz", **arrays)
-        (tmp / "server.json").write_text(json.dumps({"round": server_round, "state": tree, "state-key": state_key}))
-        (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (tmp / "run_config.json").write_text(json.dumps(run_config, indent=1))
-        snapshot = tmp / CLIENT_STATE
+        where = tmp / "server.npz"
+        np.savez(where, **arrays)
+        where = tmp / "server.json"
+        where.write_text(json.dumps({"round": server_round, "state": tree, "state-key": state_key}))
+        where = tmp / "rows.jsonl"
+        where.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        where = tmp / "run_config.json"
+        where.write_text(json.dumps(run_config, indent=1))
+        snapshot = where = tmp / CLIENT_STATE
         snapshot.mkdir()
         if client_state_root is not None and client_state_root.is_dir():
-            for path in client_state_root.glob("partition-*.npz"):
-                _link_or_copy(path, snapshot / path.name)
+            for path in sorted(client_state_root.glob("partition-*.npz")):
+                where = snapshot / path.name
+                _copy(path, where)
+        where = tmp / checkpoint_files.MANIFEST
         checkpoint_files.seal(tmp)  # sizes and digests: a file damaged later is named before any resume
+        where = target
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
         placed = True
+        where = base / LATEST
         latest.write_text(json.dumps({"round": server_round, "folder": target.name}))
         os.replace(latest, base / LATEST)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         latest.unlink(missing_ok=True)
         if placed:
             shutil.rmtree(target, ignore_errors=True)
+        if made_base:
+            shutil.rmtree(base, ignore_errors=True)  # only what this call wrote is in it
+        if isinstance(err, OSError):
+            raise CheckpointError(write_problem(where, err, server_round)) from err
         raise
     for old in base.glob("round-*"):
         if old != target:
@@ -151,27 +176,74 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
     return target
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+def write_problem(where: Path, err: OSError, server_round: int) -> str:
+    """One line for a checkpoint file that could not be written: the file, the OSError, the way out."""
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+    why = "the disk is full" if full else "the file system refused it"
+    detail = f"[Errno {err.errno}] {err.strerror}" if err.errno is not None else str(err)
+    return (f"checkpoint of round {server_round}: {where} could not be written: {why} (OSError {detail}); "
+            f"what this checkpoint wrote is removed and the previous checkpoint, if any, stays the latest; "
+            f"{'free space on that disk' if full else 'check that folder'} or choose another out-dir, then resume "
+            "the run from its last checkpoint")  # fmt: skip
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """A copy of its own, never a link: damage to one file in place (a truncation, a write into it) cannot reach
+    the other."""
+    shutil.copyfile(src, dst)
 
 
 def has_checkpoint(results: Path) -> bool:
     return (results / FOLDER / LATEST).is_file()
 
 
+ROUND_FOLDER = re.compile(r"round-\d{6,}")
+
+
 def load(results: Path) -> Checkpoint:
     """The latest checkpoint of `results`, every file verified against its manifest first (fedsuite.checkpoint_files);
-    any unreadable file is a CheckpointError naming it."""
+    any unreadable file is a CheckpointError naming it. A damaged or missing latest.json beside round folders is
+    not fatal: the newest round folder whose manifest verifies is loaded, with a warning naming both."""
+    base = results / FOLDER
+    latest = base / LATEST
     try:
-        latest = json.loads((results / FOLDER / LATEST).read_text())
-        folder = results / FOLDER / str(latest["folder"])
+        named = json.loads(latest.read_text())["folder"]
+        if not (isinstance(named, str) and ROUND_FOLDER.fullmatch(named)):
+            raise ValueError(f"'folder' is {named!r}, not a round-<r> folder name")
+        folder = base / named
+    except FileNotFoundError:
+        if not any(base.glob("round-*")):
+            raise CheckpointError(f"no checkpoint in {results} ({latest} does not exist); a run writes one with "
+                                  "checkpoint-every=<rounds>") from None  # fmt: skip
+        folder = _newest_whole(base, f"{latest} does not exist")
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CheckpointError(f"resume-from={str(results)!r}: no checkpoint there ({err}); a run writes one "
-                              "with checkpoint-every=<rounds>") from None  # fmt: skip
+        folder = _newest_whole(base, f"{latest} is damaged ({type(err).__name__}: {err})")
     checkpoint_files.verify(folder)
+    return _read(folder)
+
+
+def _newest_whole(base: Path, why: str) -> Path:
+    """The newest round folder of `base` whose manifest verifies, with a warning saying why it is used; else a
+    CheckpointError naming the damaged latest.json and what is wrong with the round folders."""
+    folders = sorted((p for p in base.glob("round-*") if p.is_dir() and ROUND_FOLDER.fullmatch(p.name)),
+                     key=lambda p: int(p.name[len("round-"):]), reverse=True)  # fmt: skip
+    problems = []
+    for folder in folders:
+        try:
+            checkpoint_files.verify(folder)
+        except CheckpointError as err:
+            problems.append(str(err))
+            continue
+        log.warning("fedsuite │ %s; using the newest checkpoint whose every file verifies against its manifest: "
+                    "%s (the next checkpoint written replaces latest.json)", why, folder)  # fmt: skip
+        return folder
+    if problems:  # the newest folder's problem, which ends with the way out
+        raise CheckpointError(f"{why}, and no round folder beside it is whole, the newest: {problems[0]}")
+    raise CheckpointError(f"{why}, and no round-<r> folder is beside it; resume from another copy of the run, or "
+                          "start it again")  # fmt: skip
+
+
+def _read(folder: Path) -> Checkpoint:
     where = folder / "server.json"
     try:
         head = json.loads(where.read_text())
@@ -243,8 +315,13 @@ def restore(strategy, ckpt: Checkpoint, client_state_root: Path | None) -> None:
     client_state_root.mkdir(parents=True, exist_ok=True)
     for path in client_state_root.glob("partition-*.npz"):
         path.unlink()
-    for path in ckpt.client_state.glob("partition-*.npz"):
-        _link_or_copy(path, client_state_root / path.name)
+    for path in sorted(ckpt.client_state.glob("partition-*.npz")):
+        try:
+            _copy(path, client_state_root / path.name)
+        except OSError as err:
+            live = client_state_root / path.name
+            raise CheckpointError(f"restoring {path}: {live} could not be written ({type(err).__name__}: {err}); "
+                                  "free space there and resume again") from err  # fmt: skip
 
 
 def resume_command(results: Path) -> str:

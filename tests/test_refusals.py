@@ -1,0 +1,120 @@
+"""Damage refused clearly: a checkpoint that cannot be written names the file, a damaged latest.json is named and
+the newest whole checkpoint used, checkpoints are copies of the client state (never links), an image folder's
+dangling link or corrupt image is named, a plug-in rule's wrong-shaped result is named where it is taken, and a
+plug-in's declarations are checked when it registers."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsuite import checkpoint, checkpoint_files
+
+STATE = {"rule": {"x": np.arange(4, dtype=np.float32)}, "accepted": {0: 1}}
+
+
+def live_state(root: Path) -> Path:
+    """A client-state folder with two partition files, as the clients leave it between rounds."""
+    root.mkdir(parents=True, exist_ok=True)
+    for pid in range(2):
+        np.savez(root / f"partition-{pid}.npz", c_i=np.full(64, pid + 1.0))
+    return root
+
+
+def write(results: Path, server_round: int, live: Path | None = None) -> Path:
+    return checkpoint.write(results, server_round, STATE, [{"round": server_round}], {"lr": 0.1}, live)
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+# ---- checkpoints: a full disk --------------------------------------------------------------------------------------
+def test_a_full_disk_names_the_file_and_leaves_no_empty_checkpoints_folder(tmp_path, monkeypatch):
+    results = tmp_path / "run"
+    results.mkdir()
+    monkeypatch.setattr(checkpoint.np, "savez", no_space)
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        write(results, 2)
+    text = str(caught.value)
+    assert f"{results / 'checkpoints'}/.round-000002-" in text and "server.npz could not be written" in text
+    assert "the disk is full" in text and "[Errno 28]" in text and "\n" not in text
+    assert list(results.iterdir()) == []  # no checkpoints/ folder: the first checkpoint failed
+
+
+def test_a_full_disk_while_copying_client_state_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    results, live = tmp_path / "run", live_state(tmp_path / "state")
+    write(results, 2, live)
+    monkeypatch.setattr(checkpoint.shutil, "copyfile", no_space)
+    with pytest.raises(checkpoint.CheckpointError, match=r"client-state/partition-0\.npz could not be written: the "
+                       "disk is full"):  # fmt: skip
+        write(results, 4, live)
+    monkeypatch.undo()
+    assert sorted(p.name for p in (results / "checkpoints").iterdir()) == ["latest.json", "round-000002"]
+    assert checkpoint.load(results).server_round == 2
+
+
+# ---- checkpoints: a damaged latest.json ----------------------------------------------------------------------------
+def test_a_truncated_latest_json_is_named_and_the_newest_whole_checkpoint_used(tmp_path, caplog):
+    results = tmp_path / "run"
+    folder = write(results, 4)
+    latest = results / "checkpoints" / "latest.json"
+    latest.write_text(latest.read_text()[:9])  # cut short
+    with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
+        ckpt = checkpoint.load(results)
+    assert ckpt.folder == folder and ckpt.server_round == 4 and ckpt.rows == [{"round": 4}]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert f"{latest} is damaged" in warning and str(folder) in warning and "\n" not in warning
+
+
+def test_a_damaged_latest_json_without_a_whole_checkpoint_is_named_not_called_missing(tmp_path):
+    results = tmp_path / "run"
+    folder = write(results, 4)
+    (results / "checkpoints" / "latest.json").write_text("{")
+    (folder / "server.npz").write_bytes(b"")
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        checkpoint.load(results)
+    text = str(caught.value)
+    assert "latest.json is damaged" in text and "server.npz is corrupt" in text
+    assert "no checkpoint" not in text and "checkpoint-every" not in text
+
+
+def test_a_refused_resume_names_resume_from_once(tmp_path):
+    from fedsuite.config import ConfigError
+    from simulation import run
+
+    results = tmp_path / "run"
+    write(results, 4)
+    (results / "checkpoints" / "latest.json").write_text("")
+    (results / "checkpoints" / "round-000004" / "rows.jsonl").write_text("changed")
+    for folder in (tmp_path / "empty", results):
+        folder.mkdir(exist_ok=True)
+        with pytest.raises(ConfigError) as caught:
+            run._load_checkpoint(folder)
+        assert str(caught.value).count("resume-from=") == 1, caught.value
+
+
+# ---- checkpoints: copies, never links ------------------------------------------------------------------------------
+class FakeStrategy:
+    def load_state_dict(self, state):
+        self.state = state
+
+
+def test_damage_to_live_client_state_in_place_does_not_reach_the_checkpoint(tmp_path):
+    results, live = tmp_path / "run", live_state(tmp_path / "state")
+    before = (live / "partition-0.npz").read_bytes()
+    folder = write(results, 2, live)
+    os.truncate(live / "partition-0.npz", 10)  # a truncation in place, as a hostile process may do
+    checkpoint_files.verify(folder)  # the checkpoint is still whole
+    ckpt = checkpoint.load(results)
+    checkpoint.restore(FakeStrategy(), ckpt, live)
+    assert (live / "partition-0.npz").read_bytes() == before
+    with open(live / "partition-1.npz", "r+b") as f:  # a write into a restored file, in place
+        f.write(b"damage")
+    checkpoint_files.verify(folder)
+    assert os.stat(live / "partition-0.npz").st_nlink == 1 == os.stat(folder / "client-state/partition-0.npz").st_nlink
