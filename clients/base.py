@@ -124,6 +124,8 @@ class FedClient(NumPyClient):
             "loss": result.mean_loss,
             "compute-seconds": result.seconds,
         }
+        if result.first_loss is not None:  # the received model's loss before any step (the run guard's reference)
+            metrics["first-loss"] = result.first_loss
         return arrays, len(node.data), metrics
 
     def _load_buffers(self, sent: torch.Tensor | None) -> None:

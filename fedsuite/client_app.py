@@ -29,7 +29,7 @@ from fedsuite.declared import model_state, units
 from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
-from fedsuite.state import DiskStore, choose_backend, state_root
+from fedsuite.state import DiskStore, StateFolderTaken, check_owner, choose_backend, state_root
 
 _STATE_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what a state key may be: it names a folder
 
@@ -63,8 +63,25 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         if not _STATE_KEY.fullmatch(str(key)):  # it names a folder under the operator's client-state-dir
             raise NodeConfigError(f"state key {str(key)[:40]!r} from the server: expected digits, letters, _ or -")
         configured = f"{node_dir}/run-{key}" if node_dir else held.dir
-        node.store = DiskStore(state_root(where, configured, context.run_id), node.partition_id)
+        root = state_root(where, configured, context.run_id)
+        _checked(root, str(key), "node config client-state-dir" if node_dir else "client-state-dir")
+        node.store = DiskStore(root, node.partition_id, owner_key=str(key))  # claims the folder at its first write
     return node
+
+
+_CHECKED: set[tuple[str, str]] = set()  # (folder, state key) this process found free or its run's
+
+
+def _checked(root, key: str, setting: str) -> None:
+    """The client-state folder holds no other run's vectors (fedsuite.state.check_owner); once per folder and key
+    in a process. Otherwise a NodeConfigError: the client answers with an error reply instead of training."""
+    if (str(root), key) in _CHECKED:
+        return
+    try:
+        check_owner(root, key, setting)
+    except StateFolderTaken as err:
+        raise NodeConfigError(str(err)) from None
+    _CHECKED.add((str(root), key))
 
 
 class Worker(NumPyClient):

@@ -48,6 +48,8 @@ class Key:
         elif want is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 return None, f"{self.name}={value!r}: expected an integer"
+            if not -(2**63) <= value < 2**63:  # Flower carries run-config integers as signed 64-bit
+                return None, f"{self.name}={value!r}: out of range (Flower's run config holds integers below 2**63)"
         elif want is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return None, f"{self.name}={value!r}: expected a number"
@@ -67,6 +69,8 @@ class Key:
             return None, f"{self.name}={value!r}: must be {'<' if self.high_open else '<='} {self.high:g}"
         return value, None
 
+
+MAX_ROUNDS = 100_000  # a run keeps every round's row and rewrites its summary from them each round
 
 # Names the registries fill in; kept here so validation never imports torch or Flower.
 ALGORITHMS = (
@@ -145,7 +149,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("sampling", "fixed", "client sampling per round (docs/reference/protocol.md)", ("fixed", "bernoulli")),
     Key("clients-per-round", 10, "S for sampling=fixed", low=1),
     Key("participation", 0.1, "p for sampling=bernoulli", low=0.0, high=1.0, low_open=True),
-    Key("num-server-rounds", 20, "T, number of rounds", low=1),
+    Key("num-server-rounds", 20, "T, number of rounds (at most 100 000: a run keeps and rewrites its rows every "
+        "round)", low=1, high=MAX_ROUNDS),
     Key("local-epochs", 2, "E, local epochs (used when local-steps = 0)", low=1),
     Key("local-steps", 0, "K, fixed local steps per round; 0 = epoch mode", low=0),
     Key("batch-size", 50, "B; 0 = full local batch", low=0),
@@ -712,6 +717,20 @@ class Config(Mapping):
         return self.dataset.startswith("synthetic-")
 
 
+def similar_keys(name: str, schema: Mapping[str, Key]) -> list[str]:
+    """Keys an unknown `name` may have meant: the same words written with '-' (prox_mu → prox-mu, Prox-Mu), keys
+    sharing its first word, and near spellings."""
+    import difflib
+
+    dashed = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if dashed in schema:
+        return [dashed]
+    first = dashed.split("-")[0]
+    close = [k for k in schema if k.split("-")[0] == first]
+    close += [k for k in difflib.get_close_matches(dashed, list(schema), n=3, cutoff=0.75) if k not in close]
+    return close
+
+
 def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     """Defaults overlaid with `run_config` (its `preset` expanded first unless `preset-expanded`), every key
     checked; raises ConfigError listing all problems."""
@@ -727,7 +746,7 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     values: dict[str, Scalar] = {}
     schema = active_schema()
     for name in sorted(set(run_config) - set(schema)):
-        close = [k for k in schema if k.split("-")[0] == name.split("-")[0]]
+        close = similar_keys(name, schema)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         errors.append(f"{name}: unknown key{hint}")
     for name, key in schema.items():

@@ -198,6 +198,7 @@ class LocalResult:
     steps: int
     mean_loss: float
     seconds: float
+    first_loss: float | None = None  # the loss of the first step, at x0 before any update (the run guard's reference)
 
 
 def num_steps(n: int, epochs: int, steps: int, batch_size: int) -> int:
@@ -280,11 +281,15 @@ def train_local(
     x.copy_(x0)
     ctx = StepContext(x=x, x0=x0, lr=lr)
     loss_sum = torch.zeros((), device=x.device)
+    first_loss = None
     k = 0
     source = rule.batches or _plain_batches
     for inputs, targets, block in source(data, epochs, steps, batch_size, generator):
         ctx.step, ctx.block = k, block
-        loss_sum += rule.point(model, loss_fn, inputs, targets)
+        loss = rule.point(model, loss_fn, inputs, targets)
+        loss_sum += loss
+        if first_loss is None:
+            first_loss = loss.detach().clone()
         d = model.grad
         if loss_reduction == "sum":
             d.mul_(len(targets))
@@ -304,7 +309,8 @@ def train_local(
             prox(x, lr, ctx)
         k += 1
     mean_loss = float(loss_sum) / max(k, 1)
-    return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start)
+    first = None if first_loss is None else float(first_loss)
+    return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start, first_loss=first)
 
 
 def full_gradient(model: FlatModel, x: torch.Tensor, data: LocalData, loss_fn, batch_size: int = 1000) -> torch.Tensor:

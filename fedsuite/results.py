@@ -225,7 +225,7 @@ def mark_stopped(folder: Path, status: str, reason: str) -> bool:
         return False
     summary.update(status=status, reason=reason)
     try:
-        _write_with_reserve(folder, path, json.dumps(summary, indent=2))
+        _write_with_reserve(folder, path, strict_json(summary, indent=2))
     except OSError:
         return False
     release_room(folder)
@@ -271,7 +271,7 @@ class RunRecorder:
             write_atomic(folder / "config.json", json.dumps({"run_config": config, **meta}, indent=2, default=str))
             write_atomic(folder / "rounds.csv", _csv_lines([CSV_COLUMNS, *map(_csv_row, self.rows)]))
             if resumed_rows is not None:
-                write_atomic(folder / "rounds.jsonl", "".join(json.dumps(row) + "\n" for row in self.rows))
+                write_atomic(folder / "rounds.jsonl", "".join(strict_json(row) + "\n" for row in self.rows))
             self.write_summary("running")
 
     def _writing(self, name: str):
@@ -283,7 +283,7 @@ class RunRecorder:
         into rounds.jsonl and rounds.csv both or neither (a full disk: OutDirFull, the files as they were)."""
         row = {"elapsed_seconds": round(time.time() - self.started, 3), **row}
         with self._writing("rounds.jsonl"):
-            size = append_atomic(self.folder / "rounds.jsonl", json.dumps(row) + "\n")
+            size = append_atomic(self.folder / "rounds.jsonl", strict_json(row) + "\n")
         try:
             with self._writing("rounds.csv"):
                 append_atomic(self.folder / "rounds.csv", _csv_lines([_csv_row(row)]))
@@ -304,6 +304,10 @@ class RunRecorder:
         if self.status != "running":
             return
         self.write_summary(status, reason)
+        summary = self.summary(status)
+        if summary.get("no_better_than_initial"):
+            log.warning("fedsuite │ warning: %s", summary["warnings"][0])
+        log.info("fedsuite │ %s", closing_line(summary, self.folder))
         if reason and " is full: " in _plain_reason(self.folder, reason):
             release_room(self.folder)
             return  # no plot into a full out-dir (and no second line saying so)
@@ -355,6 +359,10 @@ class RunRecorder:
             having = [r for r in trained if r.get(column) is not None]
             if having:
                 out[f"final_{column}"] = having[-1][column]
+        out.update(against_initial(self.rows))
+        participation = lost_participation(trained)
+        if participation is not None:
+            out["participation"] = participation
         if self.resume_command:
             out["resume_command"] = self.resume_command
         with_error = [r for r in self.rows if r.get("relative_error") is not None]
@@ -375,7 +383,7 @@ class RunRecorder:
         out = self.summary(status)
         if reason:
             out["reason"] = _plain_reason(self.folder, reason)
-        text = json.dumps(out, indent=2)
+        text = strict_json(out, indent=2)
         with self._writing("summary.json"):
             if status == "running":
                 write_atomic(self.folder / "summary.json", text)
@@ -388,6 +396,7 @@ class RunRecorder:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         acc = [(r["round"], r["accuracy"]) for r in self.rows if r.get("accuracy") is not None]
         fed = [(r["round"], r["fed_accuracy"]) for r in self.rows if r.get("fed_accuracy") is not None]
@@ -411,6 +420,8 @@ class RunRecorder:
             else:
                 ax.hist(list(clients["fed_client_accuracy"].values()), bins=10, range=(0.0, 1.0))
                 ax.set(xlabel=f"client accuracy (round {clients['round']})", ylabel="clients")
+            if kind != "clients":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
             ax.grid(alpha=0.3)
         fig.suptitle(self.folder.name, fontsize=9)
         fig.tight_layout()
@@ -418,6 +429,98 @@ class RunRecorder:
         fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
         write_atomic(self.folder / "accuracy.png", png.getvalue())
+
+
+def strict_json(value: Any, **kwargs) -> str:
+    """JSON that every parser reads: a non-finite float (a diverged run's loss) is written as null."""
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def against_initial(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The initial model's test figures (round 0) and whether the last evaluated model is no better: its test loss
+    not below the initial one, or its accuracy not above it. A run that blew up and settled back at chance
+    can end `completed`; this says so (summary.json `no_better_than_initial` and `warnings`, and the console)."""
+    start = next((r for r in rows if r["round"] == 0), {})
+    out: dict[str, Any] = {"initial_accuracy": start.get("accuracy"), "initial_loss": start.get("loss")}
+    evaluated = [r for r in rows if r["round"] > 0 and (r.get("loss") is not None or r.get("accuracy") is not None)]
+    if not evaluated or (start.get("loss") is None and start.get("accuracy") is None):
+        return out
+    last = evaluated[-1]
+    said = []
+
+    def finite(*values) -> bool:
+        return all(v is not None and math.isfinite(v) for v in values)
+
+    if finite(last.get("loss"), start.get("loss")) and last["loss"] >= start["loss"]:
+        said.append(f"test loss {last['loss']:.4g} vs {start['loss']:.4g}")
+    if finite(last.get("accuracy"), start.get("accuracy")) and last["accuracy"] <= start["accuracy"]:
+        said.append(f"accuracy {last['accuracy']:.4f} vs {start['accuracy']:.4f}")
+    out["no_better_than_initial"] = bool(said)
+    if said:
+        out["warnings"] = [
+            f"the model of round {last['round']} is no better than the initial model ({'; '.join(said)} at round "
+            "0): the run learned nothing (a too large lr that blew up the first rounds?)"
+        ]
+    return out
+
+
+def lost_participation(trained: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cohorts' replies that did not count (failed or lost clients, rejected replies), with the rounds they
+    were lost in; None when no round names its cohort (a run without rounds yet)."""
+    rounds = [r for r in trained if r.get("cohort")]
+    if not rounds:
+        return None
+    expected = sum(int(r["cohort"]) for r in rounds)
+    valid = sum(int(r.get("replies") or 0) for r in rounds)
+    short = [r["round"] for r in rounds if int(r.get("replies") or 0) < int(r["cohort"])]
+    return {
+        "expected_replies": expected,
+        "valid_replies": valid,
+        "rejected": sum(int(r.get("rejected") or 0) for r in rounds),
+        "failed": sum(int(r.get("failures") or 0) for r in rounds),
+        "rounds_with_lost_replies": len(short),
+        "first_rounds_with_lost_replies": short[:20],
+    }
+
+
+def closing_line(summary: dict[str, Any], folder: Path) -> str:
+    """The one line a run ends with: status, final and best accuracy (or loss), rounds, lost replies, a warning
+    when the model is no better than the initial one, and the results folder."""
+    parts = [f"run {summary.get('status', 'unknown')}"]
+    if summary.get("final_accuracy") is not None:
+        best = f", best {summary['best_accuracy']:.4f} at round {summary['best_round']}" if summary.get(
+            "best_accuracy") is not None else ""  # fmt: skip
+        parts.append(f"final accuracy {summary['final_accuracy']:.4f}{best}")
+    elif summary.get("final_loss") is not None:
+        parts.append(f"final loss {summary['final_loss']:.4g}")
+    parts.append(f"{summary.get('rounds_completed', 0)}/{summary.get('num_rounds', '?')} rounds")
+    lost = summary.get("participation") or {}
+    if lost.get("rounds_with_lost_replies"):
+        missing = lost["expected_replies"] - lost["valid_replies"]
+        parts.append(f"{missing} of {lost['expected_replies']} client replies lost in "
+                     f"{lost['rounds_with_lost_replies']} round(s) (clients.log)")  # fmt: skip
+    if summary.get("no_better_than_initial"):
+        parts.append("no better than the initial model")
+    parts.append(f"results: {folder}")
+    return " │ ".join(parts)
+
+
+def read_closing_line(folder: Path) -> str:
+    """closing_line from the run's summary.json (`results: <folder>` alone when there is none)."""
+    try:
+        return closing_line(json.loads((folder / "summary.json").read_text()), folder)
+    except (OSError, ValueError, TypeError):
+        return f"results: {folder}"
 
 
 class _DiskFull:

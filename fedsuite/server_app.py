@@ -15,8 +15,9 @@ from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedsuite import checkpoint, registry, state
-from fedsuite.config import Config, resolve
+from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
+from fedsuite.data_checks import check_evaluation_data
 from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator, validation_evaluator
@@ -94,6 +95,20 @@ def client_state_root(cfg: Config, dim: int, run_id: int) -> Path | None:
     return state.state_root(where, held.dir, run_id)
 
 
+def claim_client_state(root: Path, state_key: int, results: Path | None) -> None:
+    """Refuse a client-state folder holding another run's vectors (a ConfigError naming it), before training and
+    before a resume restores any file; then record this run as its owner, with its results folder, where the server
+    can write there (a deployment's folder may exist on the nodes only: the clients check it, and record the owner
+    with their first write, fedsuite.state.DiskStore)."""
+    try:
+        try:
+            state.claim(root, state_key, str(results) if results else None)
+        except OSError:
+            state.check_owner(root, state_key)
+    except state.StateFolderTaken as err:
+        raise ConfigError(str(err)) from None
+
+
 def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     run = cfg.run_control
     resume = checkpoint.load(resume_folder(cfg)) if run.resume_from else None
@@ -103,12 +118,16 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     dataset = server_dataset(cfg)  # server-data=false: shapes only, no file read
     x0 = initial_model(cfg, dataset)  # checked first (check_model)
     parts = client_partition(cfg, dataset) if cfg.data.on_server else None
+    check_evaluation_data(cfg, dataset)  # a validation split or federated test that no client holds: say so now
     device = pick_device(run.device)
     vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
     if vectors:
         held = cfg.client_state
         log.info("fedsuite │ %s", state.describe(held.mode, cfg.num_clients, x0.size, vectors, held.budget_mb))
     state_root = client_state_root(cfg, x0.size, run_id)
+    state_key = resume.state_key if resume is not None and resume.state_key is not None else run_id
+    if state_root is not None:  # a run uses only its own client state (before a resume restores any file)
+        claim_client_state(state_root, state_key, results_folder(cfg) if record else None)
     if resume is not None and state_root is not None:  # before the recorder drops the rows past the checkpoint
         checkpoint.check_node_held_state(resume, checkpoint.recorded_rounds(resume_folder(cfg)))
     recorder = None
@@ -144,7 +163,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         client_mapping=run.client_mapping,
         client_state_root=state_root,
         run_id=run_id,
-        state_key=resume.state_key if resume is not None and resume.state_key is not None else run_id,
+        state_key=state_key,
         checkpoint_every=run.checkpoint_every,
         run_config=dict(cfg),
         start_round=resume.server_round if resume else 0,

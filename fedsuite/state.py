@@ -22,6 +22,7 @@ trained at most one round past the checkpoint (checkpoint-every=1; fedsuite.chec
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import MutableMapping
@@ -148,11 +149,78 @@ def is_run_scoped(root: Path, run_id: int) -> bool:
     return root.name == f"run-{run_id}" and root.parent.name.startswith("fedsuite-client-state")
 
 
+OWNER = "owner.json"  # in a client-state folder: the state key of the run whose vectors it holds
+
+
+class StateFolderTaken(ValueError):
+    """A client-state folder holds another run's client state (or vectors of unknown origin)."""
+
+
+def owner(root: Path) -> dict | None:
+    """The owner record of a client-state folder ({"state-key": …, "results": …}), None when there is none; an
+    unreadable record counts as a foreign owner."""
+    path = Path(root) / OWNER
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        return record if isinstance(record, dict) and "state-key" in record else {"state-key": "?"}
+    except (OSError, ValueError):
+        return {"state-key": "?"}
+
+
+def check_owner(root: Path, state_key: int | str | None, key: str = "client-state-dir") -> None:
+    """A run uses only its own client state: refuse `root` when it holds vectors of another run (its owner record
+    names another state key) or of no known run (partition files without an owner record). `state_key`: the run's
+    (a resumed run's: its checkpoint's); None for a run whose key is not known yet (a new run before Flower
+    starts), which accepts only a folder without vectors or owner."""
+    root = Path(root)
+    record = owner(root)
+    vectors = root.is_dir() and any(root.glob("partition-*.npz"))
+    if record is None and not vectors:
+        return
+    if record is not None and state_key is not None and str(record["state-key"]) == str(state_key):
+        return
+    results = record.get("results") if record else None
+    if record is None:
+        whose = "client-state files of an unknown run (no owner record)"
+    else:
+        whose = f"the client state of another run (state key {record['state-key']}"
+        whose += f", results {results})" if results else ")"
+    resume = f"resume-from='{results}'" if results else "resume-from=<its results folder>"
+    raise StateFolderTaken(
+        f"{key}={str(root)!r} holds {whose}; a run never starts from another run's client state: choose another "
+        f"{key}, or empty this one (its partition-*.npz and {OWNER}); to continue that run, resume it ({resume})"
+    )
+
+
+def claim(root: Path, state_key: int | str, results: str | None = None, key: str = "client-state-dir") -> None:
+    """check_owner, then record this run as the folder's owner. The record is written whole beside the folder's
+    files and linked into place, so it appears complete or not at all, and of two runs that claim one folder at
+    once the second is refused."""
+    root = Path(root)
+    check_owner(root, state_key, key)
+    if owner(root) is not None:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{OWNER}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"state-key": str(state_key), "results": results}, f)
+        os.link(tmp, root / OWNER)
+    except FileExistsError:
+        check_owner(root, state_key, key)  # another process claimed it just now: ours, or refused
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 class DiskStore(MutableMapping):
     """Named arrays of one partition in `root/partition-<id>.npz`; the file is replaced atomically."""
 
-    def __init__(self, root: Path, partition_id: int):
+    def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None):
+        """`owner_key`: the run's state key, recorded as the folder's owner (claim) before its first file."""
         self.path = Path(root) / f"partition-{partition_id:06d}.npz"
+        self.owner_key = owner_key
         self._arrays: dict[str, np.ndarray] | None = None
 
     def _load(self) -> dict[str, np.ndarray]:
@@ -179,6 +247,8 @@ class DiskStore(MutableMapping):
         """Replace the file at once: written beside it and renamed; a failure at any byte (a full disk) removes
         the temporary file and leaves the previous file as it was."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.owner_key is not None and not (self.path.parent / OWNER).is_file():
+            claim(self.path.parent, self.owner_key)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:

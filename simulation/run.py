@@ -48,6 +48,7 @@ from fedsuite.results import (
     full_message,
     is_disk_full,
     mark_stopped,
+    read_closing_line,
 )
 from fedsuite.tracking import tracking_errors
 from simulation.presets import describe as describe_config
@@ -61,6 +62,15 @@ QUIET_FLOWER = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",  # silences Ray's FutureWarning about it, on every worker
 }
+CLOSING_LINE = re.compile(r"fedsuite │ run (completed|failed|diverged|interrupted) │")
+# Flower's lines that say nothing true about a run simulation.run sized itself (flwr.log keeps them): the notice
+# about the default federation size and its resize hint, printed whatever the size, and the Ray actors' shutdown.
+FLOWER_NOISE = (
+    "default simulated SuperNodes changed from",
+    "To change federation size, use the following command",
+    "flwr federation simulation-config",
+    "Manually terminating ClientAppActor",
+)
 CONSOLE_LINE_CHARS = 400  # longer lines (e.g. a warning that prints a 100-number list) are cut on the console
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
@@ -152,6 +162,7 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     DatasetNotFound / ValueError (ModelError is one)."""
     from fedsuite import registry, state
     from fedsuite.data import DatasetNotFound, client_partition, server_dataset, with_data_clients
+    from fedsuite.data_checks import check_evaluation_data
     from fedsuite.server_app import check_model
 
     check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
@@ -164,10 +175,17 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     cfg = with_data_clients(cfg)  # partition='natural': N comes from the data
     if cfg.data.on_server:
         client_partition(cfg, dataset)
+        check_evaluation_data(cfg, dataset)
     check_model(cfg, dataset)
     folder = client_state_folder(cfg)
     if folder is not None:
         check_writable(folder, "client-state-dir")
+    if folder is not None and cfg["client-state-dir"]:  # a run never starts from another run's client state
+        resumed = _load_checkpoint(_absolute(str(cfg["resume-from"]))) if cfg["resume-from"] else None
+        try:
+            state.check_owner(folder, resumed.state_key if resumed is not None else None)
+        except state.StateFolderTaken as err:
+            raise ConfigError(str(err)) from None
     vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
     if vectors:
         budget, dim = float(cfg["client-state-budget-mb"]), _model_dim(cfg)
@@ -489,6 +507,8 @@ class ConsoleFilter:
                 return ""
             if "fedsuite │ failed: " in line and _full_disk(line):  # said once, at the end, by simulation.run
                 return ""
+            if CLOSING_LINE.search(line) or any(noise in line for noise in FLOWER_NOISE):
+                return ""  # the ServerApp's closing line (simulation.run ends with its own), Flower's noise
             return _cut(line)
         if line[:1].isspace() or not line.strip():
             self.block.append(line)
@@ -606,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the run started
         print("\ninterrupted before the run started", file=sys.stderr)
         return 130
-    print(f"results: {folder}")
+    print(read_closing_line(folder))  # status, accuracy, rounds, lost replies, the results folder
     return 0
 
 

@@ -93,6 +93,15 @@ def _local_consistency(replies: Sequence[Reply]) -> float | None:
     return float(np.mean(np.sum((deltas - deltas.mean(axis=0)) ** 2, axis=1)))
 
 
+def start_loss(replies: Sequence[Reply]) -> float | None:
+    """The cohort's loss at the received model before any local step (each reply's `first-loss`, weighted by its
+    examples); None unless every reply reports it."""
+    if not replies or any("first-loss" not in r.metrics for r in replies):
+        return None
+    n = sum(r.num_examples for r in replies)
+    return float(sum(r.num_examples * float(r.metrics["first-loss"]) for r in replies) / n)
+
+
 def _weighted_loss(replies: Sequence[Reply]) -> float | None:
     if not replies:
         return None

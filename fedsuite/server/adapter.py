@@ -42,7 +42,7 @@ from fedsuite.payload import (
 )
 from fedsuite.rounds import Reply
 from fedsuite.server import checkpointing
-from fedsuite.server.accounting import RoundLog
+from fedsuite.server.accounting import RoundLog, start_loss
 from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.federated_evaluation import check_eval_reply, eval_cohort, federated_metrics
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
@@ -184,7 +184,7 @@ class RuleStrategy(Strategy):
         cohort = self.rounds.cohort(server_round, len(results) + len(failures))
         verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
         self._stop_if(server_round, verdict)
-        self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"]))
+        self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"], start_loss(replies)))
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             self.rule.empty_round(server_round)

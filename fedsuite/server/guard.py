@@ -6,8 +6,11 @@ records the round with that status and raises RunAborted.
   training;
 - a non-finite aggregated model: diverged;
 - a non-finite test loss, or one above `divergence-factor` × the initial loss: diverged;
-- the cohort's train loss non-finite, or above `divergence-factor` × its first value: diverged (learning destroyed
-  while the test loss alone could still look bounded, e.g. at chance accuracy).
+- the cohort's train loss non-finite, or above `divergence-factor` × the initial model's train loss: diverged
+  (learning destroyed while the test loss alone could still look bounded, e.g. at chance accuracy). That reference
+  is taken before any training: the first round's clients report the loss of their first step, at the received
+  initial model (`first-loss`); only replies without it fall back to the first round's train loss, which an lr
+  that blows up in the first steps would already have inflated.
 """
 
 from __future__ import annotations
@@ -72,9 +75,14 @@ class RunGuard:
         """Non-finite, or above divergence-factor × the initial loss (the first finite loss seen)."""
         return self._loss(server_round, loss, "initial_loss", "test loss", "the initial loss")
 
-    def train_loss(self, server_round: int, loss: float | None) -> Verdict:
-        """The cohort's mean train loss: non-finite, or above divergence-factor × its first value."""
-        return self._loss(server_round, loss, "initial_train_loss", "cohort's train loss", "its first value")
+    def train_loss(self, server_round: int, loss: float | None, start_loss: float | None = None) -> Verdict:
+        """The cohort's mean train loss: non-finite, or above divergence-factor × the initial model's train loss
+        (`start_loss`: the cohort's loss at the received model before any step, taken as the reference when none
+        is set yet; without it, the first train loss seen)."""
+        if self.initial_train_loss is None and start_loss is not None and math.isfinite(start_loss):
+            self.initial_train_loss = abs(float(start_loss))
+        return self._loss(server_round, loss, "initial_train_loss", "cohort's train loss",
+                          "the initial model's train loss")  # fmt: skip
 
     def _loss(self, server_round: int, loss: float | None, first: str, what: str, reference: str) -> Verdict:
         if loss is None:

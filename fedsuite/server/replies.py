@@ -52,6 +52,13 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
     loss = float(metrics.get("loss", 0.0))
     if not np.isfinite(loss):
         raise RejectedReply(f"training loss is {loss}", diverged=True)
+    if "first-loss" in metrics:  # the loss before any local step: the run guard's reference (fedsuite.server.guard)
+        try:
+            first = float(metrics["first-loss"])
+        except (TypeError, ValueError):
+            raise RejectedReply(f"first-loss={metrics['first-loss']!r} is not a number") from None
+        if not np.isfinite(first):
+            raise RejectedReply(f"first-loss is {first}: the received model's loss is not finite", diverged=True)
     return Reply(
         partition_id=pid,
         num_examples=int(res.num_examples),
