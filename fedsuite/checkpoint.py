@@ -4,10 +4,10 @@ Every `checkpoint-every` rounds (and after the last) the ServerApp writes `check
 folder: the strategy's whole algorithm state (`server.json` + `server.npz`), the results rows so far, the run
 config, and a snapshot of the client-state files (`client-state/`); `checkpoints/latest.json` then names it.
 Each checkpoint is built in a temporary folder and renamed into place, and latest.json is replaced atomically, so a
-run killed at any moment leaves the previous checkpoint whole; a file that cannot be written (a full disk) is named
-in the CheckpointError. The client-state snapshot is taken between rounds (no client writes then) as copies, never
-hard links, and a resume copies them back: damage done in place to a live state file (a truncation, a write into
-it) cannot reach the checkpoint, nor damage to the checkpoint the live files.
+run killed at any moment leaves the previous checkpoint whole; a file that cannot be written is named in the error
+(a full disk: OutDirFull, as for every results file). The client-state snapshot is taken between rounds (no client
+writes then) as copies, never hard links, and a resume copies them back: damage done in place to a live state file
+(a truncation, a write into it) cannot reach the checkpoint, nor damage to the checkpoint the live files.
 
 `load` reads the folder latest.json names. When latest.json is damaged (or missing beside round folders), it
 loads the newest `round-<r>` folder whose manifest verifies, with a warning naming both: a sealed folder is a
@@ -26,7 +26,6 @@ unconfirmed write (fedsuite.state); `check_node_held_state` refuses a resume the
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -42,6 +41,7 @@ import numpy as np
 
 from fedsuite import checkpoint_files
 from fedsuite.checkpoint_files import CheckpointError
+from fedsuite.results import OutDirFull, full_message, is_disk_full
 
 log = logging.getLogger("flwr.fedsuite")
 FOLDER = "checkpoints"
@@ -168,7 +168,7 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
         if made_base:
             shutil.rmtree(base, ignore_errors=True)  # only what this call wrote is in it
         if isinstance(err, OSError):
-            raise CheckpointError(write_problem(where, err, server_round)) from err
+            raise write_problem(results, where, err, server_round) from err
         raise
     for old in base.glob("round-*"):
         if old != target:
@@ -176,15 +176,15 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
     return target
 
 
-def write_problem(where: Path, err: OSError, server_round: int) -> str:
-    """One line for a checkpoint file that could not be written: the file, the OSError, the way out."""
-    full = err.errno in (errno.ENOSPC, errno.EDQUOT)
-    why = "the disk is full" if full else "the file system refused it"
-    detail = f"[Errno {err.errno}] {err.strerror}" if err.errno is not None else str(err)
-    return (f"checkpoint of round {server_round}: {where} could not be written: {why} (OSError {detail}); "
-            f"what this checkpoint wrote is removed and the previous checkpoint, if any, stays the latest; "
-            f"{'free space on that disk' if full else 'check that folder'} or choose another out-dir, then resume "
-            "the run from its last checkpoint")  # fmt: skip
+def write_problem(results: Path, where: Path, err: OSError, server_round: int) -> OSError | CheckpointError:
+    """The one-line error of a checkpoint file that could not be written: a full disk is OutDirFull in the words
+    of every full out-dir (fedsuite.results), anything else a CheckpointError with the OSError; both name the file."""
+    kept = "what this checkpoint wrote is removed and the previous checkpoint, if any, stays the latest"
+    if is_disk_full(err):
+        return OutDirFull(f"{full_message(results, f'checkpoint file {where}', err)}; {kept}")
+    why = f"{type(err).__name__}: {err.strerror or err}"
+    return CheckpointError(f"checkpoint of round {server_round}: {where} could not be written ({why}); {kept}; "
+                           "check that folder's permissions and file system")  # fmt: skip
 
 
 def _copy(src: Path, dst: Path) -> None:

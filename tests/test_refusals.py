@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fedsuite import checkpoint, checkpoint_files
+from fedsuite.results import OutDirFull
 
 STATE = {"rule": {"x": np.arange(4, dtype=np.float32)}, "accepted": {0: 1}}
 
@@ -39,11 +40,11 @@ def test_a_full_disk_names_the_file_and_leaves_no_empty_checkpoints_folder(tmp_p
     results = tmp_path / "run"
     results.mkdir()
     monkeypatch.setattr(checkpoint.np, "savez", no_space)
-    with pytest.raises(checkpoint.CheckpointError) as caught:
+    with pytest.raises(OutDirFull) as caught:  # an OSError of errno ENOSPC, reported as every full out-dir is
         write(results, 2)
     text = str(caught.value)
-    assert f"{results / 'checkpoints'}/.round-000002-" in text and "server.npz could not be written" in text
-    assert "the disk is full" in text and "[Errno 28]" in text and "\n" not in text
+    assert text.startswith(f"out-dir {str(tmp_path)!r} is full: cannot write checkpoint file {results}/checkpoints/")
+    assert "server.npz (No space left on device)" in text and "previous checkpoint" in text and "\n" not in text
     assert list(results.iterdir()) == []  # no checkpoints/ folder: the first checkpoint failed
 
 
@@ -51,12 +52,20 @@ def test_a_full_disk_while_copying_client_state_keeps_the_previous_checkpoint(tm
     results, live = tmp_path / "run", live_state(tmp_path / "state")
     write(results, 2, live)
     monkeypatch.setattr(checkpoint.shutil, "copyfile", no_space)
-    with pytest.raises(checkpoint.CheckpointError, match=r"client-state/partition-0\.npz could not be written: the "
-                       "disk is full"):  # fmt: skip
+    with pytest.raises(OutDirFull, match=r"client-state/partition-0\.npz \(No space left on device\)"):
         write(results, 4, live)
     monkeypatch.undo()
     assert sorted(p.name for p in (results / "checkpoints").iterdir()) == ["latest.json", "round-000002"]
     assert checkpoint.load(results).server_round == 2
+
+
+def test_another_write_error_is_a_checkpoint_error_naming_the_file(tmp_path, monkeypatch):
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(checkpoint.np, "savez", refused)
+    with pytest.raises(checkpoint.CheckpointError, match=r"server\.npz could not be written \(PermissionError: "):
+        write(tmp_path / "run", 2)
 
 
 # ---- checkpoints: a damaged latest.json ----------------------------------------------------------------------------
