@@ -16,6 +16,9 @@ it accepted that client's reply (`state-accepted`); if that is not the round of 
 rejected or lost, and the client restores the previous vectors before it trains. So every client's state is
 always the one the server's state was built from (SCAFFOLD c = mean_N c_i, FAdamGT y = mean_N y_i …), at the
 cost of one extra copy of a client's vectors between two of its participations (counted in the estimate).
+A folder of client state belongs to one run: `owner.json` records its state key (and results folder), written by
+the server before training and by a client before its first file; a run refuses a folder that holds another run's
+vectors, or vectors with no owner record (`check_owner`, docs/running/scale.md#where-client-state-lives).
 One write only: state held on the nodes (not in checkpoints) follows a resumed run exactly when the crashed run
 trained at most one round past the checkpoint (checkpoint-every=1; fedsuite.checkpoint.check_node_held_state).
 """

@@ -255,3 +255,15 @@ def test_the_console_drops_flowers_misleading_lines_and_the_servers_closing_line
     assert [console(line) for line in noise] == [""] * len(noise)
     kept = "INFO :      Federation `default` (2 simulated SuperNodes)\n"
     assert console(kept) == kept
+
+
+def test_a_lost_message_names_the_client_and_node_it_was_for(caplog):
+    """Flower keeps only the exception of a lost message; the line names the sampled client that sent nothing
+    (before: 'a client')."""
+    from tests.test_replies import one_round_replies
+
+    strategy, results = one_round_replies({**LSQ, "num-clients": 4, "clients-per-round": 3, "min-replies": 0.5})
+    lost = results[2][1].metrics["partition-id"]
+    with caplog.at_level("WARNING", logger="flwr.fedsuite"):
+        strategy.aggregate_fit(1, results[:2], [TimeoutError("the node did not answer")])
+    assert f"round 1: client {lost} (node " in caplog.text and "failed: TimeoutError" in caplog.text

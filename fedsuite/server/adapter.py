@@ -173,10 +173,12 @@ class RuleStrategy(Strategy):
                 rejected += 1
                 diverged += err.diverged
                 self._client_problem(server_round, self.router.who(proxy, res), f"rejected: {err}", err.details)
+        answered = {_partition_of(res) for _, res in results}
+        silent = sorted(self._sampled - answered)  # who the failures without a sender can be
         for failure in failures:
             proxy = failure[0] if isinstance(failure, tuple) else None
-            self._client_problem(server_round, self.router.who(proxy), f"failed: {describe_failure(failure)}",
-                                 failure_details(failure))  # fmt: skip
+            who = self.router.who(proxy) if proxy is not None else self.router.unanswered(silent)
+            self._client_problem(server_round, who, f"failed: {describe_failure(failure)}", failure_details(failure))
         stats = self.rounds.received(server_round, replies, rejected, len(failures))
         self.rounds.settle_query(server_round)
         dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
@@ -322,3 +324,11 @@ class RuleStrategy(Strategy):
         log.warning("round %d: %s %s", server_round, who, reason)
         if self.plan.recorder is not None:
             self.plan.recorder.client_problem(server_round, who, reason, details)
+
+
+def _partition_of(res) -> int:
+    """The partition a reply says it is from (-1 when it names none, or nothing that is a number)."""
+    try:
+        return int((res.metrics or {}).get("partition-id", -1))
+    except (TypeError, ValueError):
+        return -1

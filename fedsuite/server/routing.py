@@ -53,6 +53,17 @@ class Router:
             return f"client {carried[0]}"
         return f"node {proxy.cid}" + (f" (carrying clients {carried})" if carried else "")
 
+    def unanswered(self, pids: Sequence[int]) -> str:
+        """Who a failure without a sender is (Flower keeps only the exception of a lost message): the sampled
+        clients that sent nothing this round, with the nodes that carried them."""
+        if not pids:
+            return "a client"
+        nodes = sorted({self.routed[p].cid for p in pids if p in self.routed})
+        on = f" (node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))})" if nodes else ""
+        if len(pids) == 1:
+            return f"client {pids[0]}{on}"
+        return f"one of clients {', '.join(map(str, pids))}{on}"
+
     def _discover(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
         """Ask each connected node once for its partition-id (Flower's node ids are not partition ids)."""
         n = self.num_clients
