@@ -127,3 +127,47 @@ def test_damage_to_live_client_state_in_place_does_not_reach_the_checkpoint(tmp_
         f.write(b"damage")
     checkpoint_files.verify(folder)
     assert os.stat(live / "partition-0.npz").st_nlink == 1 == os.stat(folder / "client-state/partition-0.npz").st_nlink
+
+
+# ---- image folders ------------------------------------------------------------------------------------------------
+def image_folder(root: Path) -> dict:
+    from PIL import Image
+
+    pixels = np.zeros((6, 6, 3), np.uint8)
+    for split in ("train", "test"):
+        for label in ("cat", "dog"):
+            (root / split / label).mkdir(parents=True)
+            Image.fromarray(pixels).save(root / split / label / "0.png")
+    return {"dataset": "imagefolder", "data-dir": str(root), "image-size": 4}
+
+
+def load_images(cfg: dict):
+    from fedsuite.config import resolve
+    from fedsuite.data import load_dataset
+
+    return load_dataset(resolve(cfg))
+
+
+@pytest.mark.parametrize("link", ["train/dog/1.png", "test/bird"])
+def test_a_dangling_link_in_an_image_folder_is_named_with_its_target(tmp_path, link):
+    from fedsuite.data.datasets import DatasetNotFound
+
+    cfg = image_folder(tmp_path / "images")
+    (tmp_path / "images" / link).symlink_to(tmp_path / "gone")
+    with pytest.raises(DatasetNotFound) as caught:
+        load_images(cfg)
+    text = str(caught.value)
+    assert f"{tmp_path / 'images' / link} is a symbolic link to {tmp_path / 'gone'}, which does not exist" in text
+    assert "remove the link" in text and "\n" not in text
+
+
+def test_a_corrupt_image_is_named_with_replace_or_remove_and_no_download(tmp_path):
+    from fedsuite.data.datasets import DatasetCorrupt
+
+    cfg = image_folder(tmp_path)
+    (tmp_path / "train" / "cat" / "1.png").write_bytes(b"\x89PNG cut short")
+    with pytest.raises(DatasetCorrupt) as caught:
+        load_images(cfg)
+    text = str(caught.value)
+    assert f"{tmp_path / 'train' / 'cat' / '1.png'} cannot be decoded" in text and "replace it" in text
+    assert "remove it" in text and "download" not in text and "\n" not in text

@@ -2,7 +2,8 @@
 ImageFolder layout), decoded once into uint8 tensors resized to `image-size` and cached beside the images
 (`fedsuite-imagefolder-<size>-<fingerprint>.npz`, the fingerprint covering every file's path, size and mtime, so a
 changed folder is decoded again). Classes are the sorted folder names of train/; normalisation uses the training
-split's per-channel mean and std. An image that cannot be decoded is named.
+split's per-channel mean and std. An image that cannot be decoded is named (replace or remove it), and so is a
+symbolic link whose target does not exist: an image left out silently would change the results.
 """
 
 from __future__ import annotations
@@ -16,18 +17,40 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsuite.data.datasets import DatasetNotFound, Images, Split, corrupt
+from fedsuite.data.datasets import DatasetCorrupt, DatasetNotFound, Images, Split
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
+def _dangling(link: Path) -> DatasetNotFound:
+    return DatasetNotFound(f"dataset='imagefolder': {link} is a symbolic link to {os.readlink(link)}, which does not "
+                           "exist; restore its target or remove the link (an image left out silently would change "
+                           "the results)")  # fmt: skip
+
+
 def _files(folder: Path, classes: list[str]) -> list[tuple[Path, int]]:
-    return [
-        (p, label)
-        for label, name in enumerate(classes)
-        for p in sorted((folder / name).rglob("*"))
-        if p.is_file() and p.suffix.lower() in EXTENSIONS
-    ]
+    """Every image below each class folder, with its label; a dangling symbolic link is an error naming it."""
+    found = []
+    for label, name in enumerate(classes):
+        for p in sorted((folder / name).rglob("*")):
+            if p.is_symlink() and not p.exists():
+                raise _dangling(p)
+            if p.is_file() and p.suffix.lower() in EXTENSIONS:
+                found.append((p, label))
+    return found
+
+
+def _class_folders(split: Path) -> list[Path]:
+    """The class folders of train/ or test/; a dangling symbolic link among them is an error naming it."""
+    for p in sorted(split.iterdir()):
+        if p.is_symlink() and not p.exists():
+            raise _dangling(p)
+    return [p for p in split.iterdir() if p.is_dir()]
+
+
+def _unreadable(path: Path, err: BaseException) -> DatasetCorrupt:
+    return DatasetCorrupt(f"dataset='imagefolder': {path} cannot be decoded as an image ({type(err).__name__}: "
+                          f"{err}); replace it with a readable image or remove it")  # fmt: skip
 
 
 def _fingerprint(files: list[tuple[Path, int]], root: Path, size: int) -> str:
@@ -47,7 +70,7 @@ def _decode(files: list[tuple[Path, int]], size: int) -> tuple[np.ndarray, np.nd
             with Image.open(path) as img:
                 rgb = img.convert("RGB").resize((size, size), Image.BILINEAR)
         except Exception as err:  # PIL raises UnidentifiedImageError, OSError, SyntaxError …
-            raise corrupt(path, err) from err
+            raise _unreadable(path, err) from err
         images[i] = np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1)
     return images, np.array([label for _, label in files], np.int64)
 
@@ -58,8 +81,8 @@ def load_imagefolder(data_dir: str, size: int) -> Images:
     if not train_dir.is_dir() or not test_dir.is_dir():
         raise DatasetNotFound(f"dataset='imagefolder': {root} needs train/<class>/ and test/<class>/ folders; "
                               "set data-dir to it")  # fmt: skip
-    classes = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
-    unknown = sorted(p.name for p in test_dir.iterdir() if p.is_dir() and p.name not in classes)
+    classes = sorted(p.name for p in _class_folders(train_dir))
+    unknown = sorted(p.name for p in _class_folders(test_dir) if p.name not in classes)
     if not classes or unknown:
         why = f"test/ has classes missing from train/: {unknown[:5]}" if unknown else "train/ has no class folder"
         raise DatasetNotFound(f"dataset='imagefolder': {root}: {why}")
