@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from fedsuite import checkpoint, checkpoint_files
+from fedsuite.declared import Vector
 from fedsuite.results import OutDirFull
+from strategies.fedavg import FedAvg
 
 STATE = {"rule": {"x": np.arange(4, dtype=np.float32)}, "accepted": {0: 1}}
 
@@ -171,3 +173,56 @@ def test_a_corrupt_image_is_named_with_replace_or_remove_and_no_download(tmp_pat
     text = str(caught.value)
     assert f"{tmp_path / 'train' / 'cat' / '1.png'} cannot be decoded" in text and "replace it" in text
     assert "remove it" in text and "download" not in text and "\n" not in text
+
+
+# ---- a plug-in rule's wrong-shaped result --------------------------------------------------------------------------
+class LongModelRule(FedAvg):
+    """Returns a model one entry too long."""
+
+    def aggregate(self, server_round, replies):
+        return np.append(super().aggregate(server_round, replies), 0.0)
+
+
+class WideStateRule(FedAvg):
+    """Keeps a declared d-vector of the wrong shape."""
+
+    state = (Vector("v"),)
+
+    def aggregate(self, server_round, replies):
+        self.v = np.zeros((self.dim, 2))
+        return super().aggregate(server_round, replies)
+
+
+FEDERATION = {"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 2, "synthetic-dim": 3,
+              "synthetic-samples": 8, "num-server-rounds": 2, "eval-every": 1000}  # fmt: skip
+
+
+@pytest.fixture
+def plugged(monkeypatch):
+    """This process's registry with plug-ins added for one test (restored afterwards)."""
+    from fedsuite import registry
+    from fedsuite.plugins import AlgorithmRegistry
+
+    own = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=list)
+    monkeypatch.setattr(registry, "ALGORITHMS", own)
+    return own
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ("LongModelRule", r"aggregate\(\) returned the new global model x with shape \(4,\), expected \(3,\)"),
+        ("WideStateRule", r"declared state v has shape \(3, 2\) after aggregate\(\), expected \(3,\)"),
+    ],
+)
+def test_a_plugin_rule_of_the_wrong_shape_is_named_where_its_result_is_taken(plugged, rule, message):
+    from fedsuite.inprocess import run_inprocess
+    from fedsuite.registry import Algorithm
+    from fedsuite.server.rule_result import RuleResultError
+
+    plugged.register(Algorithm("shapeless", f"tests.test_refusals:{rule}", "clients.fedavg:FedAvgClient", "", ""))
+    with pytest.raises(RuleResultError, match=message) as caught:
+        run_inprocess({**FEDERATION, "algorithm": "shapeless"})
+    text = str(caught.value)
+    assert text.startswith(f"round 1: algorithm 'shapeless' (server rule tests.test_refusals:{rule}): ")
+    assert "\n" not in text

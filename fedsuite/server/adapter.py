@@ -51,6 +51,7 @@ from fedsuite.server.plan import RunPlan
 from fedsuite.server.query import ask
 from fedsuite.server.replies import LOST_WORKER, RejectedReply, describe_failure, failure_details, validate
 from fedsuite.server.routing import Router
+from fedsuite.server.rule_result import new_model
 from strategies.base import ServerRule
 
 log = logging.getLogger("flwr.fedsuite")
@@ -195,7 +196,8 @@ class RuleStrategy(Strategy):
         for observer in self.observers:
             observer.replied(server_round, replies)
         x_before = self.rule.x
-        new_x = np.asarray(self.rule.aggregate(server_round, replies), dtype=np.float32)
+        returned = self.rule.aggregate(server_round, replies)
+        new_x = new_model(self.plan.algorithm, self.rule, server_round, returned)  # float32, shapes checked
         self._stop_if(server_round, self.guard.model(server_round, bool(np.all(np.isfinite(new_x)))))
         self.rule.x = new_x
         if self.averaged is not None:
