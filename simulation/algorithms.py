@@ -36,6 +36,12 @@ GROUPS = (
     ("Synthetic federations", config.SyntheticData),
 )
 FIRST_GROUP = "Algorithm, model and preset"  # the keys no settings group reads
+# Keys whose value is a built-in name or an import path: their allowed column lists the code's own names.
+NAMED_KEYS = {
+    "dataset": (config.DATASETS + config.DATA_FORMATS, "'package.module:loader'"),
+    "model": (config.MODELS, "'package.module:factory'"),
+}
+DOCS_PATH = re.compile(r"\bdocs/([A-Za-z0-9_/.-]+\.md)(#[A-Za-z0-9_-]+)?")
 
 
 def algorithm_table(page_of=lambda name: f"docs/algorithms/{name}.md") -> str:
@@ -58,6 +64,9 @@ def _cell(text: str) -> str:
 
 
 def _allowed(k: Key) -> str:
+    if k.name in NAMED_KEYS:
+        names, path = NAMED_KEYS[k.name]
+        return ", ".join(f"`{name}`" for name in names) + f", or `{path}`"
     if k.choices:
         return ", ".join(f"`{c}`" if c else "`''`" for c in k.choices)
     if k.low is None and k.high is None:
@@ -73,8 +82,23 @@ def _default(k: Key) -> str:
     return f"`{k.default!r}`" if isinstance(k.default, str) else f"`{k.default}`"
 
 
+def _page_title(path: str) -> str:
+    """The first `# ` heading of docs/`path` (the link text of a page the schema's help cites)."""
+    page = ROOT / "docs" / path
+    heading = next((line for line in page.read_text().splitlines() if line.startswith("# ")), None)
+    if heading is None:
+        raise ValueError(f"docs/{path}: no such page with a '# ' title (cited by a run-config key's help)")
+    return heading[2:].strip()
+
+
+def _linked(text: str) -> str:
+    """`text` with every cited page path `docs/<page>.md` as a Markdown link from docs/reference/ (so the strict
+    build checks it), titled with the page's own title."""
+    return DOCS_PATH.sub(lambda m: f"[{_page_title(m.group(1))}](../{m.group(1)}{m.group(2) or ''})", text)
+
+
 def _row(k: Key, extra: str | None = None) -> str:
-    cells = [f'<span id="{k.name}"></span>`{k.name}`', _default(k), _allowed(k), _cell(k.help)]
+    cells = [f'<span id="{k.name}"></span>`{k.name}`', _default(k), _allowed(k), _linked(_cell(k.help))]
     return "| " + " | ".join(cells + ([extra] if extra is not None else [])) + " |"
 
 
