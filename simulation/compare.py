@@ -11,7 +11,7 @@ A failed run is reported in the table and makes the command exit 1 after the oth
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -19,11 +19,25 @@ from fedsuite.config import ALGORITHMS, ConfigError
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation import report
-from simulation.experiment import ENGINE_HELP, ENGINES, Job, Outcome, resolved, run_jobs, validate
+from simulation.experiment import (
+    ENGINE_HELP,
+    ENGINES,
+    Job,
+    Outcome,
+    as_interrupted,
+    ignore_signals,
+    parse_list,
+    resolved,
+    run_jobs,
+    stop_on_signals,
+    validate,
+)
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
+from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
 
+# comparison.csv's columns; rounds_to stands for one column rounds_to_<t> per target
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
            "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status",
            "final_fed_acc", "final_fed_worst10")  # fmt: skip
@@ -44,7 +58,10 @@ def result(outcome: Outcome, targets: list[float]) -> dict:
     algorithm = outcome.job.keys["algorithm"]
     if not outcome.completed:
         return {"algorithm": algorithm, "status": f"{outcome.status}: {outcome.message}"}
-    return {"algorithm": algorithm, **report.run_summary(outcome.job.folder, targets)}
+    try:
+        return {"algorithm": algorithm, **report.run_summary(outcome.job.folder, targets)}
+    except report.DamagedRun as err:  # the table names it instead of its numbers
+        return {"algorithm": algorithm, "status": f"damaged: {err}"}
 
 
 def markdown(results: list[dict], targets: list[float], command: str) -> str:
@@ -73,12 +90,26 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def csv_rows(results: list[dict], targets: list[float]) -> tuple[list[dict], list[str]]:
+    """comparison.csv: the table's numbers, rounds to each target in a column of its own (`rounds_to_0.8`, empty
+    where the run never reached it), as in sweep.csv."""
+    columns = [f"rounds_to_{t:g}" for t in targets]
+    fields = [c for name in COLUMNS for c in (columns if name == "rounds_to" else [name])]
+    rows = [{**r, **{f"rounds_to_{t:g}": (r.get("rounds_to") or {}).get(f"{t:g}") for t in targets}}
+            for r in results]  # fmt: skip
+    return rows, fields
+
+
+def outputs(out: Path) -> list[Path]:
+    """The files a comparison writes in <out> (besides the runs)."""
+    return [out / "comparison.md", out / "comparison.csv", out / "comparison.png"]
+
+
 def write_report(out: Path, results: list[dict], targets: list[float], command: str, title: str) -> str:
     """<out>/comparison.md, comparison.csv and comparison.png; returns the markdown."""
     text = markdown(results, targets, command)
     (out / "comparison.md").write_text(text)
-    report.write_csv(out / "comparison.csv", [{**r, "rounds_to": json.dumps(r.get("rounds_to"))} for r in results],
-                     COLUMNS)  # fmt: skip
+    report.write_csv(out / "comparison.csv", *csv_rows(results, targets))
     error = any(r.get("curve_is_error") for r in results)
     lines = [report.Line(r["algorithm"], [r["curve"]]) for r in results if r.get("curve")]
     panel = report.Panel(lines, ylabel="‖x − x*‖ / ‖x*‖" if error else "test accuracy",
@@ -122,9 +153,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-finished", action="store_true",
                         help="reuse runs in --out that completed (or diverged) with the same settings")  # fmt: skip
     args = parser.parse_args(argv)
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    given = list(sys.argv[1:] if argv is None else argv)
+    # the rerun reuses what completed before the stop, and runs the rest
+    rerun = shlex.join(["python", "-m", "simulation.compare", *given,
+                        *([] if "--skip-finished" in given else ["--skip-finished"])])  # fmt: skip
+    with stop_on_signals():
+        try:
+            return comparison(args, rerun)
+        except (Interrupted, KeyboardInterrupt) as err:
+            ignore_signals()
+            err = as_interrupted(err)
+            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
+            return err.exit_code
+
+
+def comparison(args: argparse.Namespace, rerun: str) -> int:
+    """The command: check everything, run (Interrupted stops it), write the report; its exit code."""
     out = Path(args.out).resolve()
     try:
+        algorithms = parse_list(args.algorithms, "--algorithms")
         shared = parse_overrides(args.run_config)
         jobs = jobs_for(algorithms, shared, out, read_tuned(args.tuned) if args.tuned else None)
         validate(jobs)  # every setting is checked before the first run starts
@@ -134,17 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        results = compare(jobs, cfg.targets, args.engine, args.skip_finished)
-    except Interrupted as err:
-        print(f"interrupted ({err}); the comparison stops here", file=sys.stderr)
-        return err.exit_code
+    report.remove_stale(outputs(out))
+    results = compare(jobs, cfg.targets, args.engine, args.skip_finished)
     command = "python -m simulation.compare --algorithms " + ",".join(algorithms)
     command += " --engine inprocess" if args.engine == "inprocess" else ""
     command += "".join(f' -c "{c}"' for c in args.run_config) + (f" --tuned {args.tuned}" if args.tuned else "")
     command += f" --out {args.out}"
     title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
     print(write_report(out, results, cfg.targets, command, title))
+    print_written(outputs(out))
     return 0 if all(r["status"] == "completed" for r in results) else 1
 
 

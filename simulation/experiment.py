@@ -15,22 +15,27 @@ not complete.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import logging
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedsuite.config import Config, ConfigError, resolve
+from fedsuite.results import mark_stopped, remove_temporaries
 from fedsuite.tracking import close_all, group_environment, tracking_errors, tracking_observers
 from simulation.presets import expand as expand_preset
-from simulation.report import run_status
-from simulation.run import PROJECT, Interrupted, RunFailed, parse_overrides, pyproject_defaults
+from simulation.progress import StudyProgress
+from simulation.report import damage, run_status
+from simulation.run import PROJECT, SIGNAL_EXIT, Interrupted, RunFailed, parse_overrides, pyproject_defaults
 
 ENGINES = ("flwr", "inprocess")
 ENGINE_HELP = ("flwr: every run is a real `flwr run` simulation; inprocess: the same strategy and clients called in "
@@ -67,14 +72,51 @@ class Outcome:
         return self.status == "completed"
 
 
+def parse_list(text: str, flag: str, kind: Callable[[str], Any] = str) -> list:
+    """A comma-separated flag value (`--seeds 0,1,2`, `--algorithms fedavg,scaffold`) → its items, each once: an item
+    given twice would run the same run twice into one folder (and count it twice), so it is a ConfigError naming
+    the flag and the item."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        values = [kind(item) for item in items]
+    except ValueError:
+        what = "integers such as 0,1,2" if kind is int else f"{kind.__name__} values"
+        raise ConfigError(f"{flag} {text!r}: expected comma-separated {what}") from None
+    if not values:
+        raise ConfigError(f"{flag} {text!r}: give at least one")
+    seen = set()
+    for item, value in zip(items, values, strict=True):
+        if value in seen:
+            raise ConfigError(f"{flag} {text!r}: {item} is given twice; give each once")
+        seen.add(value)
+    return values
+
+
+def parse_value(flag: str, key: str, text: str) -> object:
+    """One TOML value of a study flag (`--grid`, `--space`); a bad one is a ConfigError naming the flag."""
+    try:
+        return parse_overrides([f"{key}={text}"])[key]
+    except ConfigError:
+        raise ConfigError(f"{flag} {key}={text!r}: not a TOML value; write numbers as they are, true/false, "
+                          f"strings in quotes ({key}='{text}')") from None  # fmt: skip
+
+
 def parse_grid(text: str) -> list[tuple[tuple[str, object], ...]]:
-    """`"lr=0.01,0.05 local-epochs=2,5"` → the cartesian product of (key, value) pairs (TOML values)."""
-    axes = []
+    """`"lr=0.01,0.05 local-epochs=2,5"` → the cartesian product of (key, value) pairs (TOML values); a key or a
+    value given twice is a ConfigError (the same runs twice)."""
+    axes, keys = [], set()
     for item in text.split():
         key, sep, values = item.partition("=")
-        if not sep or not values:
+        if not sep or not values or not key:
             raise ConfigError(f"--grid {item!r}: write key=value1,value2")
-        axes.append([(key, parse_overrides([f"{key}={v}"])[key]) for v in values.split(",")])
+        if key in keys:
+            raise ConfigError(f"--grid: {key} is given twice; give its values once (key=value1,value2)")
+        keys.add(key)
+        axis = [parse_value("--grid", key, v) for v in values.split(",")]
+        for i, value in enumerate(axis):
+            if any(value == other and type(value) is type(other) for other in axis[:i]):
+                raise ConfigError(f"--grid {item!r}: {values.split(',')[i]} is given twice; give each once")
+        axes.append([(key, v) for v in axis])
     return [tuple(p) for p in itertools.product(*axes)] if axes else [()]
 
 
@@ -110,9 +152,11 @@ def ended_as(folder: Path, explicit: dict) -> str | None:
     try:
         status = json.loads((folder / "summary.json").read_text())["status"]
         ran = json.loads((folder / "config.json").read_text())["run_config"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return status if status in SETTLED and all(ran.get(k) == v for k, v in explicit.items()) else None
+    if status not in SETTLED or not all(ran.get(k) == v for k, v in explicit.items()):
+        return None
+    return None if damage(folder) else status  # a damaged run (a line of rounds.jsonl cut short) runs again
 
 
 def finished(folder: Path, explicit: dict) -> bool:
@@ -165,6 +209,83 @@ def launch(overrides: dict, engine: str, group: str | None = None) -> Path:
         return run(overrides, quiet=True, check_data=False)
 
 
+# --- signals ----------------------------------------------------------------------------------------------------
+
+STUDY_SIGNALS = tuple(SIGNAL_EXIT)  # SIGINT, SIGTERM, SIGHUP
+CHILD_GRACE_SECONDS = 30.0  # a stopped child's own clean-up (a flwr launch: its processes, then its reaper)
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal stopped the study (raised by `stop_on_signals`' handler). A KeyboardInterrupt, so that an
+    in-process run in flight records itself `interrupted` (fedsuite/server/loop.py) as on Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise Stopped (Python's default for SIGTERM and SIGHUP
+    ends the process at once: no status written, child runs left running). A simulation.run launch inside installs
+    its own handlers for its duration (Interrupted) and puts these back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in STUDY_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def ignore_signals() -> None:
+    """A second Ctrl-C or SIGTERM must not cut the clean-up short."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STUDY_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def as_interrupted(err: BaseException) -> Interrupted:
+    """Stopped, a plain KeyboardInterrupt or simulation.run's Interrupted → Interrupted (its exit_code: 130 for
+    SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
+    return err if isinstance(err, Interrupted) else Interrupted(getattr(err, "signum", signal.SIGINT))
+
+
+def mark_interrupted(folder: Path | None, reason: str) -> None:
+    """The run in `folder` was stopped: a summary that still says `running` says `interrupted`, and what a
+    cut-short write leaves (the reserve, temporary files) goes."""
+    if folder is None:
+        return
+    mark_stopped(folder, "interrupted", reason)
+    remove_temporaries(folder)
+
+
+def stop_children(children: dict[Path | None, subprocess.Popen], signum: int) -> None:
+    """Pass the signal on to every running child, wait for each to end (SIGKILL after CHILD_GRACE_SECONDS; a flwr
+    launch's reaper still stops its processes), then mark each one's run interrupted."""
+    for proc in children.values():
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+    deadline = time.monotonic() + CHILD_GRACE_SECONDS
+    for proc in children.values():
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for folder in children:
+        mark_interrupted(folder, f"the study was stopped by {signal.Signals(signum).name}")
+
+
+# --- running ------------------------------------------------------------------------------------------------------
+
+
 def _run_here(job: Job, engine: str) -> Outcome:
     try:
         if job.work is not None:
@@ -173,7 +294,10 @@ def _run_here(job: Job, engine: str) -> Outcome:
         return Outcome(job, "completed")
     except RunFailed as err:
         return Outcome(job, err.status, str(err))
-    except (Interrupted, KeyboardInterrupt):
+    except (Interrupted, KeyboardInterrupt) as err:
+        ignore_signals()
+        if job.work is None:
+            mark_interrupted(job.folder, str(as_interrupted(err)))
         raise
     except Exception as err:  # a job's own work failed: that job failed, the others still run
         if job.work is None:
@@ -181,38 +305,66 @@ def _run_here(job: Job, engine: str) -> Outcome:
         return Outcome(job, "failed", f"{type(err).__name__}: {err}")
 
 
-def _run_children(jobs: list[Job], engine: str, parallel: int, on_done) -> list[Outcome]:
-    """K jobs at once, each `python -m simulation.experiment --run-one …`; a job's status is its summary's."""
-    outcomes: dict[int, Outcome] = {}
-    pending, running = list(enumerate(jobs)), {}
-    while pending or running:
-        while pending and len(running) < parallel:
-            index, job = pending.pop(0)
-            command = [sys.executable, "-m", "simulation.experiment", "--run-one", json.dumps(job.overrides()),
-                       "--engine", engine, *(["--group", job.group] if job.group else [])]  # fmt: skip
-            print(f"── start {job.label} ──", flush=True)
-            running[index] = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=PROJECT)
-        for index, proc in list(running.items()):
-            if proc.poll() is None:
-                continue
-            del running[index]
-            job = jobs[index]
-            status = run_status(job.folder) if proc.returncode in (0, 1, 3) else "failed"
-            outcomes[index] = Outcome(job, status, "" if status == "completed" else f"exit code {proc.returncode}")
-            print(f"── done {job.label}: {status} ──", flush=True)
-            if on_done is not None:
-                on_done(outcomes[index])
-        time.sleep(0.5)
-    return [outcomes[i] for i in range(len(jobs))]
+def _child_command(job: Job, engine: str) -> list[str]:
+    return [sys.executable, "-m", "simulation.experiment", "--run-one", json.dumps(job.overrides()),
+            "--engine", engine, *(["--group", job.group] if job.group else [])]  # fmt: skip
+
+
+def _run_children(jobs: Sequence[Job], todo: list[int], engine: str, parallel: int, progress: StudyProgress,
+                  done: Callable[[int, Outcome], None]) -> None:  # fmt: skip
+    """K jobs at once, each `python -m simulation.experiment --run-one …`; a job's status is its summary's. On a
+    signal the running children are stopped and waited for (stop_children) before it propagates."""
+    pending, running = list(todo), {}
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                index = pending.pop(0)
+                print(f"── start {jobs[index].label} ──", flush=True)
+                running[index] = subprocess.Popen(_child_command(jobs[index], engine), stdout=subprocess.DEVNULL,
+                                                  cwd=PROJECT)  # fmt: skip
+                progress.started(index, jobs[index].label, jobs[index].folder)
+            for index, proc in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[index]
+                job = jobs[index]
+                status = run_status(job.folder) if proc.returncode in (0, 1, 3) else "failed"
+                print(f"── done {job.label}: {status} ──", flush=True)
+                done(index, Outcome(job, status, "" if status == "completed" else f"exit code {proc.returncode}"))
+            time.sleep(0.5)
+    except (Interrupted, KeyboardInterrupt) as err:
+        ignore_signals()
+        stop_children({jobs[i].folder: proc for i, proc in running.items()}, as_interrupted(err).signum)
+        raise
+
+
+def planned_rounds(job: Job) -> int | None:
+    """The job's num-server-rounds (for the progress estimate); None for a job with its own work."""
+    if job.work is not None:
+        return None
+    try:
+        return int(resolved(job.settings)["num-server-rounds"])
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _damaged_earlier(job: Job) -> str | None:
+    """Why a job whose folder holds a completed or diverged run is run again although its settings match: the
+    run's files are damaged (report.damage)."""
+    if job.folder is None or run_status(job.folder) not in SETTLED:
+        return None
+    return damage(job.folder)
 
 
 def run_jobs(jobs: Sequence[Job], engine: str = "inprocess", parallel: int = 1, reuse: bool = False,
              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:  # fmt: skip
     """Run every job (one at a time, or `parallel` at once as child processes); with `reuse`, a job whose folder
     holds a completed or diverged run with the same settings is not run again (a rerun would repeat it; a failed
-    one is redone). A job that fails is recorded as such and the
-    others still run; Interrupted (a signal) stops the experiment. `on_done(outcome)` is called after each job.
-    Returns the outcomes in the order of `jobs`."""
+    one is redone, and so is one whose files are damaged). A job that fails is recorded as such and the others
+    still run. SIGINT, SIGTERM or SIGHUP stops the experiment: the runs in flight (children included) are stopped
+    and waited for, their summaries say `interrupted`, and Interrupted is raised (its exit_code 130/143/129).
+    Progress (runs done, each running run's round, time left) is shown meanwhile (simulation.progress).
+    `on_done(outcome)` is called after each job. Returns the outcomes in the order of `jobs`."""
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: must be one of {', '.join(ENGINES)}")
     outcomes: dict[int, Outcome] = {}
@@ -225,21 +377,45 @@ def run_jobs(jobs: Sequence[Job], engine: str = "inprocess", parallel: int = 1, 
             outcomes[index] = Outcome(job, earlier, message, reused=True)
             if on_done is not None:
                 on_done(outcomes[index])
-        else:
-            todo.append(index)
-    if parallel > 1 and all(jobs[i].work is None for i in todo):
-        for index, outcome in zip(todo, _run_children([jobs[i] for i in todo], engine, parallel, on_done),
-                                  strict=True):  # fmt: skip
-            outcomes[index] = outcome
-    else:
-        for index in todo:
-            print(f"── {jobs[index].label} ──", flush=True)
-            outcomes[index] = _run_here(jobs[index], engine)
-            if not outcomes[index].completed:
-                print(f"   {outcomes[index].status}: {outcomes[index].message}", flush=True)
-            if on_done is not None:
-                on_done(outcomes[index])
+            continue
+        if reuse and (why := _damaged_earlier(job)):
+            print(f"── {job.label} ──\n   damaged: {why}", flush=True)
+        todo.append(index)
+    progress = StudyProgress(len(todo), {i: planned_rounds(jobs[i]) for i in todo}, reused=len(jobs) - len(todo))
+
+    def done(index: int, outcome: Outcome) -> None:
+        outcomes[index] = outcome
+        progress.finished(index, outcome.status)
+        if on_done is not None:
+            on_done(outcome)
+
+    with stop_on_signals(), progress:
+        try:
+            if parallel > 1 and all(jobs[i].work is None for i in todo):
+                _run_children(jobs, todo, engine, parallel, progress, done)
+            else:
+                for index in todo:
+                    print(f"── {jobs[index].label} ──", flush=True)
+                    progress.started(index, jobs[index].label, jobs[index].folder)
+                    outcome = _run_here(jobs[index], engine)
+                    if not outcome.completed:
+                        print(f"   {outcome.status}: {outcome.message}", flush=True)
+                    done(index, outcome)
+        except (Interrupted, KeyboardInterrupt) as err:
+            ignore_signals()
+            raise as_interrupted(err) from None
     return [outcomes[i] for i in range(len(jobs))]
+
+
+def end_with_parent() -> None:
+    """This child gets SIGTERM when the process that started it ends, even by SIGKILL (Linux's parent-death
+    signal), so no run goes on writing after its study has gone."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,11 +424,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, default="flwr")
     parser.add_argument("--group", default=None, help="experiment tracking group (a sweep's name)")
     args = parser.parse_args(argv)
-    try:
-        launch(json.loads(args.run_one), args.engine, args.group)
-        return 0
-    except RunFailed as err:
-        return err.exit_code
+    end_with_parent()
+    overrides = json.loads(args.run_one)
+    folder = Path(overrides["out-dir"]) / overrides["run-name"] if "run-name" in overrides else None
+    with stop_on_signals():
+        try:
+            launch(overrides, args.engine, args.group)
+            return 0
+        except RunFailed as err:
+            return err.exit_code
+        except (Interrupted, KeyboardInterrupt) as err:
+            ignore_signals()
+            err = as_interrupted(err)
+            mark_interrupted(folder, str(err))
+            return err.exit_code
 
 
 if __name__ == "__main__":

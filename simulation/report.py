@@ -17,12 +17,44 @@ from fedsuite.results import steady_seconds  # the one definition (summary.json,
 # --- one run ------------------------------------------------------------------------------------------------------
 
 
+class DamagedRun(ValueError):
+    """A results folder whose summary.json or rounds.jsonl cannot be read whole (one line naming the file)."""
+
+
 def read_summary(folder: Path) -> dict:
-    return json.loads((folder / "summary.json").read_text())
+    try:
+        return json.loads((folder / "summary.json").read_text())
+    except ValueError as err:
+        raise DamagedRun(f"{folder / 'summary.json'} is damaged ({err}); run it again") from None
 
 
 def read_rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines() if line.strip()]
+    """rounds.jsonl, every line whole JSON (a line cut short, e.g. by a full disk or a copy, is DamagedRun)."""
+    rows = []
+    for number, line in enumerate((folder / "rounds.jsonl").read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            raise DamagedRun(f"{folder / 'rounds.jsonl'} line {number} is not whole JSON; run it again") from None
+    return rows
+
+
+def damage(folder: Path) -> str | None:
+    """Why the ended run in `folder` cannot be read whole, in one line, or None when it can: summary.json and
+    rounds.jsonl parse, and rounds.jsonl holds every round the summary counts."""
+    try:
+        summary, rows = read_summary(folder), read_rows(folder)
+    except DamagedRun as err:
+        return str(err)
+    except OSError as err:
+        return f"{err.filename or folder} cannot be read ({err.strerror or err}); run it again"
+    trained = sum(1 for r in rows if isinstance(r, dict) and isinstance(r.get("round"), int) and r["round"] > 0)
+    if trained != summary.get("rounds_completed", trained):
+        return (f"{folder / 'rounds.jsonl'} holds {trained} rounds, summary.json counts "
+                f"{summary['rounds_completed']}; run it again")  # fmt: skip
+    return None
 
 
 def run_status(folder: Path) -> str:
@@ -115,6 +147,13 @@ def fmt(value, spec: str) -> str:
 
 def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def remove_stale(paths: Iterable[Path]) -> None:
+    """Remove a study's earlier tables, CSV and plots before it runs: they are rewritten at its end, or (the study
+    stopped or failed first) not there at all, never left looking current."""
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str] | None = None) -> None:

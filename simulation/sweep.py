@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shlex
 import sys
 from pathlib import Path
 
@@ -25,7 +26,21 @@ from fedsuite.config import ALGORITHMS, ConfigError
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation import report
-from simulation.experiment import ENGINES, Job, grid_tag, parse_grid, resolved, reusable, run_jobs, validate
+from simulation.experiment import (
+    ENGINES,
+    Job,
+    as_interrupted,
+    grid_tag,
+    ignore_signals,
+    parse_grid,
+    parse_list,
+    resolved,
+    reusable,
+    run_jobs,
+    stop_on_signals,
+    validate,
+)
+from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
 
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
@@ -53,7 +68,11 @@ def aggregate(jobs: list[Job], targets: list[float]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for job in jobs:
         status = report.run_status(job.folder)
-        run = report.run_summary(job.folder, targets) if status == "completed" else {"status": status}
+        try:
+            run = report.run_summary(job.folder, targets) if status == "completed" else {"status": status}
+        except report.DamagedRun as err:  # counted as a seed that did not complete, and named
+            print(f"   {job.label}: {err}", file=sys.stderr, flush=True)
+            run = {"status": "damaged"}
         groups.setdefault((job.keys["algorithm"], job.keys["grid"]), []).append(run)
     return [{"algorithm": algorithm, "grid": tag, **report.over_seeds(runs, targets, METRICS)}
             for (algorithm, tag), runs in groups.items()]  # fmt: skip
@@ -95,6 +114,11 @@ def csv_rows(rows: list[dict], targets: list[float]) -> tuple[list[dict], list[s
     return out, fields
 
 
+def outputs(out: Path) -> list[Path]:
+    """The files a sweep writes in <out> (besides the runs)."""
+    return [out / "sweep.md", out / "sweep.csv", out / "sweep.png"]
+
+
 def write_report(out: Path, rows: list[dict], targets: list[float], command: str, title: str) -> str:
     """<out>/sweep.md, sweep.csv and sweep.png (the mean accuracy over seeds with a min–max band)."""
     text = markdown(rows, targets, command)
@@ -120,11 +144,26 @@ def main(argv: list[str] | None = None) -> int:
                         "(-c keys win)")  # fmt: skip
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
+    rerun = shlex.join(["python", "-m", "simulation.sweep", *(sys.argv[1:] if argv is None else argv)])
+    with stop_on_signals():
+        try:
+            return sweep(args, out, rerun)
+        except (Interrupted, KeyboardInterrupt) as err:
+            ignore_signals()
+            err = as_interrupted(err)
+            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
+            return err.exit_code
+
+
+def sweep(args: argparse.Namespace, out: Path, rerun: str) -> int:
+    """The command: check everything, run (Interrupted stops it), write the report; its exit code."""
     try:
         if not args.algorithms:
             raise ConfigError("--algorithms: give at least one")
-        algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-        seeds = [int(s) for s in args.seeds.split(",")]
+        algorithms = parse_list(args.algorithms, "--algorithms")
+        seeds = parse_list(args.seeds, "--seeds", int)
+        if args.parallel < 1:
+            raise ConfigError(f"--parallel {args.parallel}: give at least 1")
         shared = parse_overrides(args.run_config)
         tuned = read_tuned(args.tuned) if args.tuned else None
         jobs = jobs_for(algorithms, parse_grid(args.grid), seeds, shared, out, tuned)
@@ -136,17 +175,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reused = sum(1 for job in jobs if reusable(job))
     print(f"sweep: {len(jobs)} runs, {reused} ended earlier (completed or diverged) and reused", flush=True)
-    try:
-        outcomes = run_jobs(jobs, args.engine, args.parallel, reuse=True)
-    except Interrupted as err:
-        print(f"interrupted ({err}); finished runs are kept, rerun the same command to continue", file=sys.stderr)
-        return err.exit_code
+    report.remove_stale(outputs(out))
+    outcomes = run_jobs(jobs, args.engine, args.parallel, reuse=True)
     command = (f"python -m simulation.sweep --algorithms {','.join(algorithms)} --seeds {args.seeds}"
                + (f' --grid "{args.grid}"' if args.grid else "") + "".join(f' -c "{c}"' for c in args.run_config)
                + (f" --tuned {args.tuned}" if args.tuned else "")
                + f" --engine {args.engine} --out {args.out}")  # fmt: skip
     title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
     print(write_report(out, aggregate(jobs, cfg.targets), cfg.targets, command, title))
+    print_written(outputs(out))
+    if any(o.status not in ("completed", "diverged") for o in outcomes):  # a diverged run is reused as it is
+        print(f"rerun to try the failed runs again: {rerun}", file=sys.stderr)
     return 0 if all(o.completed for o in outcomes) else 1
 
 

@@ -29,6 +29,7 @@ import argparse
 import itertools
 import logging
 import math
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,9 +39,27 @@ from fedsuite import tuned as tuned_file
 from fedsuite.config import ConfigError, Scalar, active_schema
 from fedsuite.tunable import LogRange, Search, describe, grid_values, problem, rounded
 from simulation import report, sweep
-from simulation.experiment import ENGINE_HELP, ENGINES, Job, resolved, reusable, run_jobs
+from simulation.experiment import (
+    ENGINE_HELP,
+    ENGINES,
+    Job,
+    as_interrupted,
+    ignore_signals,
+    parse_list,
+    parse_value,
+    resolved,
+    reusable,
+    run_jobs,
+    stop_on_signals,
+)
 from simulation.experiment import validate as validate_jobs
+from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
+
+try:  # the lead's check that a run has evaluation data at all (fedsuite/data_checks.py)
+    from fedsuite.data_checks import check_evaluation_data
+except ImportError:  # not there yet
+    check_evaluation_data = None
 
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
@@ -89,7 +108,10 @@ def parse_space(text: str) -> dict[tuple[str | None, str], tuple[Scalar, ...]]:
             raise TuneError(f"--space {item!r}: write key=value1,value2 or algorithm:key=value1,value2")
         if (scope or None, key) in axes:
             raise TuneError(f"--space: {name} is given twice")
-        parsed = tuple(parse_overrides([f"{key}={v}"])[key] for v in values.split(","))
+        try:
+            parsed = tuple(parse_value("--space", key, v) for v in values.split(","))
+        except ConfigError as err:
+            raise TuneError(str(err)) from None
         axes[(scope or None, key)] = tuple(dict.fromkeys(parsed))
     return axes
 
@@ -222,11 +244,22 @@ def trials_from(setting: Setting, algorithm: str, points: Sequence[Point], statu
     trials = []
     for number, point in enumerate(points, first_number):
         folders = [job.folder for job in setting.jobs(algorithm, point)]
-        status = [statuses[f] for f in folders]
-        scores = [validation_score(f, setting.column, setting.last) if s == "completed" else None
-                  for f, s in zip(folders, status, strict=True)]  # fmt: skip
+        scored = [_scored(setting, f, statuses[f]) for f in folders]
+        status, scores = [st for st, _ in scored], [sc for _, sc in scored]
         trials.append(Trial(number, algorithm, point, list(setting.seeds), status, scores))
     return trials
+
+
+def _scored(setting: Setting, folder: Path, status: str) -> tuple[str, float | None]:
+    """One seed's status and validation score (None unless it completed); a run whose rounds.jsonl is damaged is
+    named and has none (its trial is never chosen; a rerun of the tuning runs it again)."""
+    if status != "completed":
+        return status, None
+    try:
+        return status, validation_score(folder, setting.column, setting.last)
+    except report.DamagedRun as err:
+        print(f"   {err}", file=sys.stderr, flush=True)
+        return "damaged", None
 
 
 def run_trials(setting: Setting, algorithm: str, points: Sequence[Point], first_number: int = 1) -> list[Trial]:
@@ -353,11 +386,11 @@ def final_settings(shared: Mapping[str, Scalar]) -> dict:
 
 def _seeds(text: str, flag: str) -> list[int]:
     try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise TuneError(f"{flag} {text!r}: expected comma-separated integers such as 0,1") from None
-    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise TuneError(f"{flag} {text!r}: give at least one seed, each >= 0 and once")
+        seeds = parse_list(text, flag, int)  # a seed given twice is refused, naming it
+    except ConfigError as err:
+        raise TuneError(str(err)) from None
+    if min(seeds) < 0:
+        raise TuneError(f"{flag} {text!r}: seed {min(seeds)} is negative; seeds are >= 0")
     return seeds
 
 
@@ -404,7 +437,10 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
     """Everything checked before any run: algorithms, spaces, seeds, the search and final settings."""
     if not args.algorithms:
         raise TuneError("--algorithms: give at least one")
-    algorithms = list(dict.fromkeys(a.strip() for a in args.algorithms.split(",") if a.strip()))
+    try:
+        algorithms = parse_list(args.algorithms, "--algorithms")  # one given twice is refused, naming it
+    except ConfigError as err:
+        raise TuneError(str(err)) from None
     if args.search == "optuna" and args.trials < 1:
         raise TuneError("--search optuna: give --trials N (N >= 1)")
     if args.parallel < 1 or args.last < 1:
@@ -426,7 +462,9 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
     setting = Setting(search_shared, seeds, out / "search", args.engine, args.parallel, column, args.last,
                       args.score == "accuracy")  # fmt: skip
     # every grid point of every algorithm (an Optuna search draws inside the same ranges), and the final runs
-    validate_jobs([j for a, space in spaces.items() for p in grid_points(space) for j in setting.jobs(a, p)])
+    configs = validate_jobs([j for a, space in spaces.items() for p in grid_points(space) for j in setting.jobs(a, p)])
+    if check_evaluation_data is not None:  # a validation split empty for every client: refused before any run
+        check_evaluation_data(configs[0])
     final = final_settings(shared)
     validate_jobs([j for a, space in spaces.items() for j in sweep.jobs_for([a], grid_points(space)[:1], final_seeds,
                                                                             final, out / "final")])  # fmt: skip
@@ -478,11 +516,30 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
     return "\n".join(lines) + "\n"
 
 
+def outputs(out: Path, algorithms: Sequence[str]) -> list[Path]:
+    """The files a tuning writes in <out> besides the runs: search tables, tuned.toml, the final report, tune.md."""
+    search = [out / "search" / f"{a}.{ext}" for a in algorithms for ext in ("md", "csv")]
+    return [*search, out / "tuned.toml", *sweep.outputs(out / "final"), out / "tune.md"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list:
         print(tunable_table())
         return 0
+    rerun = shlex.join(["python", "-m", "simulation.tune", *(sys.argv[1:] if argv is None else argv)])
+    with stop_on_signals():
+        try:
+            return tuning(args, rerun)
+        except (Interrupted, KeyboardInterrupt) as err:
+            ignore_signals()
+            err = as_interrupted(err)
+            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
+            return err.exit_code
+
+
+def tuning(args: argparse.Namespace, rerun: str) -> int:
+    """The command: plan and check, search, write the choice, run the finals; its exit code."""
     try:
         algorithms, spaces, setting, final, final_seeds = plan(args)
         preflight(resolved(setting.shared))
@@ -494,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out, command = Path(args.out).resolve(), _command(args)
     logging.getLogger("optuna").setLevel(logging.WARNING)
+    report.remove_stale(outputs(out, algorithms))
     try:
         results = tune(algorithms, spaces, setting, args)
         best = {a: chosen(trials, setting.maximize) for a, trials in results.items()}
@@ -513,15 +571,13 @@ def main(argv: list[str] | None = None) -> int:
             title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients, tuned"
             final_text = sweep.write_report(out / "final", sweep.aggregate(final_jobs, cfg.targets), cfg.targets,
                                             command, title)  # fmt: skip
-    except Interrupted as err:
-        print(f"interrupted ({err}); finished runs are kept, rerun the same command to continue", file=sys.stderr)
-        return err.exit_code
     except TuneError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     text = summary_markdown(results, best, setting, command, final_text)
     (out / "tune.md").write_text(text)
     print(text)
+    print_written(outputs(out, algorithms))
     return 0 if len(values) == len(algorithms) and all(o.completed for o in outcomes) else 1
 
 
