@@ -13,9 +13,14 @@ its run-config keys as `fedsuite.config.Key`s) in one of two ways:
 Entry points are loaded once, lazily, when the registry is first read. An entry point that fails (an import error,
 a callable that raises, something that is not an Algorithm) is named in one warning line and left out; the rest of
 the registry works. An algorithm that takes a built-in name, or declares a run-config key some other algorithm
-declares differently, or maps a constructor argument to a key nobody declares, is refused in one line (a warning
-for an entry point, a PluginError for `register`). Once registered, an algorithm is one more name in the registry:
-config validation, simulation.run/compare/sweep, presets, checkpoints and results see no difference.
+declares differently, or declares a key whose default lies outside its own range or choices (every run would
+fail, built-ins included), or maps a constructor argument to a key nobody declares, is refused in one line (a
+warning for an entry point, which is left out, a PluginError for `register`). `register` also imports the two
+classes and refuses, in one line, one that does not import, is not a ServerRule / FedClient subclass, or whose
+constructor does not accept the arguments the algorithm maps to keys; entry points are read by config validation,
+which stays light, so their classes are imported when the algorithm is first built. Once registered, an algorithm
+is one more name in the registry: config validation, simulation.run/compare/sweep, presets, checkpoints and results
+see no difference.
 
 One limit is Flower's: `flwr run` (and so simulation.run's default engine) passes only run-config keys that the app's
 pyproject.toml [tool.flwr.app.config] lists; the SuperLink refuses a run that overrides any other key ("Key '…' is
@@ -25,12 +30,15 @@ the in-process engine (`--engine inprocess` of simulation.compare/sweep) or feds
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fedsuite.config import Key
     from fedsuite.registry import Algorithm
 
 GROUP = "fedsuite.algorithms"
@@ -88,8 +96,9 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
 
     # ---- adding and removing ---------------------------------------------------------------------------------
     def register(self, algorithm: Algorithm) -> Algorithm:
-        """Add `algorithm` (again registering an equal one is a no-op); raises PluginError saying why not."""
-        problem = self.refusal(algorithm)
+        """Add `algorithm` (again registering an equal one is a no-op); raises PluginError saying why not. Beyond
+        `refusal`, its classes are imported and checked (`class_refusal`)."""
+        problem = self.refusal(algorithm) or class_refusal(algorithm)
         if problem is not None:
             raise PluginError(problem)
         self._entries()[algorithm.name] = algorithm
@@ -126,6 +135,8 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
                 declared.update({k.name: (k, f"algorithm {other.name!r}") for k in other.keys if k.name not in SCHEMA})
         own = {}
         for key in algorithm.keys:
+            if (problem := default_refusal(key)) is not None:
+                return f"plug-in algorithm {name!r} refused: {problem}"
             if key.name in declared and declared[key.name][0] != key:
                 return (f"plug-in algorithm {name!r} refused: run-config key {key.name!r} is declared differently by "
                         f"{declared[key.name][1]}; use that declaration or another name")  # fmt: skip
@@ -158,3 +169,78 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
                     log.warning("fedsuite: plug-in %s: %s", where, problem)
                 else:
                     self._algorithms[algorithm.name] = algorithm
+
+
+def _allowed(key: Key) -> str:
+    """A key's declared values in words: its choices, or its range."""
+    if key.choices is not None:
+        return f"values {', '.join(map(str, key.choices))}"
+    if key.low is None and key.high is None:
+        return f"any {type(key.default).__name__}"
+    low = "(-inf" if key.low is None else f"{'(' if key.low_open else '['}{key.low:g}"
+    high = "inf)" if key.high is None else f"{key.high:g}{')' if key.high_open else ']'}"
+    return f"range {low}, {high}"
+
+
+def default_refusal(key: Any) -> str | None:
+    """Why a plug-in's run-config key cannot be declared, in one line, or None: not a fedsuite.config.Key, or a
+    default its own check refuses (outside its range or choices), which would make every run fail."""
+    from fedsuite.config import Key
+
+    if not isinstance(key, Key):
+        return f"its keys hold a {type(key).__name__}, expected fedsuite.config.Key"
+    try:
+        _, problem = key.check(key.default)
+    except Exception as err:
+        problem = f"its check raised {_one_line(err)}"
+    if problem is None:
+        return None
+    return (f"run-config key {key.name!r} declares the default {key.default!r} outside its declared "
+            f"{_allowed(key)} ({problem}); declare a default inside it")  # fmt: skip
+
+
+def class_refusal(algorithm: Algorithm) -> str | None:
+    """Why `algorithm`'s classes cannot be used, in one line, or None: `strategy` must import as a subclass of
+    strategies.base.ServerRule and `client` as one of clients.base.FedClient, and each constructor must accept
+    the arguments its `strategy_args` / `client_args` declare and need no other. Imports both (torch included), so
+    `register` runs it and entry points, read by light config validation, do not."""
+    from clients.base import FedClient
+    from strategies.base import ServerRule
+
+    name = algorithm.name
+    halves = (("strategy", algorithm.strategy, algorithm.strategy_args, ServerRule),
+              ("client", algorithm.client, algorithm.client_args, FedClient))  # fmt: skip
+    for what, path, args, base in halves:
+        module, _, attr = path.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), attr)
+        except Exception as err:
+            return f"plug-in algorithm {name!r} refused: {what}={path!r} cannot be imported ({_one_line(err)})"
+        if not isinstance(found, type) or not issubclass(found, base):
+            kind = f"the class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"
+            return (f"plug-in algorithm {name!r} refused: {what}={path!r} is {kind}, expected a subclass of "
+                    f"{base.__module__}.{base.__name__}")  # fmt: skip
+        if (problem := _constructor_problem(found, args)) is not None:
+            return f"plug-in algorithm {name!r} refused: {what} {path}: {problem}"
+    return None
+
+
+def _constructor_problem(cls: type, args: Mapping[str, str]) -> str | None:
+    """Why `cls(first, **{arg: value for arg in args})` cannot be called, or None (also when it cannot be told)."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in params.values()}
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        for arg, key in args.items():
+            if arg not in params or params[arg].kind not in named:
+                takes = ", ".join(params) or "nothing"
+                return (f"the constructor does not accept argument {arg!r} (run-config key {key!r}); it takes "
+                        f"{takes}")  # fmt: skip
+    try:
+        inspect.signature(cls).bind(None, **dict.fromkeys(args))
+    except TypeError as err:
+        return f"the constructor cannot be called with the declared arguments {sorted(args)} ({err})"
+    return None

@@ -226,3 +226,61 @@ def test_a_plugin_rule_of_the_wrong_shape_is_named_where_its_result_is_taken(plu
     text = str(caught.value)
     assert text.startswith(f"round 1: algorithm 'shapeless' (server rule tests.test_refusals:{rule}): ")
     assert "\n" not in text
+
+
+# ---- a plug-in's declarations, checked when it registers -----------------------------------------------------------
+def bad_default_algorithm():
+    """An entry point's algorithm whose key's default lies outside the key's own range."""
+    from fedsuite.config import Key
+    from fedsuite.registry import Algorithm
+
+    beta = Key("wild-beta", 2.0, "a momentum that declares itself out of range", low=0.0, high=1.0)
+    return Algorithm("wild", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "", keys=(beta,))
+
+
+def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_ins_run(monkeypatch, caplog):
+    from importlib.metadata import EntryPoint
+
+    from fedsuite import registry
+    from fedsuite.config import resolve
+    from fedsuite.plugins import GROUP, AlgorithmRegistry
+
+    found = [EntryPoint("wild", "tests.test_refusals:bad_default_algorithm", GROUP)]
+    own = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=lambda: found)
+    monkeypatch.setattr(registry, "ALGORITHMS", own)
+    with caplog.at_level(logging.WARNING, logger="fedsuite.plugins"):
+        assert resolve({"algorithm": "fedavg"})["algorithm"] == "fedavg"  # built-in runs still resolve
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "entry point wild = tests.test_refusals:bad_default_algorithm" in warning and "\n" not in warning
+    assert "'wild' refused: run-config key 'wild-beta' declares the default 2.0 outside its declared range [0, 1]" in (
+        warning
+    )
+    assert "wild" not in own
+
+
+@pytest.mark.parametrize(
+    ("strategy", "client", "strategy_args", "message"),
+    [
+        ("strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", {}, "default 2.0 outside its declared range"),
+        ("strategies.fedavg:NoSuchRule", "clients.fedavg:FedAvgClient", {},
+         "strategy='strategies.fedavg:NoSuchRule' cannot be imported (AttributeError: "),
+        ("no_such_plugin_module:Rule", "clients.fedavg:FedAvgClient", {}, "cannot be imported (ModuleNotFoundError: "),
+        ("numpy:zeros", "clients.fedavg:FedAvgClient", {}, "is a builtin_function_or_method, expected a subclass of "
+         "strategies.base.ServerRule"),
+        ("strategies.fedavg:FedAvg", "strategies.fedavg:FedAvg", {}, "client='strategies.fedavg:FedAvg' is the class "
+         "FedAvg, expected a subclass of clients.base.FedClient"),
+        ("strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", {"beta": "server-lr"}, "strategy "
+         "strategies.fedavg:FedAvg: the constructor does not accept argument 'beta' (run-config key 'server-lr'); "
+         "it takes settings, server_lr"),
+    ],
+)  # fmt: skip
+def test_register_refuses_bad_declarations_in_one_line(plugged, strategy, client, strategy_args, message):
+    from fedsuite.config import Key
+    from fedsuite.plugins import PluginError
+    from fedsuite.registry import Algorithm
+
+    keys = (Key("wild-beta", 2.0, "out of range", low=0.0, high=1.0),) if "default" in message else ()
+    with pytest.raises(PluginError) as caught:
+        plugged.register(Algorithm("wild", strategy, client, "", "", strategy_args, keys=keys))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert str(caught.value).startswith("plug-in algorithm 'wild' refused: ") and "wild" not in plugged
