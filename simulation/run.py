@@ -70,6 +70,7 @@ FLOWER_NOISE = (
     "To change federation size, use the following command",
     "flwr federation simulation-config",
     "Manually terminating ClientAppActor",
+    "Flower configuration not found. Created default configuration",  # the launch's own private FLWR_HOME
 )
 CONSOLE_LINE_CHARS = 400  # longer lines (e.g. a warning that prints a 100-number list) are cut on the console
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}

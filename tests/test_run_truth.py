@@ -267,3 +267,31 @@ def test_a_lost_message_names_the_client_and_node_it_was_for(caplog):
     with caplog.at_level("WARNING", logger="flwr.fedsuite"):
         strategy.aggregate_fit(1, results[:2], [TimeoutError("the node did not answer")])
     assert f"round 1: client {lost} (node " in caplog.text and "failed: TimeoutError" in caplog.text
+
+
+def test_a_last_checkpoint_that_cannot_be_written_fails_the_run(tmp_path, monkeypatch):
+    """The checkpoint after the last round is written before the run is called completed (before, summary.json
+    said `completed` while the run ended in the checkpoint's error)."""
+    from fedsuite import checkpoint
+    from fedsuite.checkpoint_files import CheckpointError
+
+    write = checkpoint.write
+
+    def fail_last(results, server_round, *args, **kwargs):
+        if server_round == 2:
+            raise CheckpointError("checkpoint file server.npz cannot be written (I/O error)")
+        return write(results, server_round, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write", fail_last)
+    with pytest.raises(CheckpointError):
+        run_inprocess({**LSQ, "checkpoint-every": 1, "out-dir": str(tmp_path), "run-name": "r"}, record=True)
+    summary = strict((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "server.npz cannot be written" in summary["reason"]
+    assert summary["rounds_completed"] == 2
+
+
+def test_a_last_checkpoint_that_is_written_completes_the_run(tmp_path):
+    run_inprocess({**LSQ, "checkpoint-every": 1, "out-dir": str(tmp_path), "run-name": "r"}, record=True)
+    summary = strict((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and "resume_command" in summary
+    assert (tmp_path / "r" / "accuracy.png").is_file()

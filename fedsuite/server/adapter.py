@@ -287,9 +287,15 @@ class RuleStrategy(Strategy):
         if verdict is not None:
             self._record(row, *verdict)
             raise RunAborted(*verdict)
-        self._record(row)
-        if checkpointing.due(plan, server_round):
+        due = checkpointing.due(plan, server_round)
+        last = server_round >= plan.num_rounds
+        # the last round's checkpoint is written before the run is called completed: a checkpoint that cannot be
+        # written fails the run (its reason in summary.json) instead of leaving `completed` behind an error
+        self._record(row, "running" if due and last else None)
+        if due:
             checkpointing.write(plan, server_round, self.state_dict())
+            if last:
+                plan.recorder.finish("completed")
 
     # ---- internals -------------------------------------------------------------------------------
     def _accept(self, server_round: int, res: FitRes) -> Reply:
@@ -309,7 +315,7 @@ class RuleStrategy(Strategy):
             raise RunAborted(*verdict)
 
     def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
-        if status is not None:
+        if status not in (None, "running"):
             log.error("fedsuite │ %s: %s", status, reason)
         for observer in self.observers:
             observer.recorded(row)
