@@ -1,0 +1,386 @@
+"""The deployment and Docker front door, without a Docker engine: `docker/demo` against stand-in `docker`,
+`docker-compose` and `flwr` commands (its checks before `up`, which compose command it picks, the base image it
+remembers, the `flwr` of FEDSUITE_VENV), what `.dockerignore` lets into the build context, one Flower version for
+the project and the image, `deploy/make-certs` and git, and the README's deploy, Docker and `flwr run` lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import flwr
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from tests.test_compose_flags import compose_command
+
+PROJECT = Path(__file__).resolve().parent.parent
+DOCKER = PROJECT / "docker"
+PINNED = dict(
+    re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#;]+)", (DOCKER / "requirements.txt").read_text(), flags=re.MULTILINE)
+)
+
+# ---- one Flower version ---------------------------------------------------------------------------------------------
+
+
+def test_the_image_pins_the_flower_version_installed_here():
+    """CI installs the project from scratch: when pip moves to another flwr, the image's pin must follow."""
+    assert PINNED["flwr"] == flwr.__version__, (
+        f"docker/requirements.txt pins flwr=={PINNED['flwr']} but pip installed {flwr.__version__} for the project: "
+        "pin that version in docker/requirements.txt, Dockerfile, compose.yml and the docs"
+    )
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert f"ARG BASE_IMAGE=flwr/superexec:{flwr.__version__}\n" in dockerfile
+    compose = yaml.safe_load((DOCKER / "compose.yml").read_text())["services"]
+    assert compose["superlink"]["image"] == f"fedsuite-flwr:${{FEDSUITE_TAG:-{flwr.__version__}}}"
+    assert compose["superlink"]["build"]["args"]["BASE_IMAGE"] == f"${{BASE_IMAGE:-flwr/superexec:{flwr.__version__}}}"
+    pyproject = (PROJECT / "pyproject.toml").read_text()
+    (spec,) = re.findall(r'"flwr\[simulation\]([^"]*)"', pyproject)
+    assert flwr.__version__ in SpecifierSet(spec)
+
+
+def test_the_docs_name_the_flower_version_installed_here():
+    """Every `Flower 1.x`, `flwr 1.x`, `flwr==1.x`, `flwr/superexec:1.x` or `fedsuite-flwr:1.x` in the deployment
+    docs, the Docker files, the README and Getting started names the installed major.minor."""
+    minor = ".".join(flwr.__version__.split(".")[:2])
+    mention = re.compile(r"(?:Flower|flwr)(?:==| |/superexec:|-flwr:)(\d+\.\d+)(?:\.\d+)?")
+    files = [PROJECT / "README.md", PROJECT / "docs" / "getting-started.md", PROJECT / "docs" / "running" / "run.md"]
+    files += sorted((PROJECT / "docs" / "deployment").glob("*.md")) + sorted(p for p in DOCKER.iterdir() if p.is_file())
+    stale = [
+        f"{path.relative_to(PROJECT)}: {m.group(0)}"
+        for path in files
+        for m in mention.finditer(path.read_text(errors="replace"))
+        if m.group(1) != minor
+    ]
+    assert not stale, stale
+
+
+# ---- the build context ----------------------------------------------------------------------------------------------
+
+
+def dockerignore_patterns() -> list[tuple[bool, re.Pattern]]:
+    """(.dockerignore's lines as Docker reads them: (is an exception `!…`, the pattern as a regex)."""
+    out = []
+    for line in (PROJECT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
+        regex = "".join(
+            ".*" if part == "**" else "[^/]*" if part == "*" else "[^/]" if part == "?" else re.escape(part)
+            for part in re.split(r"(\*\*|\*|\?)", pattern)
+        )
+        out.append((negate, re.compile(regex)))
+    return out
+
+
+def sent_to_the_engine(path: str, patterns: list[tuple[bool, re.Pattern]]) -> bool:
+    """Docker's rule: the last pattern that matches the path or one of its parent folders decides."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for negate, regex in patterns:
+        if any(regex.fullmatch(c) for c in candidates):
+            excluded = not negate
+    return not excluded
+
+
+def test_the_build_context_holds_only_what_the_image_needs():
+    """compose.yml builds with the project folder as context; .dockerignore must keep the virtual environment, the
+    keys, results, the studies' data and .git on the host and still send what the Dockerfile COPYs."""
+    build = yaml.safe_load((DOCKER / "compose.yml").read_text())["services"]["superlink"]["build"]
+    assert (DOCKER / build["context"]).resolve() == PROJECT and (PROJECT / ".dockerignore").is_file()
+    patterns = dockerignore_patterns()
+    copied = re.findall(r"^COPY\s+(.+?)\s+\S+$", (DOCKER / "Dockerfile").read_text(), flags=re.MULTILINE)
+    needed = [p.rstrip("/") for line in copied for p in line.split()]
+    assert needed == ["docker/requirements.txt", "docker/wheels"]
+    for path in ("docker/Dockerfile", "docker/requirements.txt", "docker/wheels/flwr-1.42.0-py3-none-any.whl",
+                 "docker/wheels/pip-cert.pem"):  # fmt: skip
+        assert sent_to_the_engine(path, patterns), path
+    kept_home = [".venv/bin/python", ".venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so", ".git/HEAD",
+                 ".git/objects/ab/cdef", "certs/ca.key", "certs/supernodes/node0", "docker/certs/ca.key",
+                 "docker/certs/superlink.key", "docker/certs/supernodes/supernode-1", "results/run/summary.json",
+                 "docker/results/demo-1/summary.json", "docker/.flwr-home/config.toml", "docker/node-data",
+                 "docker/base-image", "state/superlink.db", "site/index.html"]  # fmt: skip
+    assert not [p for p in kept_home if sent_to_the_engine(p, patterns)]
+    tracked = subprocess.run(["git", "ls-files"], cwd=PROJECT, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    assert any(p.startswith("docs/cpu-study/") for p in tracked)  # the committed studies' data
+    sent = {p for p in tracked if sent_to_the_engine(p, patterns)}
+    assert sent <= {"docker/Dockerfile", "docker/requirements.txt", "docker/wheels/.gitkeep"}, sorted(sent)[:20]
+
+
+def test_compose_passes_every_build_argument_of_the_dockerfile():
+    """The Dockerfile's ARGs (PIP_CERT among them) all reach the build from compose.yml."""
+    args = set(re.findall(r"^ARG\s+(\w+)", (DOCKER / "Dockerfile").read_text(), flags=re.MULTILINE))
+    build = yaml.safe_load((DOCKER / "compose.yml").read_text())["services"]["superlink"]["build"]
+    assert args == set(build["args"]) and "PIP_CERT" in args
+
+
+# ---- stand-ins for docker, docker-compose and flwr ------------------------------------------------------------------
+
+COMPOSE_PART = r"""
+log() { echo "$*" >>"$FAKE_STATE/calls"; }
+image_file() { echo "$FAKE_STATE/image-$(echo "$1" | tr '/:' '__')"; }
+fake_compose() {
+    [ "${1:-}" = version ] && { echo "Docker Compose version fake"; exit 0; }
+    log "$COMPOSE_NAME $* | BASE_IMAGE=${BASE_IMAGE:-} FEDSUITE_BUILD_PIP_CERT=${FEDSUITE_BUILD_PIP_CERT:-}"
+    for a in "$@"; do [ "$a" = build ] && touch "$(image_file "fedsuite-flwr:$FEDSUITE_TAG")"; done
+    exit 0
+}
+"""
+FAKE_DOCKER = (
+    "#!/usr/bin/env bash\n"
+    + COMPOSE_PART
+    + r"""
+case "${1:-}" in
+compose)
+    [ -f "$FAKE_STATE/plugin" ] || { echo "unknown shorthand flag: 'f' in -f" >&2; exit 125; }
+    shift; COMPOSE_NAME="docker compose"; fake_compose "$@" ;;
+info) [ ! -f "$FAKE_STATE/no-engine" ] ;;
+image) [ -f "$(image_file "$3")" ] ;;
+pull) log "docker $*"; [ -f "$FAKE_STATE/registry" ] && touch "$(image_file "${@: -1}")" ;;
+*) exit 0 ;;
+esac
+"""
+)
+FAKE_DOCKER_COMPOSE = "#!/usr/bin/env bash\n" + COMPOSE_PART + 'COMPOSE_NAME=docker-compose; fake_compose "$@"\n'
+FAKE_FLWR = r"""#!/usr/bin/env bash
+echo "flwr $*" >>"$FAKE_STATE/calls"
+case "$1 ${2:-}" in
+"config ls") mkdir -p "$FLWR_HOME"; touch "$FLWR_HOME/config.toml" ;;
+"supernode register") echo "SuperNode registered successfully. SuperNode 1" ;;
+"supernode ls") [[ " $* " != *" --format json "* ]] || printf '"status": "online"\n"status": "online"\n' ;;
+esac
+"""
+# What docker/demo and the deploy/ scripts call besides docker and flwr (a PATH without the machine's own Docker).
+SHELL_TOOLS = "bash env sed grep awk cat head tee tr wc ls cp mv rm mkdir mktemp chmod touch dirname basename"
+TOOLS = [*SHELL_TOOLS.split(), "id", "seq", "sleep", "date", "openssl", "ssh-keygen"]
+
+
+def seed_credentials(folder: Path) -> None:
+    """Stand-ins for the CA and the SuperLink certificate, which deploy/make-certs keeps when they exist (it then
+    spends no time on RSA keys; the SuperNodes' key pairs are still made)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("ca.crt", "ca.key", "superlink.crt", "superlink.key"):
+        (folder / name).write_text("stand-in\n")
+
+
+def executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+class Sandbox:
+    """A copy of docker/ and deploy/, a PATH of plain tools plus the stand-ins chosen, a venv holding a stand-in flwr
+    (named by FEDSUITE_VENV, not on PATH), and the stand-ins' state folder (calls, images that exist)."""
+
+    def __init__(self, root: Path, *, docker: bool = True, plugin: bool = False, compose_v1: bool = False):
+        self.root = root
+        self.project = root / "project"
+        left_out = shutil.ignore_patterns("wheels", "certs", "results", ".flwr-home", "base-image", "node-data")
+        for folder in ("docker", "deploy"):
+            shutil.copytree(PROJECT / folder, self.project / folder, ignore=left_out)
+        (self.project / "docker" / "wheels").mkdir()
+        self.state = root / "state"
+        self.state.mkdir()
+        if plugin:
+            (self.state / "plugin").touch()
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        for tool in TOOLS:
+            found = shutil.which(tool)
+            if found:
+                (self.bin / tool).symlink_to(found)
+        if docker:
+            executable(self.bin / "docker", FAKE_DOCKER)
+        if compose_v1:
+            executable(self.bin / "docker-compose", FAKE_DOCKER_COMPOSE)
+        self.venv = root / "venv"
+        executable(self.venv / "bin" / "flwr", FAKE_FLWR)
+        self.data = root / "fashion-mnist"
+        self.data.mkdir()
+        self.demo_dir = root / "demo"
+        seed_credentials(self.demo_dir / "certs")
+
+    def wheels(self, pins: dict[str, str]) -> None:
+        for name, version in pins.items():
+            (self.project / "docker" / "wheels" / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").touch()
+
+    def image(self, name: str) -> None:
+        (self.state / ("image-" + name.replace("/", "_").replace(":", "_"))).touch()
+
+    def has_image(self, name: str) -> bool:
+        return (self.state / ("image-" + name.replace("/", "_").replace(":", "_"))).exists()
+
+    def calls(self) -> list[str]:
+        path = self.state / "calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def demo(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+        base = {"PATH": str(self.bin), "HOME": str(self.root), "FAKE_STATE": str(self.state),
+                "DEMO_DIR": str(self.demo_dir), "FEDSUITE_DATA": str(self.data),
+                "FEDSUITE_VENV": str(self.venv)}  # fmt: skip
+        return subprocess.run([str(self.project / "docker" / "demo"), *args], capture_output=True, text=True,
+                              env={**base, **env}, timeout=120)  # fmt: skip
+
+
+def one_error_line(res: subprocess.CompletedProcess) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (res.stdout, res.stderr)
+    return lines[0]
+
+
+def test_compose_is_found_by_its_version_command(tmp_path, monkeypatch):
+    """A docker CLI without the compose plugin (`docker compose -f …` → unknown shorthand flag) is no compose, so the
+    tests that need compose skip; a docker-compose v1 binary is; the plugin wins when both work."""
+    without = Sandbox(tmp_path / "a")
+    monkeypatch.setenv("FAKE_STATE", str(without.state))
+    assert compose_command(str(without.bin)) is None
+    v1 = Sandbox(tmp_path / "b", compose_v1=True)
+    monkeypatch.setenv("FAKE_STATE", str(v1.state))
+    assert compose_command(str(v1.bin)) == [str(v1.bin / "docker-compose")]
+    both = Sandbox(tmp_path / "c", plugin=True, compose_v1=True)
+    monkeypatch.setenv("FAKE_STATE", str(both.state))
+    assert compose_command(str(both.bin)) == [str(both.bin / "docker"), "compose"]
+
+
+def test_demo_up_without_compose_says_so_before_it_writes_anything(tmp_path):
+    box = Sandbox(tmp_path)
+    box.wheels(PINNED)
+    line = one_error_line(box.demo("up", BASE_IMAGE="base:local"))
+    assert "Docker Compose is missing" in line and "docker-compose" in line and "docker compose version" in line
+    assert not (box.demo_dir / "certs" / "supernodes").exists() and not box.calls()
+    assert "no docker command" in one_error_line(Sandbox(tmp_path / "none", docker=False).demo("up"))
+
+
+def test_demo_up_names_each_missing_prerequisite_before_it_writes_anything(tmp_path):
+    box = Sandbox(tmp_path, compose_v1=True)
+    assert "docker/fetch-wheels" in one_error_line(box.demo("up", BASE_IMAGE="base:local"))
+    box.wheels({**PINNED, "flwr": "1.0.0"})  # wheels of another flwr than the pinned one
+    line = one_error_line(box.demo("up", BASE_IMAGE="base:local"))
+    assert f"flwr=={PINNED['flwr']}" in line and "docker/fetch-wheels" in line
+    box.wheels(PINNED)
+    line = one_error_line(box.demo("up", BASE_IMAGE="base:local"))  # neither here nor pullable
+    assert "base:local" in line and "BASE_IMAGE=" in line
+    line = one_error_line(box.demo("up"))  # the default base
+    assert f"flwr/superexec:{PINNED['flwr']}" in line and "BASE_IMAGE=" in line
+    box.image("base:local")
+    (box.state / "no-engine").touch()
+    assert "docker info" in one_error_line(box.demo("up", BASE_IMAGE="base:local"))
+    (box.state / "no-engine").unlink()
+    line = one_error_line(box.demo("up", BASE_IMAGE="base:local", FEDSUITE_DATA=str(tmp_path / "nowhere")))
+    assert "dataset-fashion-mnist" in line and "FEDSUITE_DATA" in line
+    line = one_error_line(box.demo("up", BASE_IMAGE="base:local", FEDSUITE_VENV=str(tmp_path / "novenv")))
+    assert "flwr not found" in line and "FEDSUITE_VENV" in line
+    assert not (box.demo_dir / "certs" / "supernodes").exists()
+    assert [c for c in box.calls() if not c.startswith("docker pull")] == []
+
+
+def test_demo_up_builds_once_and_remembers_its_base_image(tmp_path):
+    """docker-compose v1 only, the venv not active: the first `up` builds on the BASE_IMAGE given; the next `up`
+    needs none (the image exists); after the image is gone, `up` rebuilds on the remembered base. Every flwr call
+    is FEDSUITE_VENV's, and the one-time PIP_CERT reaches the build as a file inside the context."""
+    box = Sandbox(tmp_path, compose_v1=True)
+    box.wheels(PINNED)
+    box.image("base:local")
+    cert = tmp_path / "ca-bundle.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    first = box.demo("up", BASE_IMAGE="base:local", PIP_CERT=str(cert))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "2 SuperNodes online" in first.stdout
+    (build,) = [c for c in box.calls() if c.startswith("docker-compose ") and " build " in c + " "]
+    assert "BASE_IMAGE=base:local" in build and "FEDSUITE_BUILD_PIP_CERT=/tmp/fedsuite-build/pip-cert.pem" in build
+    assert (box.project / "docker" / "wheels" / "pip-cert.pem").read_text() == cert.read_text()
+    assert box.has_image(f"fedsuite-flwr:{PINNED['flwr']}")
+    flwr_calls = [c for c in box.calls() if c.startswith("flwr ")]
+    assert {"flwr config ls", "flwr supernode ls fedsuite-docker --format json"} <= set(flwr_calls)
+    assert any(c.startswith("flwr supernode register ") for c in flwr_calls)
+    assert (box.demo_dir / "certs" / "supernodes" / "supernode-2").exists()
+
+    (box.state / "calls").unlink()
+    again = box.demo("up")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "built before" in again.stdout and not [c for c in box.calls() if " build" in c]
+
+    (box.state / "calls").unlink()
+    (box.state / f"image-fedsuite-flwr_{PINNED['flwr']}").unlink()
+    rebuilt = box.demo("up")
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    (build,) = [c for c in box.calls() if c.startswith("docker-compose ") and " build " in c + " "]
+    assert "BASE_IMAGE=base:local" in build
+    assert not [c for c in box.calls() if c.startswith("docker pull")]
+
+
+def test_demo_prefers_the_compose_plugin(tmp_path):
+    box = Sandbox(tmp_path, plugin=True, compose_v1=True)
+    box.wheels(PINNED)
+    box.image("base:local")
+    res = box.demo("up", BASE_IMAGE="base:local")
+    assert res.returncode == 0, res.stdout + res.stderr
+    compose_calls = [c.split(" | ")[0] for c in box.calls() if c.startswith(("docker compose", "docker-compose"))]
+    assert compose_calls and all(c.startswith("docker compose -f ") for c in compose_calls)
+    down = box.demo("down")
+    assert down.returncode == 0 and box.calls()[-1].startswith("docker compose -f ") and " down " in box.calls()[-1]
+
+
+# ---- credentials and git --------------------------------------------------------------------------------------------
+
+
+def test_make_certs_warns_when_its_keys_could_be_committed(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+
+    def make(out: Path) -> str:
+        seed_credentials(out)
+        res = subprocess.run([str(PROJECT / "deploy" / "make-certs"), "--out", str(out), "node0"], cwd=repo,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        return res.stderr
+
+    assert "not git-ignored" in make(repo / "keys")
+    (repo / ".gitignore").write_text("keys/\n")
+    assert "WARNING" not in make(repo / "keys")
+    assert "WARNING" not in make(tmp_path / "outside")
+    if shutil.which("git") and (PROJECT / ".git").exists():  # the project's own certs/ and docker/certs/
+        for path in ("certs/ca.key", "certs/supernodes/node0", "docker/certs/superlink.key"):
+            assert subprocess.run(["git", "check-ignore", "-q", path], cwd=PROJECT).returncode == 0, path
+
+
+# ---- the README ------------------------------------------------------------------------------------------------------
+
+
+def code_lines(text: str) -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
+    return [line for block in blocks for line in block.splitlines()]
+
+
+def test_readme_deploy_docker_and_flwr_run_lines_work_as_typed():
+    """The deploy block saves the connection and admits the keys before deploy/run uses them; the Docker lines fetch
+    the wheels and name the base image; plain `flwr run` streams, and the README and docs/running/run.md stop the
+    local SuperLink with the same line."""
+    lines = code_lines((PROJECT / "README.md").read_text())
+    first = {}
+    for i, line in enumerate(lines):
+        for word in ("deploy/make-certs", "deploy/connect mylink", "deploy/register-supernodes mylink",
+                     "deploy/run mylink", "docker/fetch-wheels", "docker/demo up"):  # fmt: skip
+            if line.startswith(word) or f" {word}" in line:
+                first.setdefault(word, i)
+    assert first["deploy/connect mylink"] < first["deploy/register-supernodes mylink"] < first["deploy/run mylink"]
+    assert first["docker/fetch-wheels"] < first["docker/demo up"]
+    assert "BASE_IMAGE=" in lines[first["docker/demo up"]]
+    flwr_runs = [line for line in lines if line.startswith("flwr run")]
+    assert flwr_runs and all("--stream" in line for line in flwr_runs)
+    stop = [line.split("#")[0].strip() for line in lines if line.startswith("pkill -f")]
+    run_page = code_lines((PROJECT / "docs" / "running" / "run.md").read_text())
+    assert stop and stop[0] in [line.split("#")[0].strip() for line in run_page]
+    assert "local-superlink" in stop[0]
