@@ -1,6 +1,10 @@
 """Static check of the Docker demo: every flag that docker/compose.yml passes to a Flower executable is one that the
 installed Flower accepts (it appears in that executable's --help), so a Flower upgrade that renames or drops a
-flag fails here, not in a user's `docker compose up`. The deploy/ scripts' Flower flags are checked the same way."""
+flag fails here, not in a user's `docker compose up`. The deploy/ scripts' Flower flags are checked the same way.
+
+What each container mounts is checked with `compose config` (no engine needed) where Docker Compose works: the
+`docker compose` plugin or a `docker-compose` v1 binary, each found by running its `version` command (a `docker` CLI
+without the plugin rejects `docker compose -f …`); without either that test is skipped and says why."""
 
 from __future__ import annotations
 
@@ -70,13 +74,41 @@ def test_every_flower_flag_in_the_deploy_scripts_is_accepted():
         assert not unknown, f"deploy/{script}: {program} --help does not list {unknown}"
 
 
+NO_COMPOSE = (
+    "no Docker Compose: `docker compose version` fails (no docker CLI, or one without the compose plugin) and no "
+    "working `docker-compose` (v1); install the plugin or docker-compose to run this check"
+)
+
+
+def compose_command(path: str | None = None) -> list[str] | None:
+    """The Docker Compose command that works on `path` (default: $PATH), as docker/demo picks it: the `docker compose`
+    plugin, else a `docker-compose` v1 binary; None when neither answers its `version` command."""
+    path = os.environ.get("PATH", "") if path is None else path
+    for program in (["docker", "compose"], ["docker-compose"]):
+        exe = shutil.which(program[0], path=path)
+        if not exe:
+            continue
+        try:
+            res = subprocess.run([exe, *program[1:], "version"], capture_output=True, timeout=60,
+                                 env={**os.environ, "PATH": path})  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if res.returncode == 0:
+            return [exe, *program[1:]]
+    return None
+
+
+@functools.cache
+def compose_here() -> list[str] | None:
+    return compose_command()
+
+
 def compose_config(**env: str) -> dict:
     """docker/compose.yml as compose interpolates it under `env` (no engine needed)."""
-    program = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
+    program = compose_here()
+    assert program, NO_COMPOSE
     res = subprocess.run([*program, "-f", str(PROJECT / "docker" / "compose.yml"), "config"], capture_output=True,
                          text=True, timeout=120, env={"PATH": os.environ.get("PATH", ""), **env})  # fmt: skip
-    if res.returncode != 0 and "not a docker command" in res.stderr + res.stdout:
-        pytest.skip("neither docker-compose nor the compose plugin")
     assert res.returncode == 0, res.stderr
     return yaml.safe_load(res.stdout)
 
@@ -89,7 +121,7 @@ def data_source(service: dict) -> str:
     return ""
 
 
-@pytest.mark.skipif(not (shutil.which("docker-compose") or shutil.which("docker")), reason="no compose")
+@pytest.mark.skipif(compose_here() is None, reason=NO_COMPOSE)
 def test_node_only_data_mounts_each_folder_into_one_clientapp_only():
     """What docker/demo exports for FEDSUITE_NODE_DATA: ClientApp N mounts folder N at /data, the ServerApp the
     empty folder, and both SuperNodes tell their ClientApps data-dir='/data'; without it, one shared dataset."""

@@ -1,8 +1,10 @@
 """The docker-compose demo for real (marked `deploy`; .ci/run's deployment stage): build the image, bring the
 compose project up (TLS + SuperNode auth), train a short experiment from the host's flwr CLI, check its results,
 tear everything down. Containers talk on the compose project's own network; the SuperLink is published on
-127.0.0.1 only. Needs a running Docker engine, docker-compose (or the compose plugin), the base image named by
-FEDSUITE_DOCKER_BASE (default fedsuite-base:bookworm, built by .ci/run) and Debian's Fashion-MNIST.
+127.0.0.1 only. Needs a running Docker engine, a working Docker Compose (the `docker compose` plugin or docker-compose
+v1, each found by its `version` command), the base image named by FEDSUITE_DOCKER_BASE (default
+fedsuite-base:bookworm, built by .ci/run), the image's wheels in docker/wheels/ (docker/fetch-wheels) and Debian's
+Fashion-MNIST; a missing one skips these tests with its reason. Each test builds and runs containers for minutes.
 
 Two layouts: the dataset shared by every container (partitions of Fashion-MNIST), and node-only data (each ClientApp
 container mounts its own table folder and nothing else, the ServerApp container has none, server-data=false)."""
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_compose_flags import NO_COMPOSE, compose_command
+
 PROJECT = Path(__file__).resolve().parent.parent
 DEMO = PROJECT / "docker" / "demo"
 BASE = os.environ.get("FEDSUITE_DOCKER_BASE", "fedsuite-base:bookworm")
@@ -31,11 +35,12 @@ def why_not() -> str | None:
         return "no docker CLI"
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         return "no Docker engine answers"
-    if not shutil.which("docker-compose") and subprocess.run(["docker", "compose", "version"],
-                                                             capture_output=True).returncode != 0:  # fmt: skip
-        return "neither docker-compose nor the compose plugin"
+    if compose_command() is None:
+        return NO_COMPOSE
     if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode != 0:
         return f"base image {BASE} not built (.ci/run builds it with debootstrap)"
+    if not any((PROJECT / "docker" / "wheels").glob("*.whl")):
+        return "docker/wheels/ holds no wheels: run docker/fetch-wheels"
     if not (DATA / "train-images-idx3-ubyte.gz").exists():
         return "Debian's dataset-fashion-mnist is not installed"
     return None

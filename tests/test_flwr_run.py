@@ -1,4 +1,10 @@
-"""Real `flwr run` Ray simulations: a short one in every CI run, the default experiment when asked (-m slow)."""
+"""Real `flwr run` Ray simulations: a short one in every CI run, the default experiment when asked (-m slow).
+
+Most tests here start a local SuperLink and Ray workers and train for real: from about half a minute to a few
+minutes each on a small machine, during which pytest by itself prints nothing. So every test of this module writes
+one line to the terminal when it starts (its name and what it runs, from its docstring) and one when it ends (its
+time), with or without -q and -s (the `announce` fixture below).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +39,39 @@ SHORT = {
 }
 
 
+def what_it_runs(function) -> str:
+    """The first sentence of a test's docstring, on one line."""
+    doc = " ".join((function.__doc__ or "").split())
+    return doc.split(". ")[0].rstrip(".")[:150] or function.__name__
+
+
+@pytest.fixture(autouse=True)
+def announce(request):
+    """A line on the terminal when a test starts and when it ends, written past pytest's output capture."""
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def write(line: str) -> None:
+        terminal = getattr(reporter, "_tw", None)
+        if terminal is not None and terminal.width_of_current_line:  # after a progress dot: start a line
+            terminal.line()
+        reporter.write_line(line)
+
+    def say(line: str) -> None:
+        if reporter is None:  # e.g. -p no:terminal
+            return
+        if capture is None:
+            write(line)
+            return
+        with capture.global_and_fixture_disabled():
+            write(line)
+
+    start = time.monotonic()
+    say(f"{request.node.name}: {what_it_runs(request.function)} …")
+    yield
+    say(f"{request.node.name}: done in {time.monotonic() - start:.0f} s")
+
+
 @pytest.fixture
 def flwr_home(tmp_path, monkeypatch):
     home = tmp_path / "flwr-home"
@@ -41,6 +81,7 @@ def flwr_home(tmp_path, monkeypatch):
 
 
 def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):
+    """A short Ray run (2NN on Fashion-MNIST, 4 clients, 2 per round, 2 rounds) writes every results file."""
     folder = sim.run({**SHORT, "out-dir": str(tmp_path / "results")}, quiet=True)
     rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2]
@@ -74,6 +115,7 @@ def test_plain_flwr_run_uses_flowers_default_federation(tmp_path, flwr_home):
 
 
 def test_preflight_stops_missing_data_before_flower_starts(tmp_path, flwr_home):
+    """simulation.run with no CIFAR-10 files stops with exit code 2 before Flower starts (seconds, no Ray)."""
     args = f"dataset='cifar10' data-dir='{tmp_path}' num-clients=2 clients-per-round=1"
     proc = subprocess.run(
         [sys.executable, "-m", "simulation.run", "-c", args],
@@ -137,6 +179,7 @@ def test_default_experiment_learns(tmp_path, flwr_home):
 
 
 def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
+    """simulation.benchmark: 3 rounds under Ray and the same work in-process; the overhead ratio is printed last."""
     from simulation import benchmark
 
     benchmark.main(["--rounds", "3", "--num-clients", "4", "--clients-per-round", "2", "--local-steps", "3",
@@ -149,6 +192,7 @@ def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
 
 
 def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home, capsys):
+    """simulation.compare: FedAvg and SCAFFOLD, 2 Ray runs of 2 rounds, then the same command again reuses both."""
     from simulation import compare
 
     rc = compare.main(["--algorithms", "fedavg,scaffold", "-c",
