@@ -11,7 +11,6 @@ A failed run is reported in the table and makes the command exit 1 after the oth
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from simulation.experiment import (
     parse_list,
     resolved,
     run_jobs,
+    shell_command,
     stop_on_signals,
     validate,
 )
@@ -155,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     given = list(sys.argv[1:] if argv is None else argv)
     # the rerun reuses what completed before the stop, and runs the rest
-    rerun = shlex.join(["python", "-m", "simulation.compare", *given,
-                        *([] if "--skip-finished" in given else ["--skip-finished"])])  # fmt: skip
+    rerun = shell_command("simulation.compare", given + ([] if "--skip-finished" in given else ["--skip-finished"]))
     with stop_on_signals():
         try:
             return comparison(args, rerun)

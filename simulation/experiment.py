@@ -5,9 +5,11 @@ A job runs on one of two engines: `flwr` (a real `flwr run` simulation through s
 ServerApp's strategy and the ClientApp's clients in this process, `fedsuite.inprocess.run_inprocess(record=True)`,
 writing the same results folder). A job may instead carry its own in-process `work` (a study that observes the run
 itself, e.g. the low-rank and DLG studies), whose return value is kept. The runner reuses jobs whose folder holds a
-completed or diverged run with the same explicit settings (`reuse`), runs K jobs at once as child processes
-(`parallel`), and gives every job an honest status: completed, failed or diverged, never a score of a run that did
-not complete.
+completed or diverged run with the same explicit settings and whole files (`reuse`; a damaged one runs again), runs
+K jobs at once as child processes (`parallel`), shows progress (simulation.progress), and gives every job an honest
+status: completed, failed or diverged, never a score of a run that did not complete. SIGINT, SIGTERM and SIGHUP
+stop it alike: the runs in flight (child processes included) are stopped and waited for, marked `interrupted`, and
+Interrupted is raised for the command to print how to continue (docs/running/compare-and-sweep.md).
 
     python -m simulation.experiment --run-one '<overrides as JSON>' --engine inprocess   # one job (a child)
 """
@@ -19,6 +21,7 @@ import contextlib
 import itertools
 import json
 import logging
+import shlex
 import signal
 import subprocess
 import sys
@@ -90,6 +93,18 @@ def parse_list(text: str, flag: str, kind: Callable[[str], Any] = str) -> list:
             raise ConfigError(f"{flag} {text!r}: {item} is given twice; give each once")
         seen.add(value)
     return values
+
+
+def shell_command(module: str, argv: Sequence[str]) -> str:
+    """`python -m <module> <argv>` as one line a POSIX shell runs as given: an argument with single quotes (a -c
+    with TOML strings) in double quotes where that needs no escapes, else shlex's quoting."""
+
+    def quoted(arg: str) -> str:
+        if shlex.quote(arg) == arg or any(c in arg for c in '"$`\\!'):
+            return shlex.quote(arg)
+        return f'"{arg}"'
+
+    return " ".join(["python", "-m", module, *map(quoted, argv)])
 
 
 def parse_value(flag: str, key: str, text: str) -> object:

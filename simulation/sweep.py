@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shlex
 import sys
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from simulation.experiment import (
     resolved,
     reusable,
     run_jobs,
+    shell_command,
     stop_on_signals,
     validate,
 )
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(-c keys win)")  # fmt: skip
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
-    rerun = shlex.join(["python", "-m", "simulation.sweep", *(sys.argv[1:] if argv is None else argv)])
+    rerun = shell_command("simulation.sweep", sys.argv[1:] if argv is None else argv)
     with stop_on_signals():
         try:
             return sweep(args, out, rerun)

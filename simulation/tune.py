@@ -29,7 +29,6 @@ import argparse
 import itertools
 import logging
 import math
-import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from pathlib import Path
 
 from fedsuite import tuned as tuned_file
 from fedsuite.config import ConfigError, Scalar, active_schema
+from fedsuite.data_checks import check_evaluation_data
 from fedsuite.tunable import LogRange, Search, describe, grid_values, problem, rounded
 from simulation import report, sweep
 from simulation.experiment import (
@@ -50,16 +50,12 @@ from simulation.experiment import (
     resolved,
     reusable,
     run_jobs,
+    shell_command,
     stop_on_signals,
 )
 from simulation.experiment import validate as validate_jobs
 from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
-
-try:  # the lead's check that a run has evaluation data at all (fedsuite/data_checks.py)
-    from fedsuite.data_checks import check_evaluation_data
-except ImportError:  # not there yet
-    check_evaluation_data = None
 
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
@@ -463,8 +459,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
                       args.score == "accuracy")  # fmt: skip
     # every grid point of every algorithm (an Optuna search draws inside the same ranges), and the final runs
     configs = validate_jobs([j for a, space in spaces.items() for p in grid_points(space) for j in setting.jobs(a, p)])
-    if check_evaluation_data is not None:  # a validation split empty for every client: refused before any run
-        check_evaluation_data(configs[0])
+    check_evaluation_data(configs[0])  # a validation split empty for every client: refused before any run
     final = final_settings(shared)
     validate_jobs([j for a, space in spaces.items() for j in sweep.jobs_for([a], grid_points(space)[:1], final_seeds,
                                                                             final, out / "final")])  # fmt: skip
@@ -527,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print(tunable_table())
         return 0
-    rerun = shlex.join(["python", "-m", "simulation.tune", *(sys.argv[1:] if argv is None else argv)])
+    rerun = shell_command("simulation.tune", sys.argv[1:] if argv is None else argv)
     with stop_on_signals():
         try:
             return tuning(args, rerun)
