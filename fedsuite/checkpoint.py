@@ -53,7 +53,7 @@ FREE_KEYS = frozenset({
     "num-server-rounds", "resume-from", "checkpoint-every", "overwrite", "out-dir", "run-name", "device",
     "client-threads", "client-state", "client-state-budget-mb", "client-state-dir", "client-mapping", "eval-every",
     "eval-batch-size", "min-replies", "divergence-factor", "data-dir", "download", "targets", "round-timeout",
-    "tensorboard", "wandb-mode", "wandb-project",
+    "tensorboard", "wandb-mode", "wandb-project", "plugin-config",
 })  # fmt: skip
 
 

@@ -70,6 +70,7 @@ class Key:
         return value, None
 
 
+PLUGIN_CONFIG = "plugin-config"  # the one key through which plug-in algorithms' keys pass Flower's run config
 MAX_ROUNDS = 100_000  # a run keeps every round's row and rewrites its summary from them each round
 
 # Names the registries fill in; kept here so validation never imports torch or Flower.
@@ -124,6 +125,10 @@ COMMON_KEYS: tuple[Key, ...] = (
         "differs from its default"),
     Key("preset-expanded", False, "set by simulation.run/compare: the run config already holds the preset's "
         "values with the -c keys applied, so the apps do not apply the preset again"),
+    Key(PLUGIN_CONFIG, "", "plug-in algorithms' own keys as key=value pairs with TOML values, e.g. "
+        "\"fedavgm-beta=0.9\": `flwr run` accepts only the keys of pyproject.toml's table, so a plug-in's keys travel "
+        "in this one (simulation.run packs them itself); resolved, they stand beside the built-in keys "
+        "(docs/own/algorithm.md)"),
     Key("model", "auto", "network: a built-in name or 'package.module:factory' (docs/own/model.md); auto = the "
         "dataset's default (first in DATASET_MODELS; own data: cnn for images, else 2nn)"),
     Key("model-args", "", "further keyword arguments of the model factory, a TOML inline table such as '{width=64}'"),
@@ -743,6 +748,7 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
         errors.append(err)
     elif not run_config.get("preset-expanded", False):
         run_config, _ = apply_preset(run_config)
+    run_config = unpack_plugin_config(run_config, errors)
     values: dict[str, Scalar] = {}
     schema = active_schema()
     for name in sorted(set(run_config) - set(schema)):
@@ -760,6 +766,52 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(errors))
     explicit = frozenset(k for k in run_config if k in schema and run_config[k] != schema[k].default)
     return Config(values, explicit)
+
+
+_PAIR = re.compile(r"""\s*([^\s=]+)=("(?:[^"\\]|\\.)*"|'[^']*'|\[[^\]]*\]|\{[^}]*\}|[^\s"']+)(?=\s|$)""")
+
+
+def parse_pairs(text: str) -> dict[str, Scalar]:
+    """'k1=v1 k2="a b" k3='c'' with TOML values → {k1: v1, k2: 'a b', k3: 'c'}; ValueError naming what is wrong."""
+    import tomllib
+
+    pairs: dict[str, Scalar] = {}
+    position, text = 0, text.strip()
+    while position < len(text):
+        match = _PAIR.match(text, position)
+        if match is None:
+            raise ValueError(f"{text[position:].split()[0]!r} is not key=value")
+        key, value = match.groups()
+        if key in pairs:
+            raise ValueError(f"{key!r} is given twice")
+        try:
+            pairs[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise ValueError(f"{key}={value}: the value is not TOML (strings in quotes)") from None
+        position = match.end()
+        while position < len(text) and text[position].isspace():
+            position += 1
+    return pairs
+
+
+def unpack_plugin_config(run_config: dict[str, Any], errors: list[str]) -> dict[str, Any]:
+    """`run_config` with the pairs of `plugin-config` beside the other keys and `plugin-config` emptied (its keys
+    now stand on their own, so a resolved config resolves again to itself). A pair that names a built-in key, or a
+    key also given directly with another value, is an error."""
+    packed = run_config.get(PLUGIN_CONFIG, "")
+    if not isinstance(packed, str) or not packed.strip():
+        return run_config
+    try:
+        pairs = parse_pairs(packed)
+    except ValueError as err:
+        errors.append(f"{PLUGIN_CONFIG}={packed!r}: {err}; write \"key=value key2='text'\"")
+        return {**run_config, PLUGIN_CONFIG: ""}
+    for key, value in pairs.items():
+        if key in SCHEMA:
+            errors.append(f"{PLUGIN_CONFIG}: {key!r} is a built-in key; give it directly, not in {PLUGIN_CONFIG}")
+        elif key in run_config and run_config[key] != value:
+            errors.append(f"{PLUGIN_CONFIG}: {key!r} is also given directly ({run_config[key]!r} and {value!r})")
+    return {**run_config, **pairs, PLUGIN_CONFIG: ""}
 
 
 def with_num_clients(cfg: Config, num_clients: int, why: str) -> Config:

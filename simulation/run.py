@@ -315,7 +315,7 @@ def run(
     ray_dir = private_ray_dir()
     env = flower_env(token, flwr_home, ray_dir)
     cmd = [flwr, "run", str(PROJECT), "--stream", "--federation-config", federation,
-           "-c", " ".join(f"{k}={_toml(v)}" for k, v in overrides.items())]  # fmt: skip
+           "-c", " ".join(f"{k}={_toml(v)}" for k, v in flower_overrides(overrides).items())]  # fmt: skip
     if not quiet:
         print("$ " + shlex.join(cmd), flush=True)
     reaper = subprocess.Popen(
@@ -398,6 +398,20 @@ def _checkpoint_problem(err: Exception) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"checkpoint file {err.filename} cannot be read ({err.strerror or err}); resume from another copy"
     return f"the checkpoint cannot be read ({type(err).__name__}: {err}); resume from another copy"
+
+
+def flower_overrides(overrides: dict) -> dict:
+    """The overrides as Flower takes them: keys outside pyproject.toml's table (plug-in algorithms' keys) go into
+    the one key `plugin-config`, which the apps unpack (fedsuite.config.unpack_plugin_config)."""
+    from fedsuite.config import PLUGIN_CONFIG, parse_pairs
+
+    table = pyproject_defaults()
+    loose = {k: v for k, v in overrides.items() if k not in table}
+    if not loose:
+        return overrides
+    packed = {**parse_pairs(str(overrides.get(PLUGIN_CONFIG, ""))), **loose}
+    kept = {k: v for k, v in overrides.items() if k in table}
+    return {**kept, PLUGIN_CONFIG: " ".join(f"{k}={_toml(v)}" for k, v in packed.items())}
 
 
 def resumed_overrides(overrides: dict) -> dict:

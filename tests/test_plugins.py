@@ -162,3 +162,43 @@ def test_readme_tables_list_the_shipped_algorithms_only(monkeypatch):
 
 def before_names(table: str) -> list[str]:
     return [row.split("`")[1] for row in table.splitlines()[2:]]
+
+
+# ---- a plug-in's keys through Flower (flwr run accepts only pyproject.toml's keys) --------------------------------
+def test_the_plugin_config_key_carries_plugin_keys_and_resolves_to_them(with_example):
+    from fedsuite.config import resolve
+
+    packed = resolve({"algorithm": "fedavgm", "plugin-config": "fedavgm-beta=0.5"})
+    direct = resolve({"algorithm": "fedavgm", "fedavgm-beta": 0.5})
+    assert dict(packed) == dict(direct) and packed["plugin-config"] == ""  # resolves again to itself
+    assert "fedavgm-beta" in packed.explicit
+    for bad, said in (("lr=0.1", "'lr' is a built-in key"), ("fedavgm-beta=abc", "the value is not TOML"),
+                      ("fedavgm-beta", "is not key=value")):  # fmt: skip
+        with pytest.raises(ConfigError, match=said):
+            resolve({"algorithm": "fedavgm", "plugin-config": bad})
+    with pytest.raises(ConfigError, match="also given directly"):
+        resolve({"algorithm": "fedavgm", "fedavgm-beta": 0.2, "plugin-config": "fedavgm-beta=0.5"})
+
+
+def test_simulation_run_packs_keys_outside_pyprojects_table():
+    from simulation.run import flower_overrides
+
+    assert flower_overrides({"lr": 0.1}) == {"lr": 0.1}
+    packed = flower_overrides({"algorithm": "fedavgm", "fedavgm-beta": 0.5, "plugin-config": "other-key='x'"})
+    assert packed == {"algorithm": "fedavgm", "plugin-config": 'other-key="x" fedavgm-beta=0.5'}
+
+
+def test_a_plugin_run_and_its_resume_go_through_flwr_run(installed, tmp_path):
+    """Before, Flower refused the plug-in's key ('Invalid run configuration') after its start, and every resume of a
+    plug-in run failed (it sent the checkpoint's plug-in keys again)."""
+    env, _ = installed
+    env = {**env, "FLWR_HOME": str(tmp_path / "flwr-home")}
+    settings = ("algorithm='fedavgm' dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 "
+                f"fedavgm-beta=0.5 checkpoint-every=1 out-dir='{tmp_path}' run-name='p'")  # fmt: skip
+    done = child(["-m", "simulation.run", "-c", settings], env, ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    config = json.loads((tmp_path / "p" / "config.json").read_text())["run_config"]
+    assert config["fedavgm-beta"] == 0.5
+    done = child(["-m", "simulation.run", "-c", f"resume-from='{tmp_path / 'p'}' num-server-rounds=3"], env, ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert json.loads((tmp_path / "p" / "summary.json").read_text())["rounds_completed"] == 3
