@@ -29,7 +29,7 @@ from fedsuite.models import build_model
 from fedsuite.node import ClientNode
 from fedsuite.server_app import quiet_flower_logs
 from simulation.dlg_report import StudyRow, write_all
-from simulation.experiment import Job, Outcome, run_jobs, validate
+from simulation.experiment import Job, Outcome, parse_list, run_jobs, validate
 from simulation.run import parse_overrides
 
 # Binary logistic regression per dataset (Fashion-MNIST label ≤ 4 → 0, else 1; docs/reference/protocol.md).
@@ -175,7 +175,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "-c", "--config", action="append", default=[], help="extra run-config, e.g. -c \"partition='shards'\""
     )
     args = p.parse_args(argv)
-    args.algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    args.algorithms = parse_list(args.algorithms, "--algorithms")  # each once (ConfigError naming a duplicate)
     if args.lr is None:
         args.lr = SUM_LR if args.loss_reduction == "sum" else MEAN_LR[args.dataset]
     args.overrides = parse_overrides(args.config)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fedsuite.config import ConfigError
 from simulation import report
-from simulation.experiment import ENGINE_HELP, ENGINES, Job, resolved, run_jobs, validate
+from simulation.experiment import ENGINE_HELP, ENGINES, Job, parse_list, resolved, run_jobs, validate
 from simulation.run import Interrupted, parse_overrides, preflight
 
 ALGORITHMS = ("localadam", "fadamet", "fadamgt", "fedavg")
@@ -198,6 +198,9 @@ def numbers(text: str, kind: type, flag: str, allowed: str) -> list:
         values = [kind(v) for v in text.split(",")]
     except ValueError:
         raise ConfigError(f"{flag} {text!r}: allowed are {allowed}") from None
+    for i, value in enumerate(values):
+        if value in values[:i]:  # the same run twice into one folder
+            raise ConfigError(f"{flag} {text!r}: {value} is given twice; give each once")
     return values
 
 
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out.resolve()
     try:
-        algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+        algorithms = parse_list(args.algorithms, "--algorithms")  # each once (ConfigError naming a duplicate)
         unknown = sorted(set(algorithms) - set(NAMES))
         if unknown:
             raise ConfigError(f"--algorithms: {', '.join(unknown)} not in the study; allowed: {', '.join(NAMES)}")

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsuite.config import ConfigError, resolve
 from simulation import report
-from simulation.experiment import Job, Outcome, run_jobs, validate
+from simulation.experiment import Job, Outcome, parse_list, run_jobs, validate
 from simulation.run import parse_overrides
 
 # The paper's setting: N = 100, S = 10, M = 5, T = 5, 100 samples per client (blocks of 20), mean-reduced
@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         extra = parse_overrides(args.run_config)
-        algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-        ranks = [int(r) for r in args.ranks.split(",")]
-        lambdas = [float(x) for x in args.lambdas.split(",")]
+        algorithms = parse_list(args.algorithms, "--algorithms")  # each once (ConfigError naming a duplicate)
+        ranks = parse_list(args.ranks, "--ranks", int)
+        lambdas = parse_list(args.lambdas, "--lambdas", float)
         jobs = jobs_for(algorithms, ranks, lambdas, args.rounds, extra)
         validate(jobs)
     except (ConfigError, ValueError) as err:

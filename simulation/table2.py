@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fedsuite.config import ConfigError
 from simulation import compare, report
-from simulation.experiment import ENGINES, Job, resolved, validate
+from simulation.experiment import ENGINES, Job, parse_list, resolved, validate
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
 from simulation.run import Interrupted, parse_overrides, preflight
@@ -146,8 +146,8 @@ def write_combined(folders: list[Path], out: Path, target: float) -> int:
 def cells(args, setting: dict, algorithms: list[str]) -> list[tuple[int, int, Path, dict, list[Job]]]:
     """Every (M, T) of the grid: its folder, shared settings and one job per algorithm (compare's layout)."""
     out = []
-    for blocks in [int(m) for m in args.blocks.split(",")]:
-        for steps in [int(t) for t in args.steps.split(",")]:
+    for blocks in parse_list(args.blocks, "--blocks", int):
+        for steps in parse_list(args.steps, "--steps", int):
             folder = args.out.resolve() / f"M{blocks}-T{steps}"
             shared = {**setting, **cell_keys(blocks, steps, args.rounds, args.target)}
             out.append((blocks, steps, folder, shared, compare.jobs_for(algorithms, shared, folder)))
@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.combine:
         return write_combined(args.combine, args.out, args.target)
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     try:
+        algorithms = parse_list(args.algorithms, "--algorithms")  # each once (ConfigError naming a duplicate)
         setting = {**parse_overrides([SETTING]), **parse_overrides(args.run_config)}
         taken = sorted(set(parse_overrides(args.run_config)) & set(cell_keys(0, 0, 0, 0.0)))
         if taken:

@@ -217,6 +217,20 @@ def test_duplicates_are_refused_naming_the_flag_and_the_item(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "search").exists()
 
 
+def test_the_paper_studies_refuse_duplicates_too(tmp_path, capsys):
+    from simulation import dlg, lora_study, lowrank, table2
+
+    for main, argv, said in (
+        (lora_study.main, ["--seeds", "0,0"], "--seeds '0,0': 0 is given twice"),
+        (lowrank.main, ["--ranks", "2,2"], "--ranks '2,2': 2 is given twice"),
+        (table2.main, ["--algorithms", "fedavg,fedavg"], "--algorithms 'fedavg,fedavg': fedavg is given twice"),
+        (dlg.main, ["--algorithms", "fedavg,fedavg"], "--algorithms 'fedavg,fedavg': fedavg is given twice"),
+    ):
+        assert main(["--out", str(tmp_path), *argv]) == 2
+        assert said in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_the_rerun_line_is_a_command_a_shell_runs_as_given():
     line = experiment.shell_command("simulation.sweep", ["--seeds", "0,1", "-c", "dataset='x' lr=0.1", "-c", 'a="$b"'])
     assert line == """python -m simulation.sweep --seeds 0,1 -c "dataset='x' lr=0.1" -c 'a="$b"'"""
