@@ -88,6 +88,8 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     assert "stopped by SIGTERM" in err and "rerun to continue: python -m simulation.sweep --algorithms fedavg" in err
     assert "Traceback" not in err and not (tmp_path / "sweep.md").exists()
     assert not (tmp_path / "runs" / "fedavg" / "default" / "seed-1").exists()  # nothing ran after the signal
+    job = sweep.jobs_for(["fedavg"], [()], [0], experiment.parse_overrides([LONG]), tmp_path)[0]
+    assert job.folder == run and experiment.reusable(job) is None  # the rerun runs it again
 
 
 def test_sigterm_stops_and_waits_for_a_tunings_parallel_children(tmp_path):
