@@ -85,6 +85,7 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     rc, err = _stop(proc, signal.SIGTERM)
     assert rc == 143, err
     _interrupted_and_clean(run)
+    assert json.loads((run / "summary.json").read_text())["reason"] == "the ServerApp was stopped (stopped by SIGTERM)"
     assert "stopped by SIGTERM" in err and "rerun to continue: python -m simulation.sweep --algorithms fedavg" in err
     assert "Traceback" not in err and not (tmp_path / "sweep.md").exists()
     assert not (tmp_path / "runs" / "fedavg" / "default" / "seed-1").exists()  # nothing ran after the signal

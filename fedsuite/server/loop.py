@@ -37,7 +37,8 @@ class RecordingServer(Server):
             self._ended(err.status, str(err))
             raise
         except (KeyboardInterrupt, SystemExit) as err:
-            self._finish("interrupted", f"the ServerApp was stopped ({type(err).__name__})")
+            said = str(err) if isinstance(err, KeyboardInterrupt) and str(err) else type(err).__name__
+            self._finish("interrupted", f"the ServerApp was stopped ({said})")  # e.g. (stopped by SIGTERM)
             raise
         except BaseException as err:
             self._finish("failed", f"{type(err).__name__}: {err}")
