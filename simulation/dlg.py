@@ -30,6 +30,7 @@ from fedsuite.node import ClientNode
 from fedsuite.server_app import quiet_flower_logs
 from simulation.dlg_report import StudyRow, write_all
 from simulation.experiment import Job, Outcome, parse_list, run_jobs, validate
+from simulation.progress import print_written
 from simulation.run import parse_overrides
 
 # Binary logistic regression per dataset (Fashion-MNIST label ≤ 4 → 0, else 1; docs/reference/protocol.md).
@@ -143,7 +144,7 @@ def study(args) -> list[StudyRow]:
     )
     settings = {**vars(args), "run_config": run_config}
     (out / "settings.json").write_text(json.dumps(settings, indent=2, default=str) + "\n")
-    print(out)
+    print_written([out / name for name in ("table.md", "table.csv", "errors.png", "rows.csv", "settings.json")])
     return rows
 
 

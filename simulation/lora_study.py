@@ -22,6 +22,7 @@ from pathlib import Path
 from fedsuite.config import ConfigError
 from simulation import report
 from simulation.experiment import ENGINE_HELP, ENGINES, Job, parse_list, resolved, run_jobs, validate
+from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
 
 ALGORITHMS = ("localadam", "fadamet", "fadamgt", "fedavg")
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
     title = f"GPT-2 + LoRA on fortunes topics, {shared['num-clients']} clients, {len(seeds)} seed(s)"
     print(write_report(out, tables, command, wall, title))
+    print_written([out / name for name in ("table.md", "table.csv", "accuracy.png")])
     return 0 if all(o.completed for o in outcomes) else 1
 
 

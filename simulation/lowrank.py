@@ -24,6 +24,7 @@ import numpy as np
 from fedsuite.config import ConfigError, resolve
 from simulation import report
 from simulation.experiment import Job, Outcome, parse_list, run_jobs, validate
+from simulation.progress import print_written
 from simulation.run import parse_overrides
 
 # The paper's setting: N = 100, S = 10, M = 5, T = 5, 100 samples per client (blocks of 20), mean-reduced
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for outcome in outcomes if outcome.completed for row in outcome.value]
     table = write(args.out, rows, float({**BASE, **extra}["lr"]), lambdas)
     print((args.out / "lowrank.md").read_text())
+    print_written([args.out / name for name in ("lowrank.md", "lowrank.csv", "lowrank.png", "rows.csv")])
     return 0 if table and all(o.completed for o in outcomes) else 1
 
 

@@ -29,6 +29,7 @@ from simulation import compare, report
 from simulation.experiment import ENGINES, Job, parse_list, resolved, validate
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
+from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
 
 SETTING = ("dataset='mnist' model='2nn' partition='shards' num-clients=100 clients-per-round=10 "
@@ -140,6 +141,7 @@ def write_combined(folders: list[Path], out: Path, target: float) -> int:
     (out / "seeds.md").write_text(text)
     report.write_csv(out / "seeds.csv", rows)
     print(text)
+    print_written([out / "seeds.md", out / "seeds.csv"])
     return 0
 
 
@@ -207,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "table2.md").write_text(markdown(rows, args.target, command))
     report.write_csv(args.out / "table2.csv", rows)
     print((args.out / "table2.md").read_text())
+    print_written([args.out / "table2.md", args.out / "table2.csv"])
     return 1 if failed else 0
 
 

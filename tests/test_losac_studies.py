@@ -44,7 +44,7 @@ def test_nuclear_prox_keeps_the_estimate_low_rank_and_without_it_the_rank_is_ful
     assert numerical_rank(plain) == 8 and numerical_rank(shrunk) <= 4
 
 
-def test_lowrank_study_command_writes_table_plot_and_rows(tmp_path):
+def test_lowrank_study_command_writes_table_plot_and_rows(tmp_path, capsys):
     from simulation import lowrank
 
     rc = lowrank.main(["--out", str(tmp_path), "--ranks", "2", "--lambdas", "0.1,1", "--rounds", "3",
@@ -57,10 +57,12 @@ def test_lowrank_study_command_writes_table_plot_and_rows(tmp_path):
     table = (tmp_path / "lowrank.md").read_text()
     assert table.count("| losac-prox |") == 2 and table.count("| scaffold-prox |") == 2 and table.count("*") >= 2
     assert (tmp_path / "lowrank.png").stat().st_size > 1000
+    closing = capsys.readouterr().out.split("wrote:\n")[-1]  # the study ends by naming what it wrote
+    assert all(f"  {tmp_path / name}" in closing for name in ("lowrank.md", "lowrank.csv", "lowrank.png", "rows.csv"))
     assert lowrank.main(["--out", str(tmp_path), "--algorithms", "nope"]) == 2
 
 
-def test_table2_command_writes_the_papers_form(tmp_path):
+def test_table2_command_writes_the_papers_form(tmp_path, capsys):
     from simulation import table2
 
     rc = table2.main(["--out", str(tmp_path), "--algorithms", "losac,scaffold", "--blocks", "2", "--steps", "2",
@@ -70,6 +72,7 @@ def test_table2_command_writes_the_papers_form(tmp_path):
     assert rc == 0
     table = (tmp_path / "table2.md").read_text()
     assert "| losac | 2 | 2 |" in table and "| scaffold | 2 | 2 |" in table
+    assert capsys.readouterr().out.endswith(f"wrote:\n  {tmp_path / 'table2.md'}\n  {tmp_path / 'table2.csv'}\n")
     config = json.loads((tmp_path / "M2-T2" / "runs" / "losac" / "config.json").read_text())["run_config"]
     assert config["local-batches"] == "blocks" and config["loss-reduction"] == "sum" and config["losac-blocks"] == 2
     assert config["dataset"] == "synthetic-logistic"  # -c overrides the setting instead of clashing with it
