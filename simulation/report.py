@@ -202,6 +202,7 @@ def plot(path: Path, panels: Sequence[Panel], figsize: tuple[float, float] = (8,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, axes = plt.subplots(1, len(panels), figsize=figsize, squeeze=False)
@@ -216,6 +217,8 @@ def plot(path: Path, panels: Sequence[Panel], figsize: tuple[float, float] = (8,
             if len(curves) > 1:
                 ax.fill_between(xs, low, high, color=drawn.get_color(), alpha=0.2)
         ax.set(xlabel=panel.xlabel, ylabel=panel.ylabel, yscale=panel.yscale)
+        if panel.xlabel == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no fractional rounds on a short run
         ax.set_title(panel.title, **({} if panel.title_size is None else {"fontsize": panel.title_size}))
         if panel.grid:
             ax.grid(alpha=0.3)

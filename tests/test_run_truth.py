@@ -295,3 +295,26 @@ def test_a_last_checkpoint_that_is_written_completes_the_run(tmp_path):
     summary = strict((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "completed" and "resume_command" in summary
     assert (tmp_path / "r" / "accuracy.png").is_file()
+
+
+def test_plots_of_a_short_run_have_whole_round_ticks(tmp_path, monkeypatch):
+    """A 2-round run's accuracy.png (and a study's round plot) had ticks at 0.25, 0.5 …"""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from simulation import report
+
+    closed = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: closed.append(fig))
+    recorder = RunRecorder(tmp_path / "r", {}, {}, [0.5], 2)
+    for r in range(3):
+        recorder.record({"round": r, "loss": 1.0, "accuracy": 0.1 * r})
+    curve = [(0, 0.1), (1, 0.2), (2, 0.3)]
+    report.plot(tmp_path / "p.png", [report.Panel([report.Line("a", [curve])])])
+    assert len(closed) == 2
+    for fig in closed:
+        fig.canvas.draw()
+        ticks = fig.axes[0].get_xticks()
+        assert len(ticks) and all(float(t).is_integer() for t in ticks), ticks
