@@ -160,7 +160,9 @@ def test_a_run_that_stops_early_closes_its_trackers_with_its_status(tmp_path):
         run_in_process(diverging, group="g")
     assert failed.value.status == "diverged"
     acc = tensorboard_events(tmp_path / "diverged" / "tensorboard")
-    assert [e.step for e in acc.Scalars("loss")] == [0, 1]  # the round that diverged is in, as in rounds.jsonl
+    # the round that diverged is in, as in rounds.jsonl: its training loss, 10^4 × the initial model's, stopped it
+    # before any evaluation (the guard's reference is taken before training)
+    assert [e.step for e in acc.Scalars("loss")] == [0] and [e.step for e in acc.Scalars("train_loss")] == [1]
     end = metadata.parse_session_end_info_plugin_data(
         acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_END_INFO_TAG]
     )
