@@ -188,17 +188,23 @@ def test_simulation_run_packs_keys_outside_pyprojects_table():
     assert packed == {"algorithm": "fedavgm", "plugin-config": 'other-key="x" fedavgm-beta=0.5'}
 
 
-def test_a_plugin_run_and_its_resume_go_through_flwr_run(installed, tmp_path):
-    """Before, Flower refused the plug-in's key ('Invalid run configuration') after its start, and every resume of a
-    plug-in run failed (it sent the checkpoint's plug-in keys again)."""
+def test_a_plugin_run_resumed_through_flwr_run_keeps_its_keys(installed, tmp_path):
+    """Before, Flower refused a plug-in's key ('Invalid run configuration') after its start, and every resume of a
+    plug-in run failed (it sent the checkpoint's plug-in keys again). The run starts in process (2 rounds,
+    checkpointed); its resume goes through simulation.run and `flwr run` with the checkpoint's fedavgm-beta, packed
+    into plugin-config like any -c key outside pyproject's table (one Ray launch)."""
     env, _ = installed
     env = {**env, "FLWR_HOME": str(tmp_path / "flwr-home")}
     settings = ("algorithm='fedavgm' dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 "
                 f"fedavgm-beta=0.5 checkpoint-every=1 out-dir='{tmp_path}' run-name='p'")  # fmt: skip
-    done = child(["-m", "simulation.run", "-c", settings], env, ROOT)
+    done = child(["-m", "simulation.sweep", "--algorithms", "fedavgm", "--seeds", "0", "--engine", "inprocess",
+                  "--out", str(tmp_path / "s"), "-c", settings.replace(f" out-dir='{tmp_path}' run-name='p'", "")],
+                 env, ROOT)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    config = json.loads((tmp_path / "p" / "config.json").read_text())["run_config"]
-    assert config["fedavgm-beta"] == 0.5
-    done = child(["-m", "simulation.run", "-c", f"resume-from='{tmp_path / 'p'}' num-server-rounds=3"], env, ROOT)
+    (first,) = (tmp_path / "s" / "runs").rglob("summary.json")
+    folder = first.parent
+    done = child(["-m", "simulation.run", "-c", f"resume-from='{folder}' num-server-rounds=3"], env, ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert json.loads((tmp_path / "p" / "summary.json").read_text())["rounds_completed"] == 3
+    assert json.loads((folder / "summary.json").read_text())["rounds_completed"] == 3
+    assert json.loads((folder / "config.json").read_text())["run_config"]["fedavgm-beta"] == 0.5
+    assert "plugin-config=" in done.stdout  # the launched `flwr run` command: the key went through Flower packed
