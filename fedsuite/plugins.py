@@ -16,11 +16,12 @@ the registry works. An algorithm that takes a built-in name, or declares a run-c
 declares differently, or declares a key whose default lies outside its own range or choices (every run would
 fail, built-ins included), or maps a constructor argument to a key nobody declares, is refused in one line (a
 warning for an entry point, which is left out, a PluginError for `register`). `register` also imports the two
-classes and refuses, in one line, one that does not import, is not a ServerRule / FedClient subclass, or whose
-constructor does not accept the arguments the algorithm maps to keys; entry points are read by config validation,
-which stays light, so their classes are imported when the algorithm is first built. Once registered, an algorithm
-is one more name in the registry: config validation, simulation.run/compare/sweep, presets, checkpoints and results
-see no difference.
+classes and refuses, in one line, one that does not import, is not a ServerRule / FedClient subclass, a rule
+without its own `aggregate`, or a constructor that does not accept the arguments the algorithm maps to keys; entry
+points are read by config validation, which stays light, so their classes are imported when the algorithm is first
+built (where a rule without `aggregate` is refused in one line by ServerRule itself, before any round). Once
+registered, an algorithm is one more name in the registry: config validation, simulation.run/compare/sweep,
+presets, checkpoints and results see no difference.
 
 One limit is Flower's: `flwr run` (and so simulation.run's default engine) passes only run-config keys that the app's
 pyproject.toml [tool.flwr.app.config] lists; the SuperLink refuses a run that overrides any other key ("Key '…' is
@@ -201,7 +202,8 @@ def default_refusal(key: Any) -> str | None:
 
 def class_refusal(algorithm: Algorithm) -> str | None:
     """Why `algorithm`'s classes cannot be used, in one line, or None: `strategy` must import as a subclass of
-    strategies.base.ServerRule and `client` as one of clients.base.FedClient, and each constructor must accept
+    strategies.base.ServerRule that defines `aggregate` and `client` as one of clients.base.FedClient, and each
+    constructor must accept
     the arguments its `strategy_args` / `client_args` declare and need no other. Imports both (torch included), so
     `register` runs it and entry points, read by light config validation, do not."""
     from clients.base import FedClient
@@ -220,6 +222,9 @@ def class_refusal(algorithm: Algorithm) -> str | None:
             kind = f"the class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"
             return (f"plug-in algorithm {name!r} refused: {what}={path!r} is {kind}, expected a subclass of "
                     f"{base.__module__}.{base.__name__}")  # fmt: skip
+        if base is ServerRule and found.aggregate is ServerRule.aggregate:
+            return (f"plug-in algorithm {name!r} refused: strategy={path!r} does not define aggregate(server_round, "
+                    "replies), which returns the new global model from the round's replies")  # fmt: skip
         if (problem := _constructor_problem(found, args)) is not None:
             return f"plug-in algorithm {name!r} refused: {what} {path}: {problem}"
     return None

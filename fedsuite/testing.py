@@ -24,23 +24,29 @@ What the kit runs and checks:
                             the model after aggregation and the results row (losses, relative error, d-vectors and
                             bytes per client); each invariant is called with the strategy after every aggregation
                             (`strategy.rule` is the algorithm's server rule with its declared state, `client_vector`
-                            reads a client's state) and may raise: the run stops and the error names the round
+                            reads a client's state), and with the keywords `server_round` and `cohort` (the round's
+                            sampled partition ids) where its signature takes them; it may raise: the run stops and
+                            the error names the round
     check_reduction(a, b, ...)   with these settings algorithm a equals algorithm b bit for bit, the model after
                             every round; with `knob` added to a's settings they differ (the knob really acts)
     check_checkpoint_round_trip(name, folder, ...)   a run stopped after round r and resumed to R ends bit-identical
                             to the uninterrupted R-round run: model, declared server state, every client's state
     check_communication(name, ...)   the d-vectors down/up per client measured in every round equal the registry's,
                             which are derived from the rule's declarations (`sends`, `sends_each`, `uplink`, …)
+    check_client_state(name, ...)   every declared client vector is saved after an accepted reply, changes while
+                            the clients train, and is read back in the client's next round
 
 Nothing here imports tests/; fedsuite's own tests (tests/test_kit.py) check the kit on the built-ins.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -52,7 +58,8 @@ from fedsuite.config import resolve
 
 __all__ = [
     "LSQ", "PARTIAL", "KitRun", "LeastSquares", "RoundObservation", "check_checkpoint_round_trip",
-    "check_communication", "check_reduction", "client_vector", "identical", "least_squares", "run_algorithm",
+    "check_client_state", "check_communication", "check_reduction", "client_vector", "identical", "least_squares",
+    "run_algorithm",
 ]  # fmt: skip
 
 LSQ: dict[str, Any] = {
@@ -82,7 +89,7 @@ PARTIAL: dict[str, Any] = {
     "eval-every": 1000,
 }
 
-Invariant = Callable[[Any], None]
+Invariant = Callable[..., None]  # invariant(strategy), optionally with keywords server_round and cohort
 
 
 # ---- the least-squares federation and its optimum -------------------------------------------------------------
@@ -134,9 +141,10 @@ def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], ro
     class KitObserver(RoundObserver):
         def aggregated(self, server_round, strategy, x_before, replies):
             models[server_round] = np.array(strategy.x, copy=True)
+            context = {"server_round": server_round, "cohort": list(strategy.plan.sampler.cohort(server_round))}
             for invariant in invariants:
                 try:
-                    invariant(strategy)
+                    invariant(strategy, **_keywords_taken(invariant, context))
                 except Exception as err:
                     name = getattr(invariant, "__name__", repr(invariant))
                     raise AssertionError(f"invariant {name} fails after round {server_round}: {err}") from err
@@ -145,6 +153,20 @@ def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], ro
             rows.append(dict(row))
 
     return KitObserver()
+
+
+def _keywords_taken(invariant: Invariant, context: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of `context` that `invariant` accepts as keywords (all of them for **kwargs): an invariant
+    written as `f(strategy)` keeps working beside `f(strategy, server_round, cohort)`."""
+    try:
+        params = inspect.signature(invariant).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return dict(context)
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {p.name for p in params if p.kind in by_name}
+    return {k: v for k, v in context.items() if k in named}
 
 
 def run_algorithm(algorithm: str, run_config: Mapping[str, Any] | None = None, invariants: Iterable[Invariant] = (),
@@ -289,3 +311,82 @@ def check_communication(algorithm: str, run_config: Mapping[str, Any] | None = N
             f"{where}: {got_bytes} bytes up per client, not {measured_up} d-vectors"
         )
     return down, up, up_some
+
+
+# ---- client state ----------------------------------------------------------------------------------------------
+@contextmanager
+def _reads_of_saved_state() -> Iterator[set[str]]:
+    """The names of client vectors read (`ClientState.get`) while a saved value of them existed, during the block."""
+    from fedsuite.state import ClientState
+
+    names: set[str] = set()
+    original = ClientState.get
+
+    def get(self, name):
+        self._reconcile()  # the store as the client trains with it (an unconfirmed write undone)
+        if name in self.store:
+            names.add(name)
+        return original(self, name)
+
+    ClientState.get = get
+    try:
+        yield names
+    finally:
+        ClientState.get = original
+
+
+def check_client_state(algorithm: str, run_config: Mapping[str, Any] | None = None, rounds: int = 3) -> tuple[str, ...]:
+    """Every d-vector the client of `algorithm` declares (`state_specs`) is client state in fact: on `run_config`
+    (default LSQ: every client in every round) for `rounds` rounds, it is saved after an accepted reply, changes
+    between two rounds of some client (the clients trained), and is read back (`self.state.get`) in a client's next
+    round. Returns the vectors checked (none for a stateless client)."""
+    from fedsuite.inprocess import client_store
+    from fedsuite.registry import ALGORITHMS
+    from fedsuite.state import effective
+
+    cfg = resolve({**LSQ, "eval-every": 1000, **(run_config or {}), "num-server-rounds": rounds,
+                   "algorithm": algorithm})  # fmt: skip
+    names = tuple(spec.name for spec in ALGORITHMS[algorithm].client_state(cfg) if spec.units)
+    if not names:
+        return ()
+    saved: dict[tuple[str, int], list[np.ndarray | None]] = {}  # (vector, partition) → its value after each round
+
+    def saved_after_accepted_replies(strategy, server_round, cohort):
+        for pid in cohort:
+            if strategy.accepted.get(pid) == server_round:
+                view = effective(client_store(strategy, pid), server_round)
+                for name in names:
+                    saved.setdefault((name, pid), []).append(view.get(name))
+
+    with _reads_of_saved_state() as read:
+        run_algorithm(algorithm, dict(cfg), invariants=[saved_after_accepted_replies])
+    assert saved, f"{algorithm}: no reply was accepted in {rounds} rounds, so no client state could be checked"
+    for name in names:
+        where = f"{algorithm}: declared client state {name!r}"
+        values = [v for (n, _), series in saved.items() if n == name for v in series]
+        assert any(v is not None for v in values), (
+            f"{where} stays absent after every accepted reply: the client never saves it; call "
+            f"self.state.set({name!r}, …) after the local loop (the client's uplink)"
+        )
+        changed = any(_changes(series) for (n, _), series in saved.items() if n == name)
+        assert changed, (
+            f"{where} never changes although the clients trained in {rounds} rounds: every save keeps its zeros "
+            "or the value before"
+        )
+        assert name in read, (
+            f"{where} is saved but never read back in a client's next round: read it with self.state.get({name!r}) "
+            "before the local loop"
+        )
+    return names
+
+
+def _changes(series: list[np.ndarray | None]) -> bool:
+    """Whether one client's saved values ever differ from the one before (zeros before the first save)."""
+    before = None
+    for value in series:
+        if value is None:
+            continue
+        if not np.array_equal(value, np.zeros_like(value) if before is None else before):
+            return True
+        before = value
+    return False

@@ -43,6 +43,12 @@ class RuleSettings:
     extra: Mapping[str, Any] = field(default_factory=dict)  # unused by the built-ins; for plug-in rules
 
 
+def missing_aggregate(rule: type) -> str:
+    """The one line that refuses a rule class without its own `aggregate`."""
+    return (f"server rule {rule.__module__}:{rule.__qualname__} does not define aggregate(server_round, replies), "
+            "which returns the new global model from the round's replies")  # fmt: skip
+
+
 class ServerRule:
     state: tuple[StateSpec, ...] = ()
     sends: tuple[str, ...] = ()
@@ -52,6 +58,8 @@ class ServerRule:
     query: Query | None = None
 
     def __init__(self, settings: RuleSettings):
+        if type(self).aggregate is ServerRule.aggregate:
+            raise TypeError(missing_aggregate(type(self)))
         self.settings = settings
         self.x = np.asarray(settings.initial_x, dtype=np.float32).copy()
         self.dim = self.x.size
@@ -93,8 +101,9 @@ class ServerRule:
         """The valid answers to this round's `query`, before the fit instructions are built."""
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        """New global model from the validated replies (in partition order); updates the state."""
-        raise NotImplementedError
+        """New global model from the validated replies (in partition order); updates the state. Every rule defines
+        it and returns the new model: a rule without it is refused when it is registered or built."""
+        raise NotImplementedError(missing_aggregate(type(self)))
 
     def empty_round(self, server_round: int) -> None:
         """A round without a valid reply keeps x: record it as a zero move in any history the rule extrapolates

@@ -4,7 +4,8 @@ A rule, a plug-in's above all (docs/own/algorithm.md), returns the new global mo
 d-vectors (fedsuite.declared: `Vector`, `Table`, `History`) as attributes. An array of another shape would fail
 later, far from its cause, in torch or in a client. `new_model` converts the returned model exactly as before
 (float32) and checks its shape and the shapes of the declared d-vectors: a wrong one is a RuleResultError, one line
-naming the algorithm and its rule class, the array and both shapes. Only checks: the numbers are untouched.
+naming the algorithm and its rule class, the array and both shapes; an `aggregate` that forgets to return (None)
+is one line of its own. Only checks: the numbers are untouched.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def new_model(algorithm: str, rule: Any, server_round: int, returned: Any) -> np
     that it and the rule's declared d-vectors have the model's shape (d,); else RuleResultError."""
     expected = (rule.dim,)
     where = f"round {server_round}: {_owner(algorithm, rule)}"
+    if returned is None:  # as an array it would be a NaN scalar, and the run would look diverged or misshapen
+        raise RuleResultError(f"{where}: aggregate returned None: return the new model (an array of shape "
+                              f"{expected}), e.g. `return self.x + step`")  # fmt: skip
     try:
         x = np.asarray(returned, dtype=np.float32)
     except (TypeError, ValueError) as err:
