@@ -32,6 +32,7 @@ from simulation.experiment import (
     stop_on_signals,
     validate,
 )
+from simulation.fresh_runs import refuse_resume
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
 from simulation.progress import print_written
@@ -172,6 +173,7 @@ def comparison(args: argparse.Namespace, rerun: str) -> int:
     try:
         algorithms = parse_list(args.algorithms, "--algorithms")
         shared = parse_overrides(args.run_config)
+        refuse_resume(shared, "simulation.compare", " with --skip-finished")
         jobs = jobs_for(algorithms, shared, out, read_tuned(args.tuned) if args.tuned else None)
         validate(jobs)  # every setting is checked before the first run starts
         cfg = resolved(shared)

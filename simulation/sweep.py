@@ -40,6 +40,7 @@ from simulation.experiment import (
     stop_on_signals,
     validate,
 )
+from simulation.fresh_runs import refuse_resume
 from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
 
@@ -165,8 +166,10 @@ def sweep(args: argparse.Namespace, out: Path, rerun: str) -> int:
         if args.parallel < 1:
             raise ConfigError(f"--parallel {args.parallel}: give at least 1")
         shared = parse_overrides(args.run_config)
+        points = parse_grid(args.grid)
+        refuse_resume([*shared, *(key for point in points for key, _ in point)], "simulation.sweep", "")
         tuned = read_tuned(args.tuned) if args.tuned else None
-        jobs = jobs_for(algorithms, parse_grid(args.grid), seeds, shared, out, tuned)
+        jobs = jobs_for(algorithms, points, seeds, shared, out, tuned)
         validate(jobs)  # every setting checked before any run
         cfg = resolved(shared)
         preflight(cfg)

@@ -54,6 +54,7 @@ from simulation.experiment import (
     stop_on_signals,
 )
 from simulation.experiment import validate as validate_jobs
+from simulation.fresh_runs import refuse_resume
 from simulation.progress import print_written
 from simulation.run import Interrupted, parse_overrides, preflight
 
@@ -447,6 +448,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
         raise TuneError(f"--final-seeds {args.final_seeds}: seed {overlap[0]} is also a search seed; the final runs "
                         "need fresh seeds")  # fmt: skip
     shared = parse_overrides(args.run_config)
+    refuse_resume(shared, "simulation.tune", "")
     if shared.get("validation-fraction", DEFAULT_VALIDATION_FRACTION) == 0:
         raise TuneError("validation-fraction=0: tuning scores trials on a validation split; give a value in (0, 1) "
                         f"or leave it out ({DEFAULT_VALIDATION_FRACTION})")  # fmt: skip
