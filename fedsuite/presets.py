@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsuite.config import SCHEMA, Config, ConfigError, Scalar
+from fedsuite.config import SCHEMA, Config, ConfigError, Scalar, active_schema
 
 
 @dataclass(frozen=True)
@@ -414,8 +414,9 @@ def describe(cfg: Config, from_preset: Mapping, explicit: Mapping) -> str:
     head = "run config"
     if name:
         head += f" (preset {name!r}: {PRESETS[name].description}; {PRESETS[name].source})"
-    shown = [k for k in SCHEMA if k != "preset-expanded" and (k in from_preset or k in explicit
-             or cfg[k] != SCHEMA[k].default)]  # fmt: skip
+    schema = active_schema()  # the built-in keys and the registered plug-ins' keys
+    shown = [k for k in schema if k != "preset-expanded" and k in cfg and (k in from_preset or k in explicit
+             or cfg[k] != schema[k].default)]  # fmt: skip
     width = max((len(k) for k in shown), default=0)
     preset_keys = PRESETS[name].values_for(cfg.algorithm) if name else {}
     lines = [head + ":"]
