@@ -18,6 +18,7 @@ fedsuite.node_trust; a run naming another is refused before anything is imported
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Context
@@ -25,11 +26,11 @@ from flwr.common import Context
 from fedsuite import registry
 from fedsuite.config import resolve
 from fedsuite.data import with_data_clients
-from fedsuite.declared import model_state, units
 from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
-from fedsuite.state import DiskStore, StateFolderTaken, check_owner, choose_backend, state_root
+from fedsuite.state import DiskStore, StateFolderTaken, check_owner
+from fedsuite.state_plan import state_plan
 
 _STATE_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what a state key may be: it names a folder
 
@@ -52,18 +53,17 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
                          f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
-    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
-    if specs:
-        held = cfg.client_state
-        where = choose_backend(held.mode, cfg.num_clients, node.model.dim, units(specs), held.budget_mb)
+    plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()))  # the server's and launcher's too
+    if plan.holds:
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
         # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id
         # and a resumed run sends its first run's id as the state key
         key = context.run_id if state_key is None else state_key
         if not _STATE_KEY.fullmatch(str(key)):  # it names a folder under the operator's client-state-dir
             raise NodeConfigError(f"state key {str(key)[:40]!r} from the server: expected digits, letters, _ or -")
-        configured = f"{node_dir}/run-{key}" if node_dir else held.dir
-        root = state_root(where, configured, context.run_id)
+        if node_dir:
+            plan = replace(plan, configured=f"{node_dir}/run-{key}")
+        root = plan.root(context.run_id)
         _checked(root, str(key), "node config client-state-dir" if node_dir else "client-state-dir")
         node.store = DiskStore(root, node.partition_id, owner_key=str(key))  # claims the folder at its first write
     return node

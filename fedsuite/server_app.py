@@ -18,7 +18,6 @@ from fedsuite import checkpoint, registry, state
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.data_checks import check_evaluation_data
-from fedsuite.declared import model_state, units
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
@@ -28,6 +27,7 @@ from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
+from fedsuite.state_plan import StatePlan, state_plan
 from fedsuite.tracking import launch_group, tracking_observers
 from strategies.base import RuleSettings
 
@@ -85,14 +85,10 @@ def results_folder(cfg: Config) -> Path:
     return root / (cfg.output.run_name or default_run_name(cfg.algorithm, cfg.dataset))
 
 
-def client_state_root(cfg: Config, dim: int, run_id: int) -> Path | None:
-    """Where this run's client-state files are (clients compute the same from the run config), or None."""
-    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
-    if not specs:
-        return None
-    held = cfg.client_state
-    where = state.choose_backend(held.mode, cfg.num_clients, dim, units(specs), held.budget_mb)
-    return state.state_root(where, held.dir, run_id)
+def client_plan(cfg: Config, dataset) -> StatePlan:
+    """The run's client-state plan (fedsuite.state_plan): the same the clients and the launcher compute."""
+    x0, buffers = initial_state(cfg, dataset)
+    return state_plan(cfg, int(x0.size), int(buffers.size))
 
 
 def claim_client_state(root: Path, state_key: int, results: Path | None) -> None:
@@ -120,11 +116,10 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     parts = client_partition(cfg, dataset) if cfg.data.on_server else None
     check_evaluation_data(cfg, dataset)  # a validation split or federated test that no client holds: say so now
     device = pick_device(run.device)
-    vectors = registry.ALGORITHMS[cfg.algorithm].client_state_vectors(cfg)
-    if vectors:
-        held = cfg.client_state
-        log.info("fedsuite │ %s", state.describe(held.mode, cfg.num_clients, x0.size, vectors, held.budget_mb))
-    state_root = client_state_root(cfg, x0.size, run_id)
+    client_state = client_plan(cfg, dataset)
+    if client_state.holds:
+        log.info("fedsuite │ %s", client_state.describe())
+    state_root = client_state.root(run_id)
     state_key = resume.state_key if resume is not None and resume.state_key is not None else run_id
     if state_root is not None:  # a run uses only its own client state (before a resume restores any file)
         claim_client_state(state_root, state_key, results_folder(cfg) if record else None)

@@ -43,22 +43,25 @@ ABSENT = "absent:"  # key prefix marking a vector that did not exist before the 
 WRITE_ROUND = "write-round"  # the round of the unconfirmed write
 
 
-def state_bytes(num_clients: int, dim: int, vectors: int) -> int:
-    """N × d × vectors × 4 B × 2 copies: the whole federation's client state once every client has participated."""
-    return num_clients * dim * vectors * BYTES_PER_FLOAT * COPIES
+def state_bytes(num_clients: int, dim: int, vectors: int, extra: int = 0) -> int:
+    """N × (d × vectors + extra) × 4 B × 2 copies: the whole federation's client state once every client has
+    participated (`extra`: floats per client beside the d-vectors, such as the model's own buffers)."""
+    return num_clients * (dim * vectors + extra) * BYTES_PER_FLOAT * COPIES
 
 
-def choose_backend(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float) -> str:
+def choose_backend(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float, extra: int = 0) -> str:
     if mode != "auto":
         return mode
-    return "memory" if state_bytes(num_clients, dim, vectors) <= budget_mb * 2**20 else "disk"
+    return "memory" if state_bytes(num_clients, dim, vectors, extra) <= budget_mb * 2**20 else "disk"
 
 
-def describe(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float) -> str:
-    total = state_bytes(num_clients, dim, vectors)
-    where = choose_backend(mode, num_clients, dim, vectors, budget_mb)
+def describe(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float, extra: int = 0) -> str:
+    total = state_bytes(num_clients, dim, vectors, extra)
+    where = choose_backend(mode, num_clients, dim, vectors, budget_mb, extra)
+    size = f"d={dim:,} × {vectors} vector(s)" + (f" + {extra:,} buffer floats" if extra else "")
+    size = size if not extra or vectors else f"{extra:,} buffer floats"
     return (
-        f"client state: N={num_clients} × d={dim:,} × {vectors} vector(s) × 4 B × {COPIES} (current + last "
+        f"client state: N={num_clients} × {size} × 4 B × {COPIES} (current + last "
         f"confirmed) = {total / 2**20:,.1f} MiB "
         f"→ {'in memory (' + str(SHARED_MEMORY) + ')' if where == 'memory' else 'on disk'}, one file per partition"
     )
@@ -111,17 +114,18 @@ def room(where: str, folder: Path) -> tuple[int, str]:
 
 
 def capacity_check(mode: str, num_clients: int, dim: int, vectors: int, budget_mb: float,
-                   configured: str = "") -> tuple[str, str] | None:  # fmt: skip
+                   configured: str = "", extra: int = 0) -> tuple[str, str] | None:  # fmt: skip
     """Compare the client-state estimate with the room where it will live: ("error", line) when it does not fit,
     ("warning", line) above WARN_FRACTION of the room, else None. Each line names the numbers and the way out."""
-    total = state_bytes(num_clients, dim, vectors)
+    total = state_bytes(num_clients, dim, vectors, extra)
     if not total:
         return None
-    where = choose_backend(mode, num_clients, dim, vectors, budget_mb)
+    where = choose_backend(mode, num_clients, dim, vectors, budget_mb, extra)
     folder = state_folder(where, configured)
     space, what = room(where, folder)
-    fits = max(0, int(space // max(1, state_bytes(1, dim, vectors))))
-    need = f"client state needs {total / 2**20:,.0f} MiB (N={num_clients} × d={dim:,} × {vectors} × 4 B × {COPIES})"
+    fits = max(0, int(space // max(1, state_bytes(1, dim, vectors, extra))))
+    size = f"(d={dim:,} × {vectors} + {extra:,})" if extra else f"d={dim:,} × {vectors}"
+    need = f"client state needs {total / 2**20:,.0f} MiB (N={num_clients} × {size} × 4 B × {COPIES})"
     if where == "memory":
         out = ("use client-state='disk' with client-state-dir=<a folder with room>, or fewer clients "
                f"(num-clients ≤ {fits:,} fit)")  # fmt: skip

@@ -141,27 +141,18 @@ def check_writable(path: Path, key: str) -> None:
         raise ConfigError(f"{key}={str(path)!r}: not writable ({err.strerror or err}); choose another folder") from None
 
 
-def client_state_folder(cfg: Config) -> Path | None:
-    """The folder client state will be written to in this simulation, or None when it stays in memory."""
-    from fedsuite import registry, state
+def client_plan(cfg: Config, dataset):
+    """The run's client-state plan (fedsuite.state_plan), as the ServerApp and the clients will compute it."""
+    from fedsuite.server_app import client_plan as plan_of
 
-    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
-    if not vectors:
-        return None
-    dim = _model_dim(cfg)
-    where = state.choose_backend(str(cfg["client-state"]), int(cfg["num-clients"]), dim, vectors,
-                                 float(cfg["client-state-budget-mb"]))  # fmt: skip
-    if where != "disk":
-        return None
-    configured = str(cfg["client-state-dir"])
-    return Path(configured).expanduser() if configured else Path(tempfile.gettempdir()) / "fedsuite-client-state"
+    return plan_of(cfg, dataset)
 
 
 def preflight(cfg: Config, quiet: bool = False) -> None:
     """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible, the
     model builds and fits the data; print the client-state estimate of stateful algorithms. Raises ConfigError /
     DatasetNotFound / ValueError (ModelError is one)."""
-    from fedsuite import registry, state
+    from fedsuite import state
     from fedsuite.data import DatasetNotFound, client_partition, server_dataset, with_data_clients
     from fedsuite.data_checks import check_evaluation_data
     from fedsuite.server_app import check_model
@@ -178,7 +169,8 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
         client_partition(cfg, dataset)
         check_evaluation_data(cfg, dataset)
     check_model(cfg, dataset)
-    folder = client_state_folder(cfg)
+    plan = client_plan(cfg, dataset)
+    folder = plan.disk_folder()  # every client writes there: algorithm state, or buffers='local' alone
     if folder is not None:
         check_writable(folder, "client-state-dir")
     if folder is not None and cfg["client-state-dir"]:  # a run never starts from another run's client state
@@ -187,24 +179,15 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
             state.check_owner(folder, resumed.state_key if resumed is not None else None)
         except state.StateFolderTaken as err:
             raise ConfigError(str(err)) from None
-    vectors = registry.ALGORITHMS[str(cfg["algorithm"])].client_state_vectors(cfg)
-    if vectors:
-        budget, dim = float(cfg["client-state-budget-mb"]), _model_dim(cfg)
-        mode, n = str(cfg["client-state"]), int(cfg["num-clients"])
+    if plan.holds:
+        mode, n = plan.mode, plan.num_clients
         if not quiet:
-            print(state.describe(mode, n, dim, vectors, budget), flush=True)
-        problem = state.capacity_check(mode, n, dim, vectors, budget, str(cfg["client-state-dir"]))
+            print(plan.describe(), flush=True)
+        problem = plan.capacity()
         if problem and problem[0] == "error":
             raise ConfigError(f"client-state={mode!r} num-clients={n}: {problem[1]}")
         if problem:
             print(f"warning: client-state={mode!r} num-clients={n}: {problem[1]}", file=sys.stderr, flush=True)
-
-
-def _model_dim(cfg: Config) -> int:
-    from fedsuite.data import server_dataset
-    from fedsuite.server_app import initial_model
-
-    return int(initial_model(cfg, server_dataset(cfg)).size)
 
 
 def _absolute(path: str) -> Path:
