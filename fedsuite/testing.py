@@ -368,10 +368,14 @@ def check_client_state(algorithm: str, run_config: Mapping[str, Any] | None = No
             f"{where} stays absent after every accepted reply: the client never saves it; call "
             f"self.state.set({name!r}, …) after the local loop (the client's uplink)"
         )
+        assert any(v is not None and np.any(v) for v in values), (
+            f"{where} stays zero although the clients trained in {rounds} rounds: the client never saves a new "
+            f"value; call self.state.set({name!r}, …) after the local loop (the client's uplink)"
+        )
         changed = any(_changes(series) for (n, _), series in saved.items() if n == name)
         assert changed, (
-            f"{where} never changes although the clients trained in {rounds} rounds: every save keeps its zeros "
-            "or the value before"
+            f"{where} never changes although the clients trained in {rounds} rounds: every save of a client keeps "
+            "the value before"
         )
         assert name in read, (
             f"{where} is saved but never read back in a client's next round: read it with self.state.get({name!r}) "
@@ -381,12 +385,8 @@ def check_client_state(algorithm: str, run_config: Mapping[str, Any] | None = No
 
 
 def _changes(series: list[np.ndarray | None]) -> bool:
-    """Whether one client's saved values ever differ from the one before (zeros before the first save)."""
-    before = None
-    for value in series:
-        if value is None:
-            continue
-        if not np.array_equal(value, np.zeros_like(value) if before is None else before):
-            return True
-        before = value
-    return False
+    """Whether one client's saved values differ between two of its rounds (its only value: from the zeros)."""
+    present = [value for value in series if value is not None]
+    if len(present) == 1:
+        return bool(np.any(present[0]))
+    return any(not np.array_equal(a, b) for a, b in zip(present[:-1], present[1:], strict=True))

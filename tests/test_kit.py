@@ -74,3 +74,9 @@ class LeakyScaffold(Scaffold):
 
     def downlink(self, server_round):
         return {"c": self.c, "undeclared": self.c}
+
+
+@pytest.mark.parametrize("name", registry.ALGORITHMS.built_in)
+def test_every_built_in_saves_changes_and_reads_back_its_declared_client_state(name):
+    declared = tuple(spec.name for spec in registry.ALGORITHMS[name].client_state() if spec.units)
+    assert kit.check_client_state(name) == declared
