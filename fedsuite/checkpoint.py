@@ -47,14 +47,15 @@ log = logging.getLogger("flwr.fedsuite")
 FOLDER = "checkpoints"
 LATEST = "latest.json"
 CLIENT_STATE = "client-state"
-# Run-config keys that may differ between a run and its resumption: they change where things go, how long the
-# run is or how it is checked, never the numbers of the rounds already done or to come.
-FREE_KEYS = frozenset({
-    "num-server-rounds", "resume-from", "checkpoint-every", "overwrite", "out-dir", "run-name", "device",
-    "client-threads", "client-state", "client-state-budget-mb", "client-state-dir", "client-mapping", "eval-every",
-    "eval-batch-size", "min-replies", "divergence-factor", "data-dir", "download", "targets", "round-timeout",
-    "tensorboard", "wandb-mode", "wandb-project", "plugin-config",
-})  # fmt: skip
+
+
+def resumable_keys() -> frozenset[str]:
+    """Run-config keys that may differ between a run and its resumption (their `resumable` tag, fedsuite.config):
+    they change where things go, how long the run is or how it is checked, never the numbers of the rounds already
+    done or to come."""
+    from fedsuite.config import active_schema
+
+    return frozenset(name for name, key in active_schema().items() if key.resumable)
 
 
 @dataclass
@@ -261,9 +262,10 @@ def _read(folder: Path) -> Checkpoint:
 
 
 def check_compatible(ckpt: Checkpoint, run_config: dict) -> None:
-    """The resuming run must compute what the checkpointed one did: every key outside FREE_KEYS equal."""
+    """The resuming run must compute what the checkpointed one did: every key but the resumable ones equal."""
+    free = resumable_keys()
     differ = sorted(k for k in set(ckpt.run_config) | set(run_config)
-                    if k not in FREE_KEYS and ckpt.run_config.get(k) != run_config.get(k))  # fmt: skip
+                    if k not in free and ckpt.run_config.get(k) != run_config.get(k))  # fmt: skip
     if differ:
         text = ", ".join(f"{k}={run_config.get(k)!r} (checkpoint: {ckpt.run_config.get(k)!r})" for k in differ)
         raise CheckpointError(f"cannot resume from {ckpt.folder}: the run config differs in {text}")

@@ -99,3 +99,15 @@ def test_the_site_builds_strictly(tmp_path):
     index = (site / "search" / "search_index.json").read_text()
     assert "\\\\(" not in index and "\\\\[" not in index, "the search index holds math delimiters"
     assert "fedsuite.config.resolve" in (site / "reference" / "api" / "config.html").read_text()
+
+
+def test_the_checkpoint_page_lists_exactly_the_keys_a_resume_may_change():
+    """docs/running/checkpoints.md's list and the keys tagged `resumable` in the schema agree."""
+    import re
+
+    from fedsuite.checkpoint import resumable_keys
+
+    page = (ROOT / "docs" / "running" / "checkpoints.md").read_text()
+    section = page.split("### What a resume may change", 1)[1].split("Any other difference", 1)[0]
+    listed = set(re.findall(r"`([a-z0-9-]+)`", section.split(":\n", 1)[1]))
+    assert listed == set(resumable_keys())

@@ -13,46 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsuite import registry
-from fedsuite.config import Config, ConfigError, LocalLoop, active_schema, resolve
+from fedsuite.config import SCHEMA, Config, ConfigError, active_schema, resolve
 
-# Keys the user's own app replaces, with what replaces them (the message of the one-line error).
-_REPLACED = {
-    "algorithm": "give it as the first argument of strategy() and client()",
-    "device": "use client(device=...); the server evaluates on your model's device",
-    "client-mapping": "each SuperNode is its own partition (client-mapping='fixed')",
-    "client-state": "use client(state_dir=...)",
-    "client-state-dir": "use client(state_dir=...)",
-    "client-state-budget-mb": "use client(state_dir=...)",
-    "out-dir": "use strategy(results=...)",
-    "run-name": "use strategy(results=...)",
-    "local-test-fraction": "clients evaluate on their client(test=...) data",
-    "validation-fraction": "hold out validation data in your own loaders",
-    "tensorboard": "pass round observers with strategy(observers=...)",
-    "wandb-mode": "pass round observers with strategy(observers=...)",
-    "wandb-project": "pass round observers with strategy(observers=...)",
-    "checkpoint-every": "fedsuite.app runs do not checkpoint",
-    "resume-from": "fedsuite.app runs do not checkpoint",
-}
-_OWN_DATA_AND_MODEL = (
-    "dataset", "data-dir", "download", "label-transform", "preset", "preset-expanded", "model", "model-args",
-    "image-size", "label-column", "feature-column", "partition-column", "colour-perturbation", "partition",
-    "partition-alpha", "partition-balanced", "partition-mixture", "server-data", "input-shape", "num-classes",
-    "synthetic-dim", "synthetic-samples", "synthetic-heterogeneity", "synthetic-noise",
-    "lowrank-size", "lowrank-rank",
-)  # fmt: skip
-REFUSED: dict[str, str] = {
-    **{key: "your app brings its own data and model" for key in _OWN_DATA_AND_MODEL},
-    **_REPLACED,
-}
-
-# What a client reads from its settings besides its algorithm's own keys: the local loop's keys (from the schema's
-# group, so a new one is covered) but the lr it is sent and its thread count, and these.
-_CLIENT_READS = tuple(key for key in LocalLoop.keys().values() if key not in ("lr", "lr-decay", "client-threads")) + (
-    "buffers",
-    "seed",
-    "prox-penalty",
-    "prox-lambda",
-)
+# Keys the user's own app replaces, with what replaces them (each key's `app` tag, fedsuite.config): the message
+# of the one-line error.
+REFUSED: dict[str, str] = {name: key.app for name, key in SCHEMA.items() if key.app}
+# What a client reads from its settings besides its algorithm's own keys (each key's `client` tag).
+_CLIENT_READS = tuple(name for name, key in SCHEMA.items() if key.client)
 SETTINGS_KEY = "fedsuite.app-settings"  # fit-config entry: the server's values of the keys its clients read
 
 
