@@ -42,6 +42,7 @@ class Key:
     resumable: bool = False  # may differ between a run and its resumption: where things go, how long, how checked
     app: str | None = None  # fedsuite.app refuses it as a setting; this says what replaces it there
     client: bool = False  # fedsuite.app's clients read it from the settings they share with the server
+    tunable: bool = True  # a tuning's --space may search it (not: what a tuning sets itself, e.g. seed, out-dir)
 
     def check(self, value: Any) -> tuple[Scalar | None, str | None]:
         """Return (converted value, None) or (None, error message)."""
@@ -123,7 +124,7 @@ APP_CHECKPOINT = "fedsuite.app runs do not checkpoint"
 
 COMMON_KEYS: tuple[Key, ...] = (
     Key("algorithm", "fedavg", "federated optimiser (see the algorithm table)", ALGORITHMS,
-        app="give it as the first argument of strategy() and client()"),
+        app="give it as the first argument of strategy() and client()", tunable=False),
     Key("dataset", "fashion-mnist", "training data: a built-in name, imagefolder / table / hf (own files in data-dir), "
         "or 'package.module:loader' (docs/own/data.md)", app=APP_OWN_DATA),
     Key("data-dir", "", "folder with the dataset files; empty = the dataset's default location",
@@ -136,9 +137,9 @@ COMMON_KEYS: tuple[Key, ...] = (
         LABEL_TRANSFORMS, app=APP_OWN_DATA),
     Key("preset", "", "named bundle of run-config keys for a seed's main table (docs/running/presets.md); "
         "empty = none. Keys given explicitly win; under a bare `flwr run` a key counts as explicit only when it "
-        "differs from its default", app=APP_OWN_DATA),
+        "differs from its default", app=APP_OWN_DATA, tunable=False),
     Key("preset-expanded", False, "set by simulation.run/compare: the run config already holds the preset's "
-        "values with the -c keys applied, so the apps do not apply the preset again", app=APP_OWN_DATA),
+        "values with the -c keys applied, so the apps do not apply the preset again", app=APP_OWN_DATA, tunable=False),
     Key(PLUGIN_CONFIG, "", "plug-in algorithms' own keys as key=value pairs with TOML values, e.g. "
         "\"fedavgm-beta=0.9\": `flwr run` accepts only the keys of pyproject.toml's table, so a plug-in's keys travel "
         "in this one (simulation.run packs them itself); resolved, they stand beside the built-in keys "
@@ -197,7 +198,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("server-lr", 1.0, "η_g for averaging algorithms (1 = plain averaging)", low=0.0, low_open=True),
     Key("weighting", "uniform", "aggregation weights over the cohort (docs/algorithms/index.md)",
         ("uniform", "samples")),
-    Key("seed", 0, "run seed: partition, cohorts, init, minibatches", low=0, client=True),
+    Key("seed", 0, "run seed: partition, cohorts, init, minibatches", low=0, client=True, tunable=False),
     Key("eval-every", 1, "centralised evaluation every r rounds (the last round always)", low=1, resumable=True),
     Key("eval-batch-size", 1000, "batch size of server-side evaluation", low=1, resumable=True),
     Key("targets", "0.7,0.75,0.8", "comma-separated accuracy targets for rounds-to-target", resumable=True),
@@ -210,7 +211,7 @@ COMMON_KEYS: tuple[Key, ...] = (
         low_open=True, high_open=True, app="clients evaluate on their client(test=...) data"),
     Key("validation-fraction", 0.0, "share of each client's training data held out by seed as validation data, "
         "evaluated as the test data is (centrally on the union, federatedly per client); 0 = none", low=0.0,
-        high=1.0, high_open=True, app="hold out validation data in your own loaders"),
+        high=1.0, high_open=True, app="hold out validation data in your own loaders", tunable=False),
     Key("target-metric", "auto", "the accuracy rounds-to-target reads: accuracy (central test), fed-accuracy, "
         "val-accuracy, fed-val-accuracy; auto = accuracy, or fed-accuracy when evaluation='federated'",
         TARGET_METRICS),
@@ -221,11 +222,11 @@ COMMON_KEYS: tuple[Key, ...] = (
         app=APP_OWN_DATA),
     Key("num-classes", 0, "server-data=false: number of classes (1 = regression)", low=0, app=APP_OWN_DATA),
     Key("out-dir", "results", "results root; a relative path starts at the current directory of simulation.run "
-        "(of the SuperLink under a plain flwr run)", resumable=True, app=APP_RESULTS),
+        "(of the SuperLink under a plain flwr run)", resumable=True, app=APP_RESULTS, tunable=False),
     Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>-<random>",
-        resumable=True, app=APP_RESULTS),
+        resumable=True, app=APP_RESULTS, tunable=False),
     Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)",
-        resumable=True),
+        resumable=True, tunable=False),
     Key("tensorboard", False, "also write TensorBoard event files (per-round scalars, the run config) into the "
         "results folder; needs the tracking extra", resumable=True, app=APP_TRACKING),
     Key("wandb-mode", "off", "log to Weights & Biases: offline = a local run folder for `wandb sync`, online = live; "
@@ -263,7 +264,7 @@ COMMON_KEYS: tuple[Key, ...] = (
         "results folder every r rounds and after the last; 0 = never", low=0, resumable=True, app=APP_CHECKPOINT),
     Key("resume-from", "", "results folder of a run with a checkpoint: continue it from there (num-server-rounds "
         "may be larger); every other key that changes the numbers must be the same",
-        resumable=True, app=APP_CHECKPOINT),
+        resumable=True, app=APP_CHECKPOINT, tunable=False),
 )  # fmt: skip
 
 # Hyper-parameters by family; the registry says which algorithm reads which.

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedsuite import tuned as tuned_file
-from fedsuite.config import ConfigError, Scalar, active_schema
+from fedsuite.config import SCHEMA, ConfigError, Scalar, active_schema
 from fedsuite.data_checks import check_evaluation_data
 from fedsuite.tunable import LogRange, Search, describe, grid_values, problem, rounded
 from simulation import report, sweep
@@ -61,9 +61,9 @@ from simulation.run import Interrupted, parse_overrides, preflight
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
 DEFAULT_VALIDATION_FRACTION = 0.1
-# keys a tuning sets itself: the run's identity, the seeds, where it writes, the validation split it is scored on
-NOT_TUNABLE = ("algorithm", "seed", "validation-fraction", "out-dir", "run-name", "overwrite", "preset",
-               "preset-expanded", "resume-from")  # fmt: skip
+# keys a tuning sets itself (their `tunable=False` tag, fedsuite.config): the run's identity, the seeds, where it
+# writes, the validation split it is scored on
+NOT_TUNABLE = tuple(name for name, key in SCHEMA.items() if not key.tunable)
 Point = tuple[tuple[str, Scalar], ...]  # one trial's values, in the space's key order
 
 
