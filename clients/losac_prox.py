@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 from clients.losac import LoSACClient
-from fedsuite.variance import proximal_stage
+from clients.proximal import ProximalStep
 
 
-class LoSACProxClient(LoSACClient):
-    def rule(self, down, config):
-        rule = super().rule(down, config)
-        rule.proximal = (proximal_stage(self.node.cfg, self.node.model.module),)
-        return rule
+class LoSACProxClient(ProximalStep, LoSACClient):
+    pass

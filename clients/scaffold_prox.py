@@ -3,12 +3,9 @@ followed by the same proximal step as LoSAC-Prox, x ← prox_{η_l Ψ}(x); contr
 
 from __future__ import annotations
 
+from clients.proximal import ProximalStep
 from clients.scaffold import ScaffoldClient
-from fedsuite.variance import proximal_stage
 
 
-class ScaffoldProxClient(ScaffoldClient):
-    def rule(self, down, config):
-        rule = super().rule(down, config)
-        rule.proximal = (proximal_stage(self.node.cfg, self.node.model.module),)
-        return rule
+class ScaffoldProxClient(ProximalStep, ScaffoldClient):
+    pass
