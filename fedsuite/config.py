@@ -952,16 +952,6 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
-    if "fedmim-alphas" in v and "fedmim-betas" in v:
-        try:
-            alphas, betas = float_list(str(v["fedmim-alphas"])), float_list(str(v["fedmim-betas"]))
-            if not alphas or len(alphas) != len(betas) or sum(alphas) >= 1.0 or min(alphas + betas) < 0:
-                errors.append(
-                    f"fedmim-alphas={v['fedmim-alphas']!r}, fedmim-betas={v['fedmim-betas']!r}: need the same "
-                    "number (J ≥ 1) of non-negative weights with sum of alphas < 1"
-                )
-        except ValueError:
-            errors.append("fedmim-alphas / fedmim-betas: expected comma-separated numbers such as '0.6,0.3'")
     try:
         targets = [float(t) for t in str(v.get("targets", "")).split(",") if t.strip()]
         if any(not 0.0 <= t <= 1.0 for t in targets):

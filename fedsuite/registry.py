@@ -119,6 +119,20 @@ def _full_gradient_in_mean_scale(what: str, when: Callable[[Mapping[str, Any]], 
     return check
 
 
+def _fedmim_weights(values: Mapping[str, Any]) -> str | None:
+    """FedMIM's α_j and β_j: as many of each (J ≥ 1), non-negative, Σα_j < 1 (docs/algorithms/fedmim.md)."""
+    if "fedmim-alphas" not in values or "fedmim-betas" not in values:
+        return None
+    try:
+        alphas, betas = float_list(str(values["fedmim-alphas"])), float_list(str(values["fedmim-betas"]))
+    except ValueError:
+        return "fedmim-alphas / fedmim-betas: expected comma-separated numbers such as '0.6,0.3'"
+    if not alphas or len(alphas) != len(betas) or sum(alphas) >= 1.0 or min(alphas + betas) < 0:
+        return (f"fedmim-alphas={values['fedmim-alphas']!r}, fedmim-betas={values['fedmim-betas']!r}: need the same "
+                "number (J ≥ 1) of non-negative weights with sum of alphas < 1")  # fmt: skip
+    return None
+
+
 _SCAFFOLD_OPTION_1 = _full_gradient_in_mean_scale("scaffold-option=1", lambda v: v.get("scaffold-option") == 1)
 _MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True)
 
@@ -205,7 +219,7 @@ ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry(
                   checks=(_duals_on_clients_only,), tunable=_FEDSPEED_ING_TUNED),
         Algorithm("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "docs/algorithms/fedmim.md",
                   "multi-step inertial momentum: look-ahead gradient, move along a_t",
-                  {**_MIM, "server_lr": "server-lr"}, _MIM, tunable=_FEDMIM_TUNED),
+                  {**_MIM, "server_lr": "server-lr"}, _MIM, checks=(_fedmim_weights,), tunable=_FEDMIM_TUNED),
         Algorithm("localadam", "strategies.fedavg:FedAvg", "clients.localadam:LocalAdamClient",
                   "docs/algorithms/localadam.md",
                   "local AMSGrad (m reset per round, no bias correction), client keeps v_i", {"server_lr": "server-lr"},

@@ -319,6 +319,15 @@ def test_fedmim_weights_are_checked(alphas, betas):
     assert "fedmim-alphas" in msg and "fedmim-betas" in msg
 
 
+def test_fedmims_weights_are_fedmims_own_rule():
+    """The check lives in FedMIM's registry entry, not in the schema: another algorithm ignores the keys."""
+    from fedsuite.config import active_schema
+
+    assert resolve({"algorithm": "fedavg", "fedmim-alphas": "0.9,0.2"})["algorithm"] == "fedavg"
+    assert "fedmim" not in inspect.getsource(__import__("fedsuite.config").config._cross_checks)
+    assert active_schema()["fedmim-alphas"].default == "0.6,0.3"
+
+
 def test_fedspeed_ing_needs_client_held_duals():
     msg = _error({"algorithm": "fedspeed-ing", "dual-storage": "server"})
     assert "dual-storage='server'" in msg and "use client" in msg
