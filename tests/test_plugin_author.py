@@ -6,8 +6,6 @@ package, passes its own kit tests."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +23,10 @@ from fedsuite.sampling import Sampler
 from fedsuite.server.rule_result import RuleResultError
 from strategies.base import RuleSettings, ServerRule
 from strategies.fedavg import FedAvg
+from tests.example_install import CHILD_TIMEOUT, installed_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "local_momentum"
-CHILD_TIMEOUT = 240
 HERE = "tests.test_plugin_author"
 
 
@@ -187,14 +185,8 @@ def test_the_run_config_line_lists_plugin_keys_like_built_in_ones(plugged):
 # ---- 4. the example with client state, installed like any package -------------------------------------------------
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    base = tmp_path_factory.mktemp("local-momentum")
-    source, site = base / "source", base / "site"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-input", "-q"]
-    subprocess.run([*pip, "--target", str(site), str(source)], check=True, capture_output=True, timeout=CHILD_TIMEOUT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    yield env, source
-    shutil.rmtree(base, ignore_errors=True)
+    """Environment of child processes that see the example installed (its entry point and its package)."""
+    yield from installed_example(EXAMPLE, tmp_path_factory.mktemp("local-momentum"))
 
 
 def test_the_local_momentum_example_passes_its_kit_tests(installed):

@@ -10,8 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import os
-import shutil
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -22,23 +20,16 @@ import pytest
 from fedsuite import registry
 from fedsuite.config import ConfigError, Key, active_schema, resolve
 from fedsuite.plugins import GROUP, AlgorithmRegistry, PluginError
+from tests.example_install import CHILD_TIMEOUT, installed_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fedavgm"
-CHILD_TIMEOUT = 240
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """Environment of child processes that see the example installed (its entry point and its package)."""
-    base = tmp_path_factory.mktemp("fedavgm")
-    source, site = base / "source", base / "site"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-input", "-q"]
-    subprocess.run([*pip, "--target", str(site), str(source)], check=True, capture_output=True, timeout=CHILD_TIMEOUT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    yield env, source
-    shutil.rmtree(base, ignore_errors=True)  # nothing was installed into the venv
+    yield from installed_example(EXAMPLE, tmp_path_factory.mktemp("fedavgm"))
 
 
 def child(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
