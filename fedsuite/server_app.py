@@ -22,14 +22,12 @@ from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.results import RunRecorder, default_run_name
-from fedsuite.sampling import Sampler
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server.plan import RunPlan
+from fedsuite.server.plan import RunPlan, rule_settings
 from fedsuite.state_plan import StatePlan, state_plan
 from fedsuite.tracking import launch_group, tracking_observers
-from strategies.base import RuleSettings
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -138,10 +136,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         cfg["algorithm"], cfg["dataset"], cfg.model, x0.size, cfg["num-clients"], _partition_text(cfg),
         _sampling_text(cfg), cfg["num-server-rounds"], device,
     )  # fmt: skip
-    aggregation = cfg.aggregation
-    settings = RuleSettings(initial_x=x0, sampler=Sampler.from_settings(cfg.sampling), lr=cfg.local.lr,
-                            lr_decay=cfg.local.lr_decay, weighting=aggregation.weighting,
-                            agg_scale=aggregation.agg_scale)  # fmt: skip
+    settings = rule_settings(cfg, x0)
     return RunPlan(
         settings=settings,
         num_rounds=run.num_rounds,

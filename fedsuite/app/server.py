@@ -23,12 +23,10 @@ from fedsuite.app.settings import SETTINGS_KEY, run_config, shared_settings
 from fedsuite.config import Config, ConfigError
 from fedsuite.models import float_buffers, trainable
 from fedsuite.results import RunRecorder
-from fedsuite.sampling import Sampler
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server.plan import RunPlan
-from strategies.base import RuleSettings
+from fedsuite.server.plan import RunPlan, rule_settings
 
 Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
 
@@ -119,12 +117,10 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
     if evaluate is None and evaluation.mode == "both":
         raise ConfigError("evaluation='both': give strategy(evaluate=...) for the central half, or use 'federated'")
     x0, buffers = initial_state(model)
-    rule_settings = RuleSettings(initial_x=x0, sampler=Sampler.from_settings(cfg.sampling), lr=cfg.local.lr,
-                                 lr_decay=cfg.local.lr_decay, weighting=cfg.aggregation.weighting,
-                                 agg_scale=cfg.aggregation.agg_scale)  # fmt: skip
+    settings = rule_settings(cfg, x0)
     run = cfg.run_control
     plan = RunPlan(
-        settings=rule_settings,
+        settings=settings,
         num_rounds=run.num_rounds,
         eval_every=evaluation.eval_every,
         evaluate=CentralEvaluation(model, evaluate) if evaluate is not None else None,
@@ -139,7 +135,7 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
         run_config=dict(cfg),
     )
     averaged = buffers if cfg.buffers == "average" and buffers.size else None
-    rule = registry.build_rule(cfg, rule_settings)
+    rule = registry.build_rule(cfg, settings)
     return AppStrategy(rule, plan, observers, averaged, cfg.aggregation.weighting, shared=shared_settings(cfg))
 
 

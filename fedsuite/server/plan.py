@@ -14,6 +14,14 @@ from fedsuite.sampling import Sampler
 from strategies.base import RuleSettings
 
 
+def rule_settings(cfg, initial_x: np.ndarray) -> RuleSettings:
+    """What a server rule reads from the run config `cfg` (a fedsuite.config.Config), starting from `initial_x`: the
+    one place both the suite's ServerApp and fedsuite.app build it."""
+    return RuleSettings(initial_x=initial_x, sampler=Sampler.from_settings(cfg.sampling), lr=cfg.local.lr,
+                        lr_decay=cfg.local.lr_decay, weighting=cfg.aggregation.weighting,
+                        agg_scale=cfg.aggregation.agg_scale)  # fmt: skip
+
+
 @dataclass
 class RunPlan:
     settings: RuleSettings  # what the algorithm's server rule reads
