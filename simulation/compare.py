@@ -23,20 +23,18 @@ from simulation.experiment import (
     ENGINES,
     Job,
     Outcome,
-    as_interrupted,
-    ignore_signals,
     parse_list,
     resolved,
     run_jobs,
+    run_stoppable,
     shell_command,
-    stop_on_signals,
     validate,
 )
 from simulation.fresh_runs import refuse_resume
 from simulation.presets import describe as describe_config
 from simulation.presets import expand as expand_preset
 from simulation.progress import print_written
-from simulation.run import Interrupted, parse_overrides, preflight
+from simulation.run import parse_overrides, preflight
 
 # comparison.csv's columns; rounds_to stands for one column rounds_to_<t> per target
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
@@ -157,14 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     # the rerun reuses what completed before the stop, and runs the rest
     rerun = shell_command("simulation.compare", given + ([] if "--skip-finished" in given else ["--skip-finished"]))
-    with stop_on_signals():
-        try:
-            return comparison(args, rerun)
-        except (Interrupted, KeyboardInterrupt) as err:
-            ignore_signals()
-            err = as_interrupted(err)
-            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
-            return err.exit_code
+    return run_stoppable(lambda: comparison(args, rerun), rerun)
 
 
 def comparison(args: argparse.Namespace, rerun: str) -> int:

@@ -272,6 +272,19 @@ def as_interrupted(err: BaseException) -> Interrupted:
     return err if isinstance(err, Interrupted) else Interrupted(getattr(err, "signum", signal.SIGINT))
 
 
+def run_stoppable(command: Callable[[], int], rerun: str) -> int:
+    """A study command's body, `command()`, with SIGINT, SIGTERM and SIGHUP stopping it as Ctrl-C does: its exit
+    code, or, when a signal stopped it, the signal's (130, 143, 129) after one line saying how to continue."""
+    with stop_on_signals():
+        try:
+            return command()
+        except (Interrupted, KeyboardInterrupt) as err:
+            ignore_signals()
+            err = as_interrupted(err)
+            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
+            return err.exit_code
+
+
 def mark_interrupted(folder: Path | None, reason: str) -> None:
     """The run in `folder` was stopped: a summary that still says `running` says `interrupted`, and what a
     cut-short write leaves (the reserve, temporary files) goes."""

@@ -28,21 +28,19 @@ from simulation import report
 from simulation.experiment import (
     ENGINES,
     Job,
-    as_interrupted,
     grid_tag,
-    ignore_signals,
     parse_grid,
     parse_list,
     resolved,
     reusable,
     run_jobs,
+    run_stoppable,
     shell_command,
-    stop_on_signals,
     validate,
 )
 from simulation.fresh_runs import refuse_resume
 from simulation.progress import print_written
-from simulation.run import Interrupted, parse_overrides, preflight
+from simulation.run import parse_overrides, preflight
 
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
 
@@ -146,14 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     rerun = shell_command("simulation.sweep", sys.argv[1:] if argv is None else argv)
-    with stop_on_signals():
-        try:
-            return sweep(args, out, rerun)
-        except (Interrupted, KeyboardInterrupt) as err:
-            ignore_signals()
-            err = as_interrupted(err)
-            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
-            return err.exit_code
+    return run_stoppable(lambda: sweep(args, out, rerun), rerun)
 
 
 def sweep(args: argparse.Namespace, out: Path, rerun: str) -> int:

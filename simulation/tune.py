@@ -43,20 +43,18 @@ from simulation.experiment import (
     ENGINE_HELP,
     ENGINES,
     Job,
-    as_interrupted,
-    ignore_signals,
     parse_list,
     parse_value,
     resolved,
     reusable,
     run_jobs,
+    run_stoppable,
     shell_command,
-    stop_on_signals,
 )
 from simulation.experiment import validate as validate_jobs
 from simulation.fresh_runs import refuse_resume
 from simulation.progress import print_written
-from simulation.run import Interrupted, parse_overrides, preflight
+from simulation.run import parse_overrides, preflight
 
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
@@ -525,14 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         print(tunable_table())
         return 0
     rerun = shell_command("simulation.tune", sys.argv[1:] if argv is None else argv)
-    with stop_on_signals():
-        try:
-            return tuning(args, rerun)
-        except (Interrupted, KeyboardInterrupt) as err:
-            ignore_signals()
-            err = as_interrupted(err)
-            print(f"interrupted ({err}); finished runs are kept; rerun to continue: {rerun}", file=sys.stderr)
-            return err.exit_code
+    return run_stoppable(lambda: tuning(args, rerun), rerun)
 
 
 def tuning(args: argparse.Namespace, rerun: str) -> int:
