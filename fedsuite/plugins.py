@@ -23,10 +23,9 @@ built (where a rule without `aggregate` is refused in one line by ServerRule its
 registered, an algorithm is one more name in the registry: config validation, simulation.run/compare/sweep,
 presets, checkpoints and results see no difference.
 
-One limit is Flower's: `flwr run` (and so simulation.run's default engine) passes only run-config keys that the app's
-pyproject.toml [tool.flwr.app.config] lists; the SuperLink refuses a run that overrides any other key ("Key '…' is
-not present in the main dictionary"). A plug-in algorithm runs there at its keys' defaults; to set its keys, use
-the in-process engine (`--engine inprocess` of simulation.compare/sweep) or fedsuite.inprocess.
+Flower's `flwr run` passes only run-config keys that the app's pyproject.toml [tool.flwr.app.config] lists, so a
+plug-in's keys travel in the one built-in key `plugin-config` ("key=value" pairs), which fedsuite.config.resolve
+unpacks; simulation.run packs them itself (docs/own/algorithm.md#plug-in-keys-under-flwr-run).
 """
 
 from __future__ import annotations

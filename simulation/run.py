@@ -141,13 +141,6 @@ def check_writable(path: Path, key: str) -> None:
         raise ConfigError(f"{key}={str(path)!r}: not writable ({err.strerror or err}); choose another folder") from None
 
 
-def client_plan(cfg: Config, dataset):
-    """The run's client-state plan (fedsuite.state_plan), as the ServerApp and the clients will compute it."""
-    from fedsuite.server_app import client_plan as plan_of
-
-    return plan_of(cfg, dataset)
-
-
 def preflight(cfg: Config, quiet: bool = False) -> None:
     """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible, the
     model builds and fits the data; print the client-state estimate of stateful algorithms. Raises ConfigError /
@@ -155,7 +148,7 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     from fedsuite import state
     from fedsuite.data import DatasetNotFound, client_partition, server_dataset, with_data_clients
     from fedsuite.data_checks import check_evaluation_data
-    from fedsuite.server_app import check_model
+    from fedsuite.server_app import check_model, client_plan
 
     check_writable(_absolute(str(cfg["out-dir"])), "out-dir")
     try:
@@ -169,7 +162,7 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
         client_partition(cfg, dataset)
         check_evaluation_data(cfg, dataset)
     check_model(cfg, dataset)
-    plan = client_plan(cfg, dataset)
+    plan = client_plan(cfg, dataset)  # the ServerApp's and the clients' plan
     folder = plan.disk_folder()  # every client writes there: algorithm state, or buffers='local' alone
     if folder is not None:
         check_writable(folder, "client-state-dir")
