@@ -212,18 +212,25 @@ def _marker(path: Path) -> dict[str, Any]:
         return {}
 
 
-def mark_stopped(folder: Path, status: str, reason: str) -> bool:
+def mark_stopped(folder: Path, status: str, reason: str, stopped_at: float | None = None) -> bool:
     """Set a summary that still says `running` to `status` (a driver that outlived its run); True if changed.
+    With `stopped_at` (when the stop began, time.time()), a summary that says `failed` and was written at or after
+    that moment is set too: the failure came of the stop (a simulation worker the stop killed before the ServerApp
+    noticed the signal), and its reason is kept after the new one.
     A full disk is met with the run's reserve; if even so the summary cannot be written it stays as it was
     (whole) and False is returned: the caller says it on the console."""
     path = folder / "summary.json"
     try:
         summary = json.loads(path.read_text())
+        written = path.stat().st_mtime
     except (OSError, ValueError):
         return False
-    if summary.get("status") != "running":
+    if summary.get("status") == "running":
+        summary.update(status=status, reason=reason)
+    elif summary.get("status") == "failed" and stopped_at is not None and written >= stopped_at:
+        summary.update(status=status, reason=f"{reason} (the run then reported: {summary.get('reason')})")
+    else:
         return False
-    summary.update(status=status, reason=reason)
     try:
         _write_with_reserve(folder, path, strict_json(summary, indent=2))
     except OSError:

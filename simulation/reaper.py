@@ -6,9 +6,10 @@ It waits for its standard input to close: the driver holds the other end, and th
 driver exits for any reason. Meanwhile it records the launch's process tree every second (simulation.processes:
 Ray's agents lose the token from their environment, not their place in the tree). Then it stops every process of
 the launch, removes the launch's private FLWR_HOME and Ray folder, marks a summary.json that still says `running`
-as `interrupted`, removes temporary files a cut-short write left in the results folder, and the run's per-run
-client-state folder (in RAM for client-state memory; checkpoints hold their own copies). Each step runs whatever
-the one before met (a full disk must not leave the FLWR_HOME behind).
+as `interrupted` (one that says `failed` too when written after the driver ended: the stop caused that failure),
+removes temporary files a cut-short write left in the results folder, and the run's per-run client-state folder
+(in RAM for client-state memory; checkpoints hold their own copies). Each step runs whatever the one before met
+(a full disk must not leave the FLWR_HOME behind).
 It runs in a session of its own, so a Ctrl-C or a signal to the driver's process group does not reach it.
 """
 
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     left = launch.stop()
     for step in (
         lambda: [shutil.rmtree(p, ignore_errors=True) for p in (flwr_home, ray_dir) if p],
-        lambda: mark_stopped(Path(folder), "interrupted", "the command that started the run ended before the run did"),
+        lambda: mark_stopped(
+            Path(folder), "interrupted", "the command that started the run ended before the run did", stopped_at=ended
+        ),
         lambda: remove_temporaries(Path(folder), older_than=ended),
         lambda: remove_run_state(Path(folder)),
     ):

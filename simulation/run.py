@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -94,6 +95,7 @@ class Interrupted(RuntimeError):
     def __init__(self, signum: int, folder: Path | None = None):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
         self.signum, self.folder = signum, folder
+        self.at = time.time()  # a failure the run reports after this came of the stop (results.mark_stopped)
 
     @property
     def exit_code(self) -> int:
@@ -315,7 +317,7 @@ def run(
         for sig in SIGNAL_EXIT:
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         Launch(token, ray_dir, spare={reaper.pid}).stop()
-        mark_stopped(folder, "interrupted", str(err))
+        mark_stopped(folder, "interrupted", str(err), stopped_at=err.at)
         err.folder = folder
         raise
     finally:

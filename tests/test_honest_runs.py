@@ -147,6 +147,28 @@ def test_mark_stopped_only_touches_a_running_summary(tmp_path):
     assert not mark_stopped(tmp_path / "b", "interrupted", "late signal")
 
 
+
+def test_a_failure_reported_after_the_stop_began_is_an_interruption(tmp_path):
+    """The stop signals every process of a launch at once; when a simulation worker dies before the ServerApp sees
+    its own signal, the run records `failed`. A failure written after the stop began is the stop's doing; one
+    written before it stays a failure, and neither completed nor diverged is ever rewritten."""
+    import time
+
+    before = time.time() - 5
+    recorder = RunRecorder(tmp_path / "late", {}, {}, [], 3)
+    recorder.finish("failed", "round 9: a simulation worker (Ray actor) died")
+    assert not mark_stopped(tmp_path / "late", "interrupted", "SIGKILL")  # no stop time: a failure stays
+    assert mark_stopped(tmp_path / "late", "interrupted", "the driver ended", stopped_at=before)
+    s = json.loads((tmp_path / "late" / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["reason"].startswith("the driver ended") and "Ray actor" in s["reason"]
+    recorder = RunRecorder(tmp_path / "early", {}, {}, [], 3)
+    recorder.finish("failed", "clients failed")
+    assert not mark_stopped(tmp_path / "early", "interrupted", "the driver ended", stopped_at=time.time() + 5)
+    assert json.loads((tmp_path / "early" / "summary.json").read_text())["status"] == "failed"
+    recorder = RunRecorder(tmp_path / "div", {}, {}, [], 3)
+    recorder.finish("diverged", "loss is nan")
+    assert not mark_stopped(tmp_path / "div", "interrupted", "the driver ended", stopped_at=before)
+
 def test_default_run_names_are_unique_within_a_second():
     from fedsuite.results import default_run_name
 

@@ -116,7 +116,7 @@ def test_a_run_killed_mid_round_resumes_from_its_last_checkpoint(tmp_path):
     while summary(tmp_path)["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.3)
     s = summary(tmp_path)
-    assert s["status"] == "interrupted" and s["resume_command"] == checkpoint.resume_command(tmp_path / "r")
+    assert s["status"] == "interrupted" and s["resume_command"] == checkpoint.resume_command(tmp_path / "r"), s
     done = checkpoint.load(tmp_path / "r").server_round
     assert done >= 6 and done % 3 == 0
     target = done + 2
