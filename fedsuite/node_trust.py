@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from fedsuite.config import Config, is_import_path
+from fedsuite.config import Config
 from fedsuite.models import BUILTIN_MODELS
+from fedsuite.schema import is_import_path
 
 ALLOWED_MODULES_KEY = "allowed-modules"
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

@@ -35,11 +35,10 @@ import importlib.metadata
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedsuite.config import Key
-    from fedsuite.registry import Algorithm
+from fedsuite.algorithm import Algorithm
+from fedsuite.schema import COMMON_KEYS, default_refusal
 
 GROUP = "fedsuite.algorithms"
 log = logging.getLogger("fedsuite.plugins")
@@ -112,9 +111,6 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
 
     def refusal(self, algorithm: Any) -> str | None:
         """Why `algorithm` cannot join this registry, in one line, or None."""
-        from fedsuite.config import SCHEMA
-        from fedsuite.registry import Algorithm
-
         if not isinstance(algorithm, Algorithm):
             return f"expected a fedsuite.registry.Algorithm, got {type(algorithm).__name__}"
         name = algorithm.name
@@ -129,10 +125,14 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
             module, sep, cls = str(path).partition(":")
             if not (isinstance(path, str) and sep and module and cls):
                 return f"plug-in algorithm {name!r} refused: {what}={path!r}, expected 'module:Class'"
-        declared = {k.name: (k, "a built-in key") for k in SCHEMA.values()}
+        built_in = {k.name: k for k in COMMON_KEYS}
+        built_in.update({k.name: k for name in self.built_in for k in self._algorithms[name].keys})
+        declared = {k.name: (k, "a built-in key") for k in built_in.values()}
         for other in self._entries().values():
             if other.name != name:
-                declared.update({k.name: (k, f"algorithm {other.name!r}") for k in other.keys if k.name not in SCHEMA})
+                declared.update(
+                    {k.name: (k, f"algorithm {other.name!r}") for k in other.keys if k.name not in built_in}
+                )
         own = {}
         for key in algorithm.keys:
             if (problem := default_refusal(key)) is not None:
@@ -171,42 +171,14 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
                     self._algorithms[algorithm.name] = algorithm
 
 
-def _allowed(key: Key) -> str:
-    """A key's declared values in words: its choices, or its range."""
-    if key.choices is not None:
-        return f"values {', '.join(map(str, key.choices))}"
-    if key.low is None and key.high is None:
-        return f"any {type(key.default).__name__}"
-    low = "(-inf" if key.low is None else f"{'(' if key.low_open else '['}{key.low:g}"
-    high = "inf)" if key.high is None else f"{key.high:g}{')' if key.high_open else ']'}"
-    return f"range {low}, {high}"
-
-
-def default_refusal(key: Any) -> str | None:
-    """Why a plug-in's run-config key cannot be declared, in one line, or None: not a fedsuite.config.Key, or a
-    default its own check refuses (outside its range or choices), which would make every run fail."""
-    from fedsuite.config import Key
-
-    if not isinstance(key, Key):
-        return f"its keys hold a {type(key).__name__}, expected fedsuite.config.Key"
-    try:
-        _, problem = key.check(key.default)
-    except Exception as err:
-        problem = f"its check raised {_one_line(err)}"
-    if problem is None:
-        return None
-    return (f"run-config key {key.name!r} declares the default {key.default!r} outside its declared "
-            f"{_allowed(key)} ({problem}); declare a default inside it")  # fmt: skip
-
-
 def class_refusal(algorithm: Algorithm) -> str | None:
     """Why `algorithm`'s classes cannot be used, in one line, or None: `strategy` must import as a subclass of
-    strategies.base.ServerRule that defines `aggregate` and `client` as one of clients.base.FedClient, and each
+    fedsuite.rule.ServerRule that defines `aggregate` and `client` as one of clients.base.FedClient, and each
     constructor must accept
     the arguments its `strategy_args` / `client_args` declare and need no other. Imports both (torch included), so
     `register` runs it and entry points, read by light config validation, do not."""
     from clients.base import FedClient
-    from strategies.base import ServerRule
+    from fedsuite.rule import ServerRule
 
     name = algorithm.name
     halves = (("strategy", algorithm.strategy, algorithm.strategy_args, ServerRule),

@@ -15,7 +15,7 @@ Two ways a preset is applied:
   launch with every preset key written out and `preset-expanded=true`, so the apps do not apply it again.
 `describe` prints a resolved config with where each value came from; `presets_table` is the preset table of
 docs/running/presets.md.
-This module reads fedsuite.config's schema; fedsuite.config imports it only inside `resolve`.
+This module reads the registry's schema (fedsuite/registry.py); fedsuite/config.py's `resolve` applies it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsuite.config import SCHEMA, Config, ConfigError, Scalar, active_schema
+from fedsuite.registry import BUILT_IN_SCHEMA as SCHEMA
+from fedsuite.registry import active_schema
+from fedsuite.schema import ConfigError, Scalar
 
 
 @dataclass(frozen=True)
@@ -407,9 +409,9 @@ def expand(overrides: Mapping) -> tuple[dict, dict]:
 # --- showing presets ---------------------------------------------------------------------------------------------
 
 
-def describe(cfg: Config, from_preset: Mapping, explicit: Mapping) -> str:
-    """The resolved config: every key that differs from its default or was set by the preset or -c, with where
-    its value came from."""
+def describe(cfg: Any, from_preset: Mapping, explicit: Mapping) -> str:
+    """The resolved config `cfg` (a fedsuite.config.Config): every key that differs from its default or was set by
+    the preset or -c, with where its value came from."""
     name = cfg.preset
     head = "run config"
     if name:

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from fedsuite.config import ClientSampling
 
 
 @dataclass(frozen=True)
@@ -25,8 +22,9 @@ class Sampler:
     seed: int = 0
 
     @classmethod
-    def from_settings(cls, sampling: ClientSampling) -> Sampler:
-        """The sampler of a run config's sampling settings (`Sampler.from_settings(cfg.sampling)`)."""
+    def from_settings(cls, sampling: Any) -> Sampler:
+        """The sampler of a run config's sampling settings (`Sampler.from_settings(cfg.sampling)`, a
+        fedsuite.config.ClientSampling)."""
         s = sampling
         return cls(s.num_clients, s.mode, s.clients_per_round, s.participation, s.seed)
 

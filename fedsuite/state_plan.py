@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite import state
+from fedsuite import costs, state
 from fedsuite.config import Config
 from fedsuite.declared import BUFFERS, StateSpec, model_state, units
 
@@ -71,8 +71,7 @@ class StatePlan:
 
 def state_plan(cfg: Config, dim: int, buffer_floats: int) -> StatePlan:
     """The plan of a run with `cfg` for a model of `dim` trainable parameters and `buffer_floats` buffer floats."""
-    from fedsuite import registry
 
-    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
+    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers)
     held = cfg.client_state
     return StatePlan(tuple(specs), cfg.num_clients, dim, buffer_floats, held.mode, held.budget_mb, held.dir)

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsuite import costs
 from fedsuite.config import resolve
 
 __all__ = [
@@ -254,7 +255,6 @@ def check_checkpoint_round_trip(algorithm: str, folder: Path | str | None = None
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="fedsuite-kit-") as tmp:
             return check_checkpoint_round_trip(algorithm, tmp, run_config, stop_after, rounds)
-    from fedsuite.registry import ALGORITHMS
 
     folder = Path(folder)
     cfg = {**PARTIAL, "checkpoint-every": stop_after, **(run_config or {}), "out-dir": str(folder),
@@ -275,7 +275,7 @@ def check_checkpoint_round_trip(algorithm: str, folder: Path | str | None = None
         _checkpointed_client_state(folder / "part"),
     )
     assert identical(clients_full, clients_resumed), f"{algorithm}: after resuming, the client state differs"
-    if ALGORITHMS[algorithm].client_state_vectors(full.plan.run_config):
+    if costs.client_state_vectors(algorithm, full.plan.run_config):
         assert clients_full, f"{algorithm} declares client state but no client wrote any"
     written = [json.loads(line)["round"] for line in (folder / "part" / "rounds.jsonl").read_text().splitlines()]
     assert written == list(range(rounds + 1)), f"{algorithm}: the resumed run's rows are for rounds {written}"
@@ -285,11 +285,10 @@ def check_checkpoint_round_trip(algorithm: str, folder: Path | str | None = None
 def check_communication(algorithm: str, run_config: Mapping[str, Any] | None = None) -> tuple[int, int, int]:
     """In every round, the d-vectors down and up per participating client (and bytes up) measured by the server
     equal what the registry derives from the algorithm's declarations; returns the declaration (down, up, up_some)."""
-    from fedsuite.registry import ALGORITHMS
     from fedsuite.sampling import Sampler
 
     cfg = resolve({**PARTIAL, **(run_config or {}), "algorithm": algorithm})
-    down, up, up_some = ALGORITHMS[algorithm].communication(cfg)
+    down, up, up_some = costs.communication(algorithm, cfg)
     run = run_algorithm(algorithm, dict(cfg))
     sampler = Sampler.from_settings(cfg.sampling)
     size = int(cfg["tracking-clients"]) if "tracking-clients" in cfg else 0
@@ -341,12 +340,11 @@ def check_client_state(algorithm: str, run_config: Mapping[str, Any] | None = No
     between two rounds of some client (the clients trained), and is read back (`self.state.get`) in a client's next
     round. Returns the vectors checked (none for a stateless client)."""
     from fedsuite.inprocess import client_store
-    from fedsuite.registry import ALGORITHMS
     from fedsuite.state import effective
 
     cfg = resolve({**LSQ, "eval-every": 1000, **(run_config or {}), "num-server-rounds": rounds,
                    "algorithm": algorithm})  # fmt: skip
-    names = tuple(spec.name for spec in ALGORITHMS[algorithm].client_state(cfg) if spec.units)
+    names = tuple(spec.name for spec in costs.client_state(algorithm, cfg) if spec.units)
     if not names:
         return ()
     saved: dict[tuple[str, int], list[np.ndarray | None]] = {}  # (vector, partition) → its value after each round

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedsuite.config import Key, Scalar
+from fedsuite.schema import Key, Scalar
 
 SIGNIFICANT_DIGITS = 3  # grid points and drawn values are rounded to this many digits (readable folder names)
 

@@ -13,8 +13,9 @@ import re
 from pathlib import Path
 
 from fedsuite import config
-from fedsuite.config import ALGORITHM_KEYS, COMMON_KEYS, Key
-from fedsuite.registry import ALGORITHMS
+from fedsuite.builtin_algorithms import KEYS as ALGORITHM_KEYS
+from fedsuite.registry import ALGORITHMS, BUILT_IN_SCHEMA
+from fedsuite.schema import COMMON_KEYS, Key
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -103,18 +104,16 @@ def _row(k: Key, extra: str | None = None) -> str:
 
 
 def _users(key: str) -> str:
-    """The built-in algorithms whose server rule or client takes run-config key `key` as an argument, or whose
-    tuning searches it, linked to their pages (a key read through the typed settings names its users in its
-    meaning)."""
+    """The built-in algorithms whose registry entry declares run-config key `key`, or whose tuning searches it,
+    linked to their pages (a common key read through the typed settings names its users in its meaning)."""
     names = [n for n in ALGORITHMS.built_in
-             if key in {**ALGORITHMS[n].strategy_args, **ALGORITHMS[n].client_args}.values()
-             or key in ALGORITHMS[n].tunable]  # fmt: skip
+             if key in {k.name for k in ALGORITHMS[n].keys} or key in ALGORITHMS[n].tunable]  # fmt: skip
     return ", ".join(f"[{n}](../algorithms/{n}.md)" for n in names) or "as its meaning says"
 
 
 def run_config_page() -> str:
     grouped: dict[str, list[Key]] = {FIRST_GROUP: []} | {title: [] for title, _ in GROUPS}
-    for key in COMMON_KEYS:
+    for key in (BUILT_IN_SCHEMA[k.name] for k in COMMON_KEYS):  # `algorithm` with the built-in names
         title = next((t for t, cls in GROUPS if key.name in cls.keys().values()), FIRST_GROUP)
         grouped[title].append(key)
     parts = [

@@ -14,7 +14,7 @@ import numpy as np
 
 from fedsuite.adaptive import TRACKING_KEY
 from fedsuite.declared import Vector
-from strategies.base import Reply, RuleSettings, ServerRule
+from fedsuite.rule import Reply, RuleSettings, ServerRule
 
 
 class FAdam(ServerRule):

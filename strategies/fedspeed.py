@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsuite.declared import Vector
-from strategies.base import Reply, RuleSettings
+from fedsuite.rule import Reply, RuleSettings
 from strategies.feddyn import FedDyn
 
 

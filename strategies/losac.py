@@ -11,7 +11,7 @@ import numpy as np
 
 from clients.losac import DELTA_PHI
 from fedsuite.declared import Vector
-from strategies.base import Reply, RuleSettings, ServerRule
+from fedsuite.rule import Reply, RuleSettings, ServerRule
 
 
 class LoSAC(ServerRule):

@@ -14,7 +14,7 @@ import numpy as np
 
 from clients.mimesvrg import GRADIENT_NAME, GRADIENT_PHASE
 from fedsuite.declared import Vector
-from strategies.base import Answer, Query, Reply, RuleSettings, ServerRule
+from fedsuite.rule import Answer, Query, Reply, RuleSettings, ServerRule
 
 
 class MimeSVRG(ServerRule):

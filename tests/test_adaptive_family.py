@@ -16,11 +16,11 @@ import torch
 from clients.fadamet import FAdamETClient
 from clients.fadamgt import FAdamGTClient
 from clients.mimesvrg import MimeSVRGClient
+from fedsuite import costs
 from fedsuite.adaptive import AdamStep
 from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.local import LocalData, UpdateRule, train_local
 from fedsuite.models import FlatModel
-from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
 from tests import reference_adaptive as refa
 from tests.observing import Rows, Watch
@@ -241,11 +241,11 @@ def test_mimesvrg_client_failing_either_exchange_is_a_failure_of_the_round(phase
 def test_registry_declares_the_fadamet_table_1_communication():
     """Down + up d-vectors per participating client per round; FAdamET/GT at Y = S/2: 3 + 1/2
     (docs/algorithms/index.md)."""
-    per_round = {a: sum(ALGORITHMS[a].vectors) + ALGORITHMS[a].tracking_up / 2 for a in
+    per_round = {a: sum(costs.vectors(a)) + costs.tracking_up(a) / 2 for a in
                  ("fedavg", "scaffold", "localadam", "fedlada", "fadamet", "fadamgt")}  # fmt: skip
     assert per_round == {"fedavg": 2, "scaffold": 4, "localadam": 2, "fedlada": 5, "fadamet": 3.5, "fadamgt": 3.5}
-    assert ALGORITHMS["mimesvrg"].vectors == (3, 2)  # x twice (both exchanges), c; ∇F_i(x^t) and Δ_i
-    assert [ALGORITHMS[a].client_state_vectors(None) for a in ("localadam", "fadamet", "fadamgt")] == [1, 2, 2]
+    assert costs.vectors("mimesvrg") == (3, 2)  # x twice (both exchanges), c; ∇F_i(x^t) and Δ_i
+    assert [costs.client_state_vectors(a, None) for a in ("localadam", "fadamet", "fadamgt")] == [1, 2, 2]
 
 
 @pytest.mark.parametrize("algorithm", ["localadam", "fadamet", "fadamgt", "fedlada", "mimesvrg"])
@@ -253,12 +253,13 @@ def test_measured_communication_matches_the_registry(algorithm):
     rows = Rows()
     cfg = {**BERNOULLI, "algorithm": algorithm, "num-server-rounds": 3, "tracking-clients": 0}
     strategy = run_inprocess(cfg, observers=[rows])
-    algo, sampler = ALGORITHMS[algorithm], Sampler(8, "bernoulli", participation=0.5, seed=0)
+    (down, up_all), up_some = costs.vectors(algorithm), costs.tracking_up(algorithm)
+    sampler = Sampler(8, "bernoulli", participation=0.5, seed=0)
     for row in (r for r in rows.rows if r["round"] > 0):
         cohort = sampler.cohort(row["round"])
-        up = algo.vectors[1] + algo.tracking_up * len(sampler.tracking(row["round"], cohort)) / len(cohort)
+        up = up_all + up_some * len(sampler.tracking(row["round"], cohort)) / len(cohort)
         assert row["replies"] == len(cohort)
-        assert row["vectors_down_per_client"] == algo.vectors[0]
+        assert row["vectors_down_per_client"] == down
         assert row["vectors_up_per_client"] == pytest.approx(up, abs=1e-12)
         assert row["bytes_up_per_client"] == pytest.approx(up * strategy.dim * 4)
 

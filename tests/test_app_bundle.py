@@ -20,6 +20,6 @@ def test_the_app_bundle_is_small_and_holds_no_study_data():
     names = zipfile.ZipFile(io.BytesIO(fab)).namelist()
     assert len(fab) < FAB_MAX_SIZE / 5, f"{len(fab):,} bytes"  # room to grow, far from Flower's limit
     assert not [n for n in names if n.startswith(("docs/", "tests/", "docker/"))]
-    for needed in ("fedsuite/server_app.py", "fedsuite/client_app.py", "strategies/base.py", "clients/base.py"):
+    for needed in ("fedsuite/server_app.py", "fedsuite/client_app.py", "fedsuite/rule.py", "clients/base.py"):
         assert needed in names
     assert "examples/own_model/models.py" in names

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite.config import ALGORITHM_KEYS, COMMON_KEYS
+from fedsuite.builtin_algorithms import KEYS as ALGORITHM_KEYS
 from fedsuite.registry import ALGORITHMS
+from fedsuite.schema import COMMON_KEYS
 from simulation import algorithms
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedsuite.inprocess import run_inprocess
+from fedsuite.rule import Reply, RuleSettings
 from fedsuite.sampling import Sampler
-from strategies.base import Reply, RuleSettings
 from strategies.fedopt import FedAdagrad, FedAdam, FedYogi
 from tests.helpers import LSQ
 

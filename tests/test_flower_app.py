@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedsuite import app as fedsuite_app
-from fedsuite import registry
+from fedsuite import costs, registry
 from fedsuite import testing as kit
 from fedsuite.config import ConfigError, resolve, toml_value
 from fedsuite.data import client_partition, load_dataset
@@ -169,7 +169,7 @@ def test_the_surface_runs_the_suites_algorithm_bit_for_bit(case, tmp_path, reque
         assert kit.identical(np.asarray(surface.rule.state_dict()[name]), np.asarray(value)), name
     if suite.buffers is not None:
         assert surface.buffers is not None and kit.identical(surface.buffers, suite.buffers)
-    stateful = registry.ALGORITHMS[algorithm].client_state() or extra.get("buffers") == "local"
+    stateful = costs.client_state(algorithm) or extra.get("buffers") == "local"
     assert len(list((tmp_path / "state").glob("partition-*.npz"))) == (run_config["num-clients"] if stateful else 0)
 
 

@@ -295,7 +295,7 @@ def test_the_console_filter_cuts_long_lines_and_hides_only_our_own_abort_traceba
     console = sim.ConsoleFilter()
     assert console("x" * 1000).endswith("(cut here; the whole line is in flwr.log)\n")
     abort = ["Traceback (most recent call last):\n", '  File "a.py", line 1\n', "    raise\n",
-             "strategies.base.RunAborted: round 3: …\n"]  # fmt: skip
+             "fedsuite.server.guard.RunAborted: round 3: …\n"]  # fmt: skip
     assert "".join(console(line) for line in abort).startswith("(the ServerApp stopped the run")
     other = ["Traceback (most recent call last):\n", '  File "a.py", line 1\n', "KeyError: 'x'\n"]
     assert "".join(console(line) for line in other) == "".join(other)

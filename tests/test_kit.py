@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsuite import registry
+from fedsuite import costs, registry
 from fedsuite import testing as kit
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
@@ -78,5 +78,5 @@ class LeakyScaffold(Scaffold):
 
 @pytest.mark.parametrize("name", registry.ALGORITHMS.built_in)
 def test_every_built_in_saves_changes_and_reads_back_its_declared_client_state(name):
-    declared = tuple(spec.name for spec in registry.ALGORITHMS[name].client_state() if spec.units)
+    declared = tuple(spec.name for spec in costs.client_state(name) if spec.units)
     assert kit.check_client_state(name) == declared

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsuite import costs
 from fedsuite.config import ConfigError, resolve
 from fedsuite.inprocess import client_store, run_inprocess
 from fedsuite.local import LocalData, StepContext
@@ -193,10 +194,9 @@ def test_agg_scale_is_refused_for_algorithms_outside_the_losac_suite():
 
 
 def test_the_memory_estimate_counts_the_block_table():
-    from fedsuite.registry import ALGORITHMS
 
     cfg = resolve({"algorithm": "losac", "losac-blocks": 5})
-    vectors = ALGORITHMS["losac"].client_state_vectors(cfg)
+    vectors = costs.client_state_vectors("losac", cfg)
     assert vectors == 5 and state_bytes(100, 1000, vectors) == 100 * 1000 * 5 * 4 * 2
 
 

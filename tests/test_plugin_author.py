@@ -19,9 +19,9 @@ from fedsuite import testing as kit
 from fedsuite.config import Key, resolve
 from fedsuite.declared import Vector
 from fedsuite.plugins import AlgorithmRegistry, PluginError
+from fedsuite.rule import RuleSettings, ServerRule
 from fedsuite.sampling import Sampler
 from fedsuite.server.rule_result import RuleResultError
-from strategies.base import RuleSettings, ServerRule
 from strategies.fedavg import FedAvg
 from tests.example_install import CHILD_TIMEOUT, installed_example
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite import registry
+from fedsuite import costs, registry
 from fedsuite.config import ConfigError, Key, active_schema, resolve
 from fedsuite.plugins import GROUP, AlgorithmRegistry, PluginError
 from tests.example_install import CHILD_TIMEOUT, installed_example
@@ -109,8 +109,8 @@ def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_e
     assert set(with_example.built_in) < set(names) and "fedavgm" in names and "broken" not in names
     cfg = resolve({"algorithm": "fedavgm"})
     assert cfg["fedavgm-beta"] == 0.9 and active_schema()["fedavgm-beta"].default == 0.9
-    assert with_example["fedavgm"].communication(cfg) == (1, 1, 0)
-    assert with_example["fedavgm"].client_state_vectors(cfg) == 0
+    assert costs.communication("fedavgm", cfg) == (1, 1, 0)
+    assert costs.client_state_vectors("fedavgm", cfg) == 0
     preset = resolve({"algorithm": "fedavgm", "preset": "fedcm-cifar10-100x10", "fedavgm-beta": 0.5})
     assert (preset["dataset"], preset["fedavgm-beta"]) == ("cifar10", 0.5)  # a preset's common keys apply to it
     with pytest.raises(ConfigError, match=r"fedavgm-beta=-0\.1: must be in \[0, 1\)"):

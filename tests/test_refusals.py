@@ -266,7 +266,7 @@ def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_i
          "strategy='strategies.fedavg:NoSuchRule' cannot be imported (AttributeError: "),
         ("no_such_plugin_module:Rule", "clients.fedavg:FedAvgClient", {}, "cannot be imported (ModuleNotFoundError: "),
         ("numpy:zeros", "clients.fedavg:FedAvgClient", {}, "is a builtin_function_or_method, expected a subclass of "
-         "strategies.base.ServerRule"),
+         "fedsuite.rule.ServerRule"),
         ("strategies.fedavg:FedAvg", "strategies.fedavg:FedAvg", {}, "client='strategies.fedavg:FedAvg' is the class "
          "FedAvg, expected a subclass of clients.base.FedClient"),
         ("strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", {"beta": "server-lr"}, "strategy "

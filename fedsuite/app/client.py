@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from flwr.client import NumPyClient
 
-from fedsuite import registry
+from fedsuite import costs, registry
 from fedsuite.app.node import Data, OwnNode
 from fedsuite.app.settings import SETTINGS_KEY, mismatch, run_config
 from fedsuite.config import ConfigError
@@ -82,7 +82,7 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
     if given is not None and int(given) != num_partitions:
         raise ConfigError(f"num_clients={given}: this client is one of num_partitions={num_partitions}; give both the "
                           "same number")  # fmt: skip
-    specs = registry.ALGORITHMS[cfg.algorithm].client_state(cfg) + model_state(cfg.buffers)
+    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers)
     if specs and state_dir is None:
         names = ", ".join(spec.name for spec in specs)
         raise ConfigError(f"state_dir: algorithm={algorithm!r} keeps client state ({names}) between rounds; give "

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedsuite.config import DATA_FORMATS, Config, ConfigError, is_import_path, with_num_clients
+from fedsuite.config import Config, ConfigError, with_num_clients
 from fedsuite.data.colour import client_coefficients
 from fedsuite.data.datasets import (
     DatasetNotFound,
@@ -29,6 +29,7 @@ from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
 from fedsuite.data.table import load_table
 from fedsuite.data.tabular import Tabular
+from fedsuite.schema import DATA_FORMATS, is_import_path
 
 Dataset = Images | Tabular | SyntheticFederation | OwnDataset
 

@@ -41,6 +41,7 @@ from fedsuite.payload import (
     pack,
 )
 from fedsuite.rounds import Reply
+from fedsuite.rule import ServerRule
 from fedsuite.server import checkpointing
 from fedsuite.server.accounting import RoundLog, start_loss
 from fedsuite.server.buffers import AveragedBuffers
@@ -52,7 +53,6 @@ from fedsuite.server.query import ask
 from fedsuite.server.replies import LOST_WORKER, RejectedReply, describe_failure, failure_details, validate
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
-from strategies.base import ServerRule
 
 log = logging.getLogger("flwr.fedsuite")
 ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state)

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from fedsuite.results import RunRecorder
+from fedsuite.rule import RuleSettings
 from fedsuite.sampling import Sampler
-from strategies.base import RuleSettings
 
 
 def rule_settings(cfg, initial_x: np.ndarray) -> RuleSettings:

@@ -1,0 +1,240 @@
+"""The built-in algorithms: their registry entries, with their run-config keys, own config checks and tuning
+ranges, written exactly as a plug-in writes its own (fedsuite/algorithm.py). fedsuite/registry.py starts from them.
+
+Rule and client classes are named as "module:Class" and imported only when an algorithm is built or its
+declarations are read, so config validation stays light. README's and docs/algorithms/index.md's algorithm tables
+and docs/reference/run-config.md are generated from these entries (`python -m simulation.algorithms --write`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedsuite.algorithm import Algorithm
+from fedsuite.schema import Key, float_list
+from fedsuite.tunable import LogRange, Search
+
+# The built-ins' hyper-parameters, by family; each entry below lists the ones it reads (_keys).
+KEYS: tuple[Key, ...] = (
+    Key("prox-mu", 0.01, "FedProx μ, gradient term μ(x − x^t) (docs/algorithms/fedprox.md)", low=0.0),
+    Key("fedopt-lr", 0.1, "FedAdam/FedYogi/FedAdagrad server lr η_g (docs/algorithms/fedadam.md)", low=0.0,
+        low_open=True),
+    Key("fedopt-beta1", 0.9, "FedOpt β1 (docs/algorithms/fedadam.md)", low=0.0, high=1.0),
+    Key("fedopt-beta2", 0.99, "FedOpt β2 (FedAdam/FedYogi; docs/algorithms/fedadam.md)", low=0.0, high=1.0),
+    Key("fedopt-tau", 0.01, "FedOpt adaptivity τ (docs/algorithms/fedadam.md)", low=0.0, low_open=True),
+    Key("scaffold-option", 2, "SCAFFOLD control-variate update: 2 = from the displacement, 1 = full local pass "
+        "(docs/algorithms/scaffold.md)",
+        low=1, high=2),
+    Key("feddyn-alpha", 0.1, "FedDyn α_d (docs/algorithms/feddyn.md)", low=0.0, low_open=True),
+    Key("dual-storage", "client", "FedDyn/FedSpeed duals held by clients, or mirrored on the server (+1 d down)",
+        ("client", "server")),
+    Key("fedadmm-rho", 0.1, "FedADMM ρ (docs/algorithms/fedadmm.md)", low=0.0, low_open=True),
+    Key("fedadmm-variant", "wang", "FedADMM reading: wang = consensus ADMM (exact), gong = Gong et al. "
+        "(docs/algorithms/fedadmm.md)",
+        ("wang", "gong")),
+    Key("fedcm-alpha", 0.1, "FedCM/MoFedSAM α, weight of the local gradient (docs/algorithms/fedcm.md)", low=0.0,
+        high=1.0, low_open=True),
+    Key("sam-rho", 0.1, "FedSAM/MoFedSAM ascent radius ρ (docs/algorithms/fedsam.md)", low=0.0),
+    Key("fedspeed-mu", 0.1, "FedSpeed prox weight μ = 1/λ (docs/algorithms/fedspeed.md)", low=0.0, low_open=True),
+    Key("fedspeed-rho", 0.1, "FedSpeed normalised ascent radius ρ0 (docs/algorithms/fedspeed.md)", low=0.0),
+    Key("fedspeed-alpha", 1.0, "FedSpeed perturbation weight α: g̃ = (1−α)g1 + αg2 "
+        "(docs/algorithms/fedspeed.md)", low=0.0, high=1.0),
+    Key("fedspeed-dual-agg", "all", "FedSpeed dual aggregation: all = code form, sampled = thesis form "
+        "(docs/algorithms/fedspeed.md)",
+        ("all", "sampled")),
+    Key("fedspeed-ing-zeta", 0.1, "FedSpeed-Ing extrapolation ζ (docs/algorithms/fedspeed-ing.md)", low=0.0),
+    Key("fedspeed-ing-dual-agg", "all", "FedSpeed-Ing dual aggregation: all = as FedSpeed (ζ = 0 is FedSpeed), "
+        "sampled = the thesis' Alg. 3 (docs/algorithms/fedspeed-ing.md)",
+        ("all", "sampled")),
+    Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (docs/algorithms/fedmim.md)"),
+    Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (docs/algorithms/fedmim.md)"),
+    Key("adam-beta1", 0.9, "local Adam β1 of LocalAdam, FAdamET/GT and FedLADA; m is reset every round "
+        "(docs/algorithms/fadamet.md)",
+        low=0.0, high=1.0),
+    Key("adam-beta2", 0.99, "local Adam β2; v_i persists per client (LocalAdam, FAdamET/GT; "
+        "docs/algorithms/fadamet.md)", low=0.0,
+        high=1.0),
+    Key("adam-eps", 1e-8, "local Adam ε in m/(√v̂ + ε) (docs/algorithms/fadamet.md)", low=0.0, low_open=True),
+    Key("tracking-clients", 0, "FAdamET/GT: |Y^t|, sampled clients that refresh y_i each round (at most |S^t|); "
+        "0 = half of the realised cohort, at least 1 (docs/algorithms/fadamet.md)", low=0),
+    Key("losac-phi-scale", "1", "LoSAC server estimate: 1 = ϕ ← ϕ + Σ_S Δϕ_i (exact, ϕ = Σ_N ḡ_n); N/S = the paper's "
+        "eq. (13) factor (docs/algorithms/losac.md)", ("1", "N/S")),
+    Key("prox-penalty", "l1", "LoSAC-Prox/SCAFFOLD-Prox Ψ: l1 = λ‖x‖₁ (soft threshold); nuclear = λ‖X‖_* of every "
+        "matrix-shaped parameter (SVD shrinkage; docs/algorithms/losac-prox.md)", ("l1", "nuclear"), client=True),
+    Key("prox-lambda", 0.01, "λ of the proximal penalty Ψ (LoSAC-Prox, SCAFFOLD-Prox; "
+        "docs/algorithms/losac-prox.md)", low=0.0, client=True),
+    Key("fedlada-alpha", 0.1, "FedLADA α, weight of the local Adam direction against the global g_a "
+        "(docs/algorithms/fedlada.md)",
+        low=0.0, high=1.0),
+)  # fmt: skip
+
+# read by the client through its config rather than a constructor argument (the proximal step's Ψ)
+_PROX_KEYS = ("prox-penalty", "prox-lambda")
+
+
+def _entry(name: str, strategy: str, client: str, section: str, summary: str,
+           strategy_args: Mapping[str, str] | None = None, client_args: Mapping[str, str] | None = None,
+           reads: tuple[str, ...] = (), **more: Any) -> Algorithm:  # fmt: skip
+    """A built-in entry whose `keys` are the built-in keys it reads: those its constructor arguments map to, and
+    `reads` (keys its client takes from the config)."""
+    strategy_args, client_args = dict(strategy_args or {}), dict(client_args or {})
+    names = set(strategy_args.values()) | set(client_args.values()) | set(reads)
+    keys = tuple(key for key in KEYS if key.name in names)
+    return Algorithm(name, strategy, client, section, summary, strategy_args, client_args, keys=keys, **more)
+
+
+def _duals_on_clients_only(values: Mapping[str, Any]) -> str | None:
+    if values.get("dual-storage") == "server":
+        return "dual-storage='server': fedspeed-ing keeps its duals ĝ_i, ǧ_i on the clients; use client"
+    return None
+
+
+def _full_gradient_in_mean_scale(what: str, when: Callable[[Mapping[str, Any]], bool]):
+    """A rule for an algorithm that builds a correction from a full local gradient of the mean loss: under
+    loss-reduction='sum' the steps are |ξ| times larger, so the correction would be off by the batch size."""
+
+    def check(values: Mapping[str, Any]) -> str | None:
+        if values.get("loss-reduction") == "sum" and when(values):
+            return (f"loss-reduction='sum' with {what}: its correction is a full gradient of the mean loss, the steps "
+                    f"are sum-scaled; use loss-reduction='mean'")  # fmt: skip
+        return None
+
+    return check
+
+
+def _fedmim_weights(values: Mapping[str, Any]) -> str | None:
+    """FedMIM's α_j and β_j: as many of each (J ≥ 1), non-negative, Σα_j < 1 (docs/algorithms/fedmim.md)."""
+    if "fedmim-alphas" not in values or "fedmim-betas" not in values:
+        return None
+    try:
+        alphas, betas = float_list(str(values["fedmim-alphas"])), float_list(str(values["fedmim-betas"]))
+    except ValueError:
+        return "fedmim-alphas / fedmim-betas: expected comma-separated numbers such as '0.6,0.3'"
+    if not alphas or len(alphas) != len(betas) or sum(alphas) >= 1.0 or min(alphas + betas) < 0:
+        return (f"fedmim-alphas={values['fedmim-alphas']!r}, fedmim-betas={values['fedmim-betas']!r}: need the same "
+                "number (J ≥ 1) of non-negative weights with sum of alphas < 1")  # fmt: skip
+    return None
+
+
+_SCAFFOLD_OPTION_1 = _full_gradient_in_mean_scale("scaffold-option=1", lambda v: v.get("scaffold-option") == 1)
+_MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True)
+
+
+_FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
+
+_ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
+_TRACKING = {"server_lr": "server-lr", "tracking_clients": "tracking-clients"}
+
+_LOSAC = {"server_lr": "server-lr", "phi_scale": "losac-phi-scale"}
+
+
+_SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-alpha"}
+_MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
+
+# What simulation.tune searches per algorithm (fedsuite.tunable): the local step size and the main hyper-parameter.
+# Value lists follow the grids the sources report where there is one (each algorithm's page), else [choice] values
+# around the seeds' defaults; lr ranges are [choice]: SGD-type local steps 0.005–0.5, Adam-type 3e-4–3e-2.
+_SGD_LR = LogRange(0.005, 0.5)
+_ADAM_LR = LogRange(3e-4, 3e-2)
+_SGD: dict[str, Search] = {"lr": _SGD_LR}
+_FEDPROX_TUNED = {**_SGD, "prox-mu": (0.001, 0.01, 0.1, 0.5, 1.0)}  # the FedProx paper's μ grid
+_FEDOPT_TUNED = {**_SGD, "fedopt-lr": (0.01, 0.03, 0.1, 0.3, 1.0)}  # server η_g (Reddi et al.)
+_FEDDYN_TUNED = {**_SGD, "feddyn-alpha": (0.001, 0.01, 0.1)}  # the FedDyn paper's α grid
+_FEDADMM_TUNED = {**_SGD, "fedadmm-rho": (0.001, 0.01, 0.1, 0.5)}  # ρ: 0.001 … 0.1 as in the sources, and 0.5
+_FEDCM_TUNED = {**_SGD, "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}  # α: the FedCM paper uses 0.05 / 0.1
+_SAM_TUNED = {**_SGD, "sam-rho": (0.01, 0.05, 0.1, 0.2)}  # ρ: the papers use 0.1
+_FEDSPEED_TUNED = {**_SGD, "fedspeed-rho": (0.02, 0.05, 0.1, 0.2)}  # ρ0: FedSpeed thesis Table 4.7, best 0.1
+_FEDSPEED_ING_TUNED = {**_SGD, "fedspeed-ing-zeta": (0.05, 0.1, 0.2, 0.5)}  # the FedSpeed thesis' ζ sweep
+# FedMIM's α pairs (β = 0.9, 0.1 kept) from little momentum (A = 0.6) to Table III's best (A = 0.1) and A = 0.05
+_FEDMIM_TUNED = {**_SGD, "fedmim-alphas": ("0.3,0.1", "0.5,0.2", "0.6,0.3", "0.7,0.25")}
+_ADAM_TUNED = {"lr": _ADAM_LR, "adam-eps": (1e-8, 1e-6, 1e-4, 1e-2)}  # ε: the FAdamET paper uses 1e-8
+_FEDLADA_TUNED = {"lr": _ADAM_LR, "fedlada-alpha": (0.05, 0.1, 0.2, 0.5)}  # FedLADA's α
+_PROX_TUNED = {**_SGD, "prox-lambda": (0.001, 0.01, 0.1)}  # λ: the LoSAC paper tunes it on {1e-3, 1e-2, 1e-1}
+
+
+BUILT_IN: tuple[Algorithm, ...] = (
+    (
+        _entry("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "docs/algorithms/fedavg.md",
+                  "local SGD, server averages displacements", {"server_lr": "server-lr"}, sum_scale=True,
+                  tunable=_SGD),
+        _entry("fedprox", "strategies.fedavg:FedAvg", "clients.fedprox:FedProxClient", "docs/algorithms/fedprox.md",
+                  "FedAvg + client prox term μ(x − x^t)", {"server_lr": "server-lr"}, {"mu": "prox-mu"},
+                  sum_scale=True, tunable=_FEDPROX_TUNED),
+        _entry("fedadam", "strategies.fedopt:FedAdam", "clients.fedavg:FedAvgClient", "docs/algorithms/fedadam.md",
+                  "server Adam on mean displacement, no bias correction", _FEDOPT_ARGS, tunable=_FEDOPT_TUNED),
+        _entry("fedyogi", "strategies.fedopt:FedYogi", "clients.fedavg:FedAvgClient", "docs/algorithms/fedyogi.md",
+                  "server Yogi on mean displacement", _FEDOPT_ARGS, tunable=_FEDOPT_TUNED),
+        _entry("fedadagrad", "strategies.fedopt:FedAdagrad", "clients.fedavg:FedAvgClient",
+                  "docs/algorithms/fedadagrad.md",
+                  "server Adagrad on mean displacement", _FEDOPT_ARGS, tunable=_FEDOPT_TUNED),
+        _entry("scaffold", "strategies.scaffold:Scaffold", "clients.scaffold:ScaffoldClient",
+                  "docs/algorithms/scaffold.md",
+                  "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
+                  {"option": "scaffold-option"}, sum_scale=True, checks=(_SCAFFOLD_OPTION_1,), tunable=_SGD),
+        _entry("feddyn", "strategies.feddyn:FedDyn", "clients.feddyn:FedDynClient", "docs/algorithms/feddyn.md",
+                  "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
+                  {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, tunable=_FEDDYN_TUNED),
+        _entry("fedadmm", "strategies.fedadmm:FedADMM", "clients.fedadmm:FedADMMClient",
+                  "docs/algorithms/fedadmm.md",
+                  "primal-dual: step g + λ_i + ρ(x − x^t); consensus (wang) or gong",
+                  {"variant": "fedadmm-variant", "server_lr": "server-lr"},
+                  {"rho": "fedadmm-rho", "variant": "fedadmm-variant"}, tunable=_FEDADMM_TUNED),
+        _entry("fedcm", "strategies.fedcm:FedCM", "clients.fedcm:FedCMClient", "docs/algorithms/fedcm.md",
+                  "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"},
+                  tunable=_FEDCM_TUNED),
+        _entry("fedsam", "strategies.fedavg:FedAvg", "clients.fedsam:FedSAMClient", "docs/algorithms/fedsam.md",
+                  "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"},
+                  sum_scale=True, tunable=_SAM_TUNED),
+        _entry("mofedsam", "strategies.fedcm:FedCM", "clients.fedsam:MoFedSAMClient", "docs/algorithms/mofedsam.md",
+                  "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
+                  {"alpha": "fedcm-alpha", "rho": "sam-rho"}, tunable=_FEDCM_TUNED),
+        _entry("fedspeed", "strategies.fedspeed:FedSpeed", "clients.fedspeed:FedSpeedClient",
+                  "docs/algorithms/fedspeed.md",
+                  "FedDyn's correction + prox with a normalised SAM gradient",
+                  {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
+                  {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
+                  tunable=_FEDSPEED_TUNED),
+        _entry("fedspeed-ing", "strategies.fedspeed:FedSpeedIng", "clients.fedspeed_ing:FedSpeedIngClient",
+                  "docs/algorithms/fedspeed-ing.md",
+                  "FedSpeed + inertial prox centre x̃ and extrapolated correction (our reading)",
+                  {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
+                  {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
+                  checks=(_duals_on_clients_only,), tunable=_FEDSPEED_ING_TUNED),
+        _entry("fedmim", "strategies.fedmim:FedMIM", "clients.fedmim:FedMIMClient", "docs/algorithms/fedmim.md",
+                  "multi-step inertial momentum: look-ahead gradient, move along a_t",
+                  {**_MIM, "server_lr": "server-lr"}, _MIM, checks=(_fedmim_weights,), tunable=_FEDMIM_TUNED),
+        _entry("localadam", "strategies.fedavg:FedAvg", "clients.localadam:LocalAdamClient",
+                  "docs/algorithms/localadam.md",
+                  "local AMSGrad (m reset per round, no bias correction), client keeps v_i", {"server_lr": "server-lr"},
+                  _ADAM, tunable=_ADAM_TUNED),
+        _entry("fadamet", "strategies.fadam:FAdam", "clients.fadamet:FAdamETClient", "docs/algorithms/fadamet.md",
+                  "LocalAdam + tracking y − y_i added after the Adam moments; Y^t ⊆ S^t refresh y_i", _TRACKING,
+                  _ADAM, tunable=_ADAM_TUNED),
+        _entry("fadamgt", "strategies.fadam:FAdam", "clients.fadamgt:FAdamGTClient", "docs/algorithms/fadamgt.md",
+                  "LocalAdam + tracking y − y_i added to the gradient before the Adam moments", _TRACKING,
+                  _ADAM, tunable=_ADAM_TUNED),
+        _entry("fedlada", "strategies.fedlada:FedLADA", "clients.fedlada:FedLADAClient",
+                  "docs/algorithms/fedlada.md",
+                  "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed from the paper)",
+                  {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, tunable=_FEDLADA_TUNED),
+        _entry("mimesvrg", "strategies.mimesvrg:MimeSVRG", "clients.mimesvrg:MimeSVRGClient",
+                  "docs/algorithms/mimesvrg.md",
+                  "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
+                  sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD),
+        _entry("losac", "strategies.losac:LoSAC", "clients.losac:LoSACClient", "docs/algorithms/losac.md",
+                  "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
+                  _LOSAC, sum_scale=True, tunable=_SGD),
+        _entry("fedsaga", "strategies.fedavg:FedAvg", "clients.fedsaga:FedSagaClient", "docs/algorithms/fedsaga.md",
+                  "LoSAC's loop with the local table only: step G_j − y_ij + mean_j y_ij",
+                  {"server_lr": "server-lr"}, sum_scale=True, tunable=_SGD),
+        _entry("losac-prox", "strategies.losac:LoSAC", "clients.losac_prox:LoSACProxClient",
+                  "docs/algorithms/losac-prox.md",
+                  "LoSAC + proximal step prox_ηΨ (ℓ1 or nuclear norm) after each move",
+                  _LOSAC, reads=_PROX_KEYS, sum_scale=True, tunable=_PROX_TUNED),
+        _entry("scaffold-prox", "strategies.scaffold:Scaffold", "clients.scaffold_prox:ScaffoldProxClient",
+                  "docs/algorithms/scaffold-prox.md", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
+                  {"option": "scaffold-option"}, reads=_PROX_KEYS, sum_scale=True, checks=(_SCAFFOLD_OPTION_1,),
+                  tunable=_PROX_TUNED),
+    )
+)  # fmt: skip
