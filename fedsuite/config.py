@@ -1,9 +1,10 @@
-"""Run-config schema: every key's default, type, range and allowed values, checked before any training.
+"""A run's config: `resolve(run_config)` merges Flower's run config over the schema's defaults and returns a
+`Config`, or raises one `ConfigError` that lists every bad key with what is allowed.
 
-`resolve(run_config)` merges Flower's run config over the defaults and returns a `Config`, or raises one
-`ConfigError` that lists every bad key with what is allowed. Algorithm hyper-parameters are declared here too
-(grouped by the algorithm family that reads them). The schema is the only place a default is written:
-pyproject.toml's `[tool.flwr.app.config]` table (where Flower reads them) is generated from it
+The keys come from the schema of this process (fedsuite/registry.py `active_schema`: the common keys of
+fedsuite/schema.py plus each registered algorithm's own keys, built-ins and plug-ins alike), and each algorithm's
+own checks run after every key passed its check. The schema is the only place a default is written:
+pyproject.toml's `[tool.flwr.app.config]` table (where Flower reads them) is generated from the built-ins' schema
 (`python -m fedsuite.config --write-pyproject`), the run-config reference page docs/reference/run-config.md too
 (simulation.algorithms).
 A `Config` also carries typed settings objects (`cfg.local`, `cfg.evaluation`, …) for the groups the code reads.

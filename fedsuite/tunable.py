@@ -1,6 +1,6 @@
 """What a tuning search may try for one run-config key: a log range or a list of values.
 
-An algorithm declares its tunable keys in the registry (`Algorithm.tunable`, fedsuite/registry.py), e.g.
+An algorithm declares its tunable keys in the registry (`Algorithm.tunable`, fedsuite/algorithm.py), e.g.
 `{"lr": LogRange(0.005, 0.5), "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}`. A grid search tries the declared values
 (a log range's `points` geometric points); a budgeted search (Optuna, simulation/tune.py) draws from the log range
 and picks among listed values. Every value a search can produce must pass the key's own schema check; `problem`
