@@ -14,7 +14,7 @@ import torch
 from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
-from fedsuite import checkpoint, registry, state
+from fedsuite import checkpoint, state
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.data_checks import check_evaluation_data
@@ -23,9 +23,10 @@ from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.server.adapter import RuleStrategy
+from fedsuite.server.compose import compose_strategy, run_plan
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server.plan import RunPlan, rule_settings
+from fedsuite.server.plan import RunPlan
 from fedsuite.state_plan import StatePlan, state_plan
 from fedsuite.tracking import launch_group, tracking_observers
 
@@ -136,26 +137,15 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         cfg["algorithm"], cfg["dataset"], cfg.model, x0.size, cfg["num-clients"], _partition_text(cfg),
         _sampling_text(cfg), cfg["num-server-rounds"], device,
     )  # fmt: skip
-    settings = rule_settings(cfg, x0)
-    return RunPlan(
-        settings=settings,
-        num_rounds=run.num_rounds,
-        eval_every=cfg.evaluation.eval_every,
+    return run_plan(
+        cfg,
+        x0,
         evaluate=central_evaluator(cfg, dataset, device),
         validate=validation_evaluator(cfg, dataset, device),
-        federated=cfg.evaluation.federated,
-        eval_clients=cfg.evaluation.eval_clients,
-        seed=cfg.seed,
         recorder=recorder,
-        min_replies=run.min_replies,
-        divergence_factor=run.divergence_factor,
-        algorithm=cfg.algorithm,
-        client_mapping=run.client_mapping,
         client_state_root=state_root,
         run_id=run_id,
         state_key=state_key,
-        checkpoint_every=run.checkpoint_every,
-        run_config=dict(cfg),
         start_round=resume.server_round if resume else 0,
         resume=resume,
     )
@@ -164,13 +154,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
 def build_strategy(cfg: Config, plan: RunPlan, observers: list[RoundObserver] | tuple = ()) -> RuleStrategy:
     """The algorithm's server rule as a Flower strategy for `plan`, set to the checkpoint's state when the run
     resumes."""
-    buffers = averaged_buffers(cfg, server_dataset(cfg))
-    strategy = RuleStrategy(
-        registry.build_rule(cfg, plan.settings), plan, observers, buffers, cfg.aggregation.weighting
-    )
-    if plan.resume is not None:
-        checkpoint.restore(strategy, plan.resume, plan.client_state_root)
-    return strategy
+    return compose_strategy(cfg, plan, observers, averaged_buffers(cfg, server_dataset(cfg)))
 
 
 def resume_folder(cfg: Config) -> Path:

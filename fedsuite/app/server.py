@@ -17,16 +17,15 @@ import numpy as np
 import torch
 from flwr.server import ServerAppComponents, ServerConfig
 
-from fedsuite import registry
 from fedsuite.app.node import evaluation_copy
 from fedsuite.app.settings import SETTINGS_KEY, run_config, shared_settings
 from fedsuite.config import Config, ConfigError
 from fedsuite.models import float_buffers, trainable
 from fedsuite.results import RunRecorder
 from fedsuite.server.adapter import RuleStrategy
+from fedsuite.server.compose import compose_strategy, run_plan
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server.plan import RunPlan, rule_settings
 
 Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
 
@@ -117,26 +116,15 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
     if evaluate is None and evaluation.mode == "both":
         raise ConfigError("evaluation='both': give strategy(evaluate=...) for the central half, or use 'federated'")
     x0, buffers = initial_state(model)
-    settings = rule_settings(cfg, x0)
-    run = cfg.run_control
-    plan = RunPlan(
-        settings=settings,
-        num_rounds=run.num_rounds,
-        eval_every=evaluation.eval_every,
+    plan = run_plan(
+        cfg,
+        x0,
         evaluate=CentralEvaluation(model, evaluate) if evaluate is not None else None,
-        federated=evaluation.federated,
-        eval_clients=evaluation.eval_clients,
-        seed=cfg.seed,
         recorder=_recorder(cfg, results, model, x0) if results is not None else None,
-        min_replies=run.min_replies,
-        divergence_factor=run.divergence_factor,
-        algorithm=cfg.algorithm,
-        client_mapping="fixed",
-        run_config=dict(cfg),
+        client_mapping="fixed",  # one SuperNode per partition
     )
     averaged = buffers if cfg.buffers == "average" and buffers.size else None
-    rule = registry.build_rule(cfg, settings)
-    return AppStrategy(rule, plan, observers, averaged, cfg.aggregation.weighting, shared=shared_settings(cfg))
+    return compose_strategy(cfg, plan, observers, averaged, AppStrategy, shared=shared_settings(cfg))
 
 
 def server_components(strategy: RuleStrategy) -> ServerAppComponents:

@@ -1,0 +1,57 @@
+"""The composition root of a run's server side: one function builds the plan of a run from its resolved config and
+the pieces that differ by surface, and one builds the strategy from the plan. The suite's ServerApp and the
+in-process engine (fedsuite/server_app.py: x⁰ and evaluation from the run's dataset, its results folder, its
+client-state plan, a checkpoint to resume) and `fedsuite.app` (fedsuite/app/server.py: x⁰ and evaluation from
+the user's model) both go through here, so what a run reads from its config is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from fedsuite import checkpoint, registry
+from fedsuite.server.adapter import RuleStrategy
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server.plan import RunPlan, rule_settings
+
+
+def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
+    """The plan of a run with resolved config `cfg` (a fedsuite.config.Config) starting from `initial_x`: every field
+    the config decides, then `pieces` (evaluate, validate, recorder, the client-state folder and keys, a checkpoint
+    to resume, client_mapping) as the surface provides them."""
+    run, evaluation = cfg.run_control, cfg.evaluation
+    decided = dict(
+        settings=rule_settings(cfg, initial_x),
+        num_rounds=run.num_rounds,
+        eval_every=evaluation.eval_every,
+        federated=evaluation.federated,
+        eval_clients=evaluation.eval_clients,
+        seed=cfg.seed,
+        min_replies=run.min_replies,
+        divergence_factor=run.divergence_factor,
+        algorithm=cfg.algorithm,
+        client_mapping=run.client_mapping,
+        checkpoint_every=run.checkpoint_every,
+        run_config=dict(cfg),
+    )
+    return RunPlan(**{**decided, **pieces})
+
+
+def compose_strategy(
+    cfg,
+    plan: RunPlan,
+    observers: Iterable[RoundObserver] = (),
+    buffers: np.ndarray | None = None,
+    strategy_class: type[RuleStrategy] = RuleStrategy,
+    **strategy_args: Any,
+) -> RuleStrategy:
+    """The algorithm's server rule as a Flower strategy (`strategy_class`) for `plan`; `buffers`: the model's initial
+    buffers when the server averages them. Set to the checkpoint's state when the plan resumes one."""
+    rule = registry.build_rule(cfg, plan.settings)
+    strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting, **strategy_args)
+    if plan.resume is not None:
+        checkpoint.restore(strategy, plan.resume, plan.client_state_root)
+    return strategy
