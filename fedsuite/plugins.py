@@ -201,16 +201,16 @@ def default_refusal(key: Any) -> str | None:
 
 def class_refusal(algorithm: Algorithm) -> str | None:
     """Why `algorithm`'s classes cannot be used, in one line, or None: `strategy` must import as a subclass of
-    strategies.base.ServerRule that defines `aggregate` and `client` as one of clients.base.FedClient, and each
+    strategies.base.ServerRule that defines `aggregate` and `client` as one of fedsuite.client_rule.ClientRule, and each
     constructor must accept
     the arguments its `strategy_args` / `client_args` declare and need no other. Imports both (torch included), so
     `register` runs it and entry points, read by light config validation, do not."""
-    from clients.base import FedClient
+    from fedsuite.client_rule import ClientRule
     from strategies.base import ServerRule
 
     name = algorithm.name
     halves = (("strategy", algorithm.strategy, algorithm.strategy_args, ServerRule),
-              ("client", algorithm.client, algorithm.client_args, FedClient))  # fmt: skip
+              ("client", algorithm.client, algorithm.client_args, ClientRule))  # fmt: skip
     for what, path, args, base in halves:
         module, _, attr = path.partition(":")
         try:
