@@ -9,7 +9,6 @@ the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-pa
 from __future__ import annotations
 
 from clients.localadam import LocalAdamClient
-from fedsuite.adaptive import tracks
 from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule
 
@@ -19,15 +18,15 @@ class FAdamETClient(LocalAdamClient):
     def state_specs(cls, cfg):
         return (Vector("v_i", "float32"), Vector("y_i", "float32"))
 
-    def rule(self, down, config) -> UpdateRule:
-        correction = AddVector(down["y"] - self.state.get("y_i"))
+    def rule(self, ctx) -> UpdateRule:
+        correction = AddVector(ctx.down["y"] - self.state.get("y_i"))
         return UpdateRule(step=self.adam_step(), after_step=(correction,))
 
-    def uplink(self, result, rule, down, config):
-        uplink = super().uplink(result, rule, down, config)
-        if tracks(config, self.node.partition_id):
+    def uplink(self, result, rule, ctx):
+        uplink = super().uplink(result, rule, ctx)
+        if ctx.tracked:
             y_i = self.state.get("y_i")
-            y_new = y_i - down["y"] - uplink["delta"] / (result.steps * float(config["lr"]))
+            y_new = y_i - ctx.down["y"] - uplink["delta"] / (result.steps * ctx.lr)
             uplink["delta_y"] = y_new - y_i
             self.state.set("y_i", y_new)
         return uplink

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from clients.fadamet import FAdamETClient
 from clients.localadam import LocalAdamClient
-from fedsuite.adaptive import GradientSum, tracks
+from fedsuite.adaptive import GradientSum
 from fedsuite.local import AddVector, UpdateRule
 
 
 class FAdamGTClient(LocalAdamClient):
     state_specs = FAdamETClient.state_specs  # v_i and y_i
 
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         gradients = GradientSum(self.node.cfg.local.weight_decay)
-        correction = AddVector(down["y"] - self.state.get("y_i"))
+        correction = AddVector(ctx.down["y"] - self.state.get("y_i"))
         return UpdateRule(clipped=(gradients, correction), step=self.adam_step(), parts={"gradients": gradients})
 
-    def uplink(self, result, rule, down, config):
-        uplink = super().uplink(result, rule, down, config)
-        if tracks(config, self.node.partition_id):
+    def uplink(self, result, rule, ctx):
+        uplink = super().uplink(result, rule, ctx)
+        if ctx.tracked:
             y_new = rule.parts["gradients"].mean()
             uplink["delta_y"] = y_new - self.state.get("y_i")
             self.state.set("y_i", y_new)

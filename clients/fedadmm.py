@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule
 
 
-class FedADMMClient(FedClient):
+class FedADMMClient(ClientRule):
     @classmethod
     def state_specs(cls, cfg):
         lam = Vector("lambda", "float32")
@@ -22,11 +22,11 @@ class FedADMMClient(FedClient):
         super().__init__(node)
         self.rho, self.variant = rho, variant
 
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         clipped, unclipped = self.prox_terms(self.rho)
         return UpdateRule(clipped=(AddVector(self.state.get("lambda"), 1.0), *clipped), unclipped=unclipped)
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         delta = result.x - result.x0
         lam = self.state.get("lambda")
         lam_new = lam + self.rho * delta

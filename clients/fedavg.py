@@ -3,8 +3,8 @@
 Also the client of FedAdam / FedYogi / FedAdagrad (docs/algorithms/fedadam.md), whose difference is all on the server.
 """
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 
 
-class FedAvgClient(FedClient):
+class FedAvgClient(ClientRule):
     pass

@@ -6,14 +6,14 @@ strong momentum); weight decay is not scaled by α. Stateless: new clients can j
 
 from __future__ import annotations
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.local import AddVector, Scale, UpdateRule
 
 
-class FedCMClient(FedClient):
+class FedCMClient(ClientRule):
     def __init__(self, node, alpha: float = 0.1):
         super().__init__(node)
         self.alpha = alpha
 
-    def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(clipped=(Scale(self.alpha), AddVector(down["D"], 1.0 - self.alpha)))
+    def rule(self, ctx) -> UpdateRule:
+        return UpdateRule(clipped=(Scale(self.alpha), AddVector(ctx.down["D"], 1.0 - self.alpha)))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule, RoundContext
 from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule
 
 
-class FedDynClient(FedClient):
+class FedDynClient(ClientRule):
     def __init__(self, node, alpha: float, dual_storage: str = "client"):
         self.alpha, self.dual_storage = alpha, dual_storage
         super().__init__(node)
@@ -27,22 +27,22 @@ class FedDynClient(FedClient):
     def stateful(self) -> bool:
         return self.state is not None
 
-    def dual(self, down) -> torch.Tensor:
+    def dual(self, ctx: RoundContext) -> torch.Tensor:
         """∇L_i (FedSpeed's ĝ_i) at the start of the round."""
-        return self.state.get("dual") if self.stateful else down["h_i"] * -self.alpha
+        return self.state.get("dual") if self.stateful else ctx.down["h_i"] * -self.alpha
 
-    def step_dual(self, down) -> torch.Tensor:
-        return self.dual(down)
+    def step_dual(self, ctx: RoundContext) -> torch.Tensor:
+        return self.dual(ctx)
 
-    def prox_centre(self, down) -> torch.Tensor | None:
+    def prox_centre(self, ctx: RoundContext) -> torch.Tensor | None:
         return None  # x^t
 
-    def rule(self, down, config) -> UpdateRule:
-        clipped, unclipped = self.prox_terms(self.alpha, self.prox_centre(down))
-        return UpdateRule(clipped=(AddVector(self.step_dual(down), -1.0), *clipped), unclipped=unclipped)
+    def rule(self, ctx) -> UpdateRule:
+        clipped, unclipped = self.prox_terms(self.alpha, self.prox_centre(ctx))
+        return UpdateRule(clipped=(AddVector(self.step_dual(ctx), -1.0), *clipped), unclipped=unclipped)
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         delta = result.x - result.x0
         if self.stateful:
-            self.state.set("dual", self.dual(down) - self.alpha * delta)
+            self.state.set("dual", self.dual(ctx) - self.alpha * delta)
         return {"delta": delta}

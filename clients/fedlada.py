@@ -8,19 +8,19 @@ Hyper-parameters: fedlada-alpha α = 0.1 [decision], adam-beta1/-beta2/-eps, η_
 
 from __future__ import annotations
 
-from clients.base import FedClient
 from fedsuite.adaptive import AdamStep
+from fedsuite.client_rule import ClientRule
 from fedsuite.local import AddVector, Scale, UpdateRule
 
 
-class FedLADAClient(FedClient):
+class FedLADAClient(ClientRule):
     def __init__(self, node, alpha: float = 0.1, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-8):
         super().__init__(node)
         self.alpha, self.beta1, self.beta2, self.eps = alpha, beta1, beta2, eps
 
-    def rule(self, down, config) -> UpdateRule:
-        adam = AdamStep(down["v"], self.beta1, self.beta2, self.eps)
-        return UpdateRule(step=adam, after_step=(Scale(self.alpha), AddVector(down["g_a"], 1.0 - self.alpha)))
+    def rule(self, ctx) -> UpdateRule:
+        adam = AdamStep(ctx.down["v"], self.beta1, self.beta2, self.eps)
+        return UpdateRule(step=adam, after_step=(Scale(self.alpha), AddVector(ctx.down["g_a"], 1.0 - self.alpha)))
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         return {"delta": result.x - result.x0, "v": rule.step.v}

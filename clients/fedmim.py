@@ -6,19 +6,19 @@ a_t, b_t come from the server; weight decay is not scaled by A. Stateless client
 
 from __future__ import annotations
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.local import AddVector, LookAhead, Scale, UpdateRule
 
 
-class FedMIMClient(FedClient):
+class FedMIMClient(ClientRule):
     def __init__(self, node, alphas: tuple[float, ...], betas: tuple[float, ...]):
         super().__init__(node)
         self.scale = 1.0 - sum(alphas)
 
-    def rule(self, down, config) -> UpdateRule:
-        lr = float(config["lr"])  # a_t is a displacement: dividing by η_l makes η_l·d move x by exactly a_t
+    def rule(self, ctx) -> UpdateRule:
         return UpdateRule(
-            point=LookAhead(down["b"]),
+            point=LookAhead(ctx.down["b"]),
             clipped=(Scale(self.scale),),
-            unclipped=(AddVector(down["a"], 1.0 / lr),),
+            # a_t is a displacement: dividing by η_l makes η_l·d move x by exactly a_t
+            unclipped=(AddVector(ctx.down["a"], 1.0 / ctx.lr),),
         )

@@ -6,16 +6,16 @@
 
 from __future__ import annotations
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.local import UpdateRule
 from fedsuite.node import ClientNode
 
 
-class FedProxClient(FedClient):
+class FedProxClient(ClientRule):
     def __init__(self, node: ClientNode, mu: float):
         super().__init__(node)
         self.mu = mu
 
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         clipped, unclipped = self.prox_terms(self.mu)
         return UpdateRule(clipped=clipped, unclipped=unclipped)

@@ -15,9 +15,9 @@ from fedsuite.variance import BlockTable
 
 
 class FedSagaClient(LoSACClient):
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         table = self.table()
         return UpdateRule(clipped=(BlockTable(table, torch.stack(table).mean(0), scale=1.0),), batches=self.blocks())
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         return {"delta": result.x - result.x0}

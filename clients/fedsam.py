@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clients.base import FedClient
 from clients.fedcm import FedCMClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.local import SharpnessAware, UpdateRule
 
 
-class FedSAMClient(FedClient):
+class FedSAMClient(ClientRule):
     def __init__(self, node, rho: float):
         super().__init__(node)
         self.rho = rho
 
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         return UpdateRule(point=SharpnessAware(self.rho))
 
 
@@ -27,5 +27,5 @@ class MoFedSAMClient(FedCMClient):
         super().__init__(node, alpha)
         self.rho = rho
 
-    def rule(self, down, config) -> UpdateRule:
-        return replace(super().rule(down, config), point=SharpnessAware(self.rho))
+    def rule(self, ctx) -> UpdateRule:
+        return replace(super().rule(ctx), point=SharpnessAware(self.rho))

@@ -21,11 +21,11 @@ class FedSpeedClient(FedDynClient):
         super().__init__(node, mu, dual_storage)
         self.rho, self.mix, self.dual_agg = rho, mix, dual_agg
 
-    def rule(self, down, config) -> UpdateRule:
-        return replace(super().rule(down, config), point=SharpnessAware(self.rho, self.mix, eps=1e-7))
+    def rule(self, ctx) -> UpdateRule:
+        return replace(super().rule(ctx), point=SharpnessAware(self.rho, self.mix, eps=1e-7))
 
-    def uplink(self, result, rule, down, config):
-        up = super().uplink(result, rule, down, config)
+    def uplink(self, result, rule, ctx):
+        up = super().uplink(result, rule, ctx)
         if self.dual_agg == "sampled" and self.stateful:
             return {"delta_hat": up["delta"] - self.state.get("dual") / self.alpha}
         return up

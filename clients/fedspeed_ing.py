@@ -20,15 +20,15 @@ class FedSpeedIngClient(FedSpeedClient):
     def state_specs(cls, cfg):
         return (Vector("dual", "float32"), Vector("dual_extrapolated", "float32"))  # ĝ_i, ǧ_i
 
-    def step_dual(self, down):
+    def step_dual(self, ctx):
         return self.state.get("dual_extrapolated")
 
-    def prox_centre(self, down):
-        return down["x_tilde"]
+    def prox_centre(self, ctx):
+        return ctx.down["x_tilde"]
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         before = self.state.get("dual").clone()
-        up = super().uplink(result, rule, down, config)
+        up = super().uplink(result, rule, ctx)
         after = self.state.get("dual")
         self.state.set("dual_extrapolated", after + self.zeta * (after - before))
         return up

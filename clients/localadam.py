@@ -8,13 +8,13 @@ Hyper-parameters: adam-beta1 β1 = 0.9, adam-beta2 β2 = 0.99, adam-eps ε = 1e-
 
 from __future__ import annotations
 
-from clients.base import FedClient
 from fedsuite.adaptive import AdamStep
+from fedsuite.client_rule import ClientRule
 from fedsuite.declared import Vector
 from fedsuite.local import UpdateRule
 
 
-class LocalAdamClient(FedClient):
+class LocalAdamClient(ClientRule):
     def __init__(self, node, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-8):
         super().__init__(node)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
@@ -27,9 +27,9 @@ class LocalAdamClient(FedClient):
         """This round's Adam stage, starting from the carried v_i."""
         return AdamStep(self.state.get("v_i"), self.beta1, self.beta2, self.eps)
 
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         return UpdateRule(step=self.adam_step())
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         self.state.set("v_i", rule.step.v)  # the round's final second moment
         return {"delta": result.x - result.x0}

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.declared import Vector
 from fedsuite.local import UpdateRule
-from fedsuite.variance import BlockTable
-
-DELTA_PHI = "delta_phi"
+from fedsuite.variance import DELTA_PHI, BlockTable
 
 
 def table_names(num_blocks: int) -> list[str]:
     return [f"y_{j}" for j in range(num_blocks)]
 
 
-class LoSACClient(FedClient):
+class LoSACClient(ClientRule):
     @classmethod
     def state_specs(cls, cfg):
         return tuple(Vector(name, "float32") for name in table_names(cfg.local.blocks))  # the table y_{i,1..M}
@@ -32,9 +30,9 @@ class LoSACClient(FedClient):
         """y_{i,1..M}, the live state tensors (updated in place by the step)."""
         return [self.state.get(name) for name in table_names(self.node.cfg.local.blocks)]
 
-    def rule(self, down, config) -> UpdateRule:
-        table = BlockTable(self.table(), down["phi"].clone(), scale=float(self.node.num_partitions))
+    def rule(self, ctx) -> UpdateRule:
+        table = BlockTable(self.table(), ctx.down["phi"].clone(), scale=float(self.node.num_partitions))
         return UpdateRule(clipped=(table,), batches=self.blocks(), parts={"table": table})
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         return {"delta": result.x - result.x0, DELTA_PHI: rule.parts["table"].change}

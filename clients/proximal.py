@@ -8,7 +8,7 @@ from fedsuite.variance import proximal_stage
 
 
 class ProximalStep:
-    def rule(self, down, config):
-        rule = super().rule(down, config)
+    def rule(self, ctx):
+        rule = super().rule(ctx)
         rule.proximal = (proximal_stage(self.node.cfg, self.node.model.module),)
         return rule

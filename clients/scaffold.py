@@ -9,12 +9,12 @@ Uplink Δ_i and Δc_i = c_i⁺ − c_i; c_i is persistent client state (zeros on
 
 from __future__ import annotations
 
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule, full_gradient
 
 
-class ScaffoldClient(FedClient):
+class ScaffoldClient(ClientRule):
     @classmethod
     def state_specs(cls, cfg):
         return (Vector("c_i", "float32"),)
@@ -23,14 +23,14 @@ class ScaffoldClient(FedClient):
         super().__init__(node)
         self.option = option
 
-    def rule(self, down, config) -> UpdateRule:
-        return UpdateRule(clipped=(AddVector(down["c"] - self.state.get("c_i")),))
+    def rule(self, ctx) -> UpdateRule:
+        return UpdateRule(clipped=(AddVector(ctx.down["c"] - self.state.get("c_i")),))
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         delta = result.x - result.x0  # taken first: option I reuses the model's live vector
-        c_i, c = self.state.get("c_i"), down["c"]
+        c_i, c = self.state.get("c_i"), ctx.down["c"]
         if self.option == 2:
-            c_new = c_i - c - delta / (result.steps * float(config["lr"]))
+            c_new = c_i - c - delta / (result.steps * ctx.lr)
         else:
             node = self.node
             c_new = full_gradient(node.model, result.x0, node.data, node.loss_fn)

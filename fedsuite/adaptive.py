@@ -20,6 +20,9 @@ from fedsuite.local import StepContext
 from fedsuite.models import FlatModel
 
 TRACKING_KEY = "tracking"  # fit-config key: comma-separated partition ids of Y^t (docs/algorithms/fadamet.md)
+# MimeSVRG's query (docs/algorithms/mimesvrg.md): its phase, and the array that answers it, ∇F_i(x^t)
+GRADIENT_PHASE = "full-gradient"
+GRADIENT_NAME = "full_grad"
 
 
 class AdamStep:

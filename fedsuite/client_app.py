@@ -23,7 +23,7 @@ from dataclasses import replace
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Context
 
-from fedsuite import registry
+from fedsuite.client_adapter import client_for
 from fedsuite.config import resolve
 from fedsuite.data import with_data_clients
 from fedsuite.node import ClientNode
@@ -94,7 +94,7 @@ class Worker(NumPyClient):
         pid = config.get(PARTITION_KEY) if config else None
         key = config.get(STATE_KEY) if config else None
         node = node_for(self.context, None if pid is None else int(pid), None if key is None else str(key))
-        return registry.build_client(node.cfg, node)
+        return client_for(node.cfg, node)
 
     def _partition(self, config) -> int:
         """The partition a message is for (its config's, else the node config's; -1 if neither names one)."""

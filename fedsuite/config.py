@@ -174,7 +174,8 @@ class ClientSampling(Settings):
 
 @dataclass(frozen=True)
 class LocalLoop(Settings):
-    """How a client trains in one round (fedsuite/local.py's train_local, clients/base.py, fedsuite/node.py).
+    """How a client trains in one round (fedsuite/local.py's train_local, fedsuite/client_adapter.py,
+    fedsuite/node.py).
 
     epochs (local-epochs): E, local epochs, used when steps = 0.
     steps (local-steps): K, fixed local steps per round; 0 = epoch mode.

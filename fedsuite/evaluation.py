@@ -1,7 +1,7 @@
 """Evaluation of the broadcast model x^{t+1} (docs/evaluation.md; docs/reference/protocol.md, Metrics): centrally on
 the server's test set (`Evaluator`), on the union of the clients' validation shares (`validation_evaluator`), and by
-the clients on their own held-out data (clients/base.py `evaluate`). One batched pass (`batch_metrics`) serves all
-three."""
+the clients on their own held-out data (fedsuite/client_adapter.py `evaluate`). One batched pass (`batch_metrics`)
+serves all three."""
 
 from __future__ import annotations
 

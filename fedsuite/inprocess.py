@@ -6,9 +6,9 @@ in the run's per-partition files (`client_store` reads them); `keep_client_state
 run for inspection (the caller removes it, e.g. with `remove_client_state`).
 
 Clients run one after the other (Flower's thread pool with one worker), so a run is deterministic, and a client
-lost to the machinery (an exception outside the client's own fit, which clients/base.py turns into an error
-reply) raises LostClient: a test never passes on a silently smaller cohort. Tests and studies watch a run through
-round observers (fedsuite.server.observers), never by replacing strategy methods.
+lost to the machinery (an exception outside the client's own fit, which fedsuite/client_adapter.py turns into an
+error reply) raises LostClient: a test never passes on a silently smaller cohort. Tests and studies watch a run
+through round observers (fedsuite.server.observers), never by replacing strategy methods.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ the registry works. An algorithm that takes a built-in name, or declares a run-c
 declares differently, or declares a key whose default lies outside its own range or choices (every run would
 fail, built-ins included), or maps a constructor argument to a key nobody declares, is refused in one line (a
 warning for an entry point, which is left out, a PluginError for `register`). `register` also imports the two
-classes and refuses, in one line, one that does not import, is not a ServerRule / FedClient subclass, a rule
+classes and refuses, in one line, one that does not import, is not a ServerRule / ClientRule subclass, a rule
 without its own `aggregate`, or a constructor that does not accept the arguments the algorithm maps to keys; entry
 points are read by config validation, which stays light, so their classes are imported when the algorithm is first
 built (where a rule without `aggregate` is refused in one line by ServerRule itself, before any round). Once
@@ -173,16 +173,16 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
 
 def class_refusal(algorithm: Algorithm) -> str | None:
     """Why `algorithm`'s classes cannot be used, in one line, or None: `strategy` must import as a subclass of
-    fedsuite.rule.ServerRule that defines `aggregate` and `client` as one of clients.base.FedClient, and each
+    fedsuite.rule.ServerRule that defines `aggregate` and `client` as one of fedsuite.client_rule.ClientRule, and each
     constructor must accept
     the arguments its `strategy_args` / `client_args` declare and need no other. Imports both (torch included), so
     `register` runs it and entry points, read by light config validation, do not."""
-    from clients.base import FedClient
+    from fedsuite.client_rule import ClientRule
     from fedsuite.rule import ServerRule
 
     name = algorithm.name
     halves = (("strategy", algorithm.strategy, algorithm.strategy_args, ServerRule),
-              ("client", algorithm.client, algorithm.client_args, FedClient))  # fmt: skip
+              ("client", algorithm.client, algorithm.client_args, ClientRule))  # fmt: skip
     for what, path, args, base in halves:
         module, _, attr = path.partition(":")
         try:

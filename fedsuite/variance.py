@@ -19,6 +19,8 @@ import torch
 
 from fedsuite.local import LocalData, StepContext, _batch
 
+DELTA_PHI = "delta_phi"  # LoSAC's uplink array Δϕ_i, the change of the client's table mean (eq. 12)
+
 
 class FixedBlocks:
     """M fixed blocks of a client's local data (the last ones one sample shorter when M does not divide n_i).

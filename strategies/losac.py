@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from clients.losac import DELTA_PHI
 from fedsuite.declared import Vector
 from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.variance import DELTA_PHI
 
 
 class LoSAC(ServerRule):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from clients.mimesvrg import GRADIENT_NAME, GRADIENT_PHASE
+from fedsuite.adaptive import GRADIENT_NAME, GRADIENT_PHASE
 from fedsuite.declared import Vector
 from fedsuite.rule import Answer, Query, Reply, RuleSettings, ServerRule
 

@@ -112,9 +112,9 @@ def test_y_is_the_mean_of_all_client_y_i_after_every_round(algorithm, client, mo
     crashing = sampler.tracking(2, sampler.cohort(2), 1)[0]
     original = client.uplink
 
-    def uplink(self, result, rule, down, config):
-        out = original(self, result, rule, down, config)
-        if self.node.partition_id == crashing and int(config["round"]) == 2:
+    def uplink(self, result, rule, ctx):
+        out = original(self, result, rule, ctx)
+        if self.node.partition_id == crashing and ctx.round == 2:
             raise RuntimeError("client crashed after computing its new y_i and v_i")
         return out
 
@@ -210,11 +210,11 @@ def test_mimesvrg_client_failing_either_exchange_is_a_failure_of_the_round(phase
     cfg = {**PARTIAL, "algorithm": "mimesvrg", "num-server-rounds": 3}
     f = Federation(cfg)
     crashing = f.sampler.cohort(2)[1]
-    name = "full_gradient_reply" if phase == "gradient" else "uplink"
+    name = "answer" if phase == "gradient" else "uplink"
     original = getattr(MimeSVRGClient, name)
 
     def failing(self, *args):
-        if self.node.partition_id == crashing and int(args[-1]["round"]) == 2:
+        if self.node.partition_id == crashing and args[-1].round == 2:
             raise RuntimeError(f"client crashed in the {phase} exchange")
         return original(self, *args)
 

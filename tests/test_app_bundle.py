@@ -20,6 +20,7 @@ def test_the_app_bundle_is_small_and_holds_no_study_data():
     names = zipfile.ZipFile(io.BytesIO(fab)).namelist()
     assert len(fab) < FAB_MAX_SIZE / 5, f"{len(fab):,} bytes"  # room to grow, far from Flower's limit
     assert not [n for n in names if n.startswith(("docs/", "tests/", "docker/"))]
-    for needed in ("fedsuite/server_app.py", "fedsuite/client_app.py", "fedsuite/rule.py", "clients/base.py"):
+    apps = ("fedsuite/server_app.py", "fedsuite/client_app.py", "fedsuite/rule.py", "fedsuite/client_adapter.py")
+    for needed in (*apps, "fedsuite/client_rule.py", "clients/fedavg.py"):
         assert needed in names
     assert "examples/own_model/models.py" in names

@@ -90,10 +90,10 @@ def fail_in_round(monkeypatch, partition: int, server_round: int):
     """Partition `partition` crashes after local training in `server_round` (before its state is saved)."""
     original = ScaffoldClient.uplink
 
-    def uplink(self, result, rule, down, config):
-        if self.node.partition_id == partition and int(config["round"]) == server_round:
+    def uplink(self, result, rule, ctx):
+        if self.node.partition_id == partition and ctx.round == server_round:
             raise RuntimeError("client crashed")
-        return original(self, result, rule, down, config)
+        return original(self, result, rule, ctx)
 
     monkeypatch.setattr(ScaffoldClient, "uplink", uplink)
 

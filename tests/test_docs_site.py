@@ -20,8 +20,8 @@ API = DOCS / "reference" / "api"
 # What the docs' "your own" pages and the developer guide tell users to import.
 PUBLIC_MODULES = (
     "fedsuite.config", "fedsuite.app", "fedsuite.registry", "fedsuite.plugins", "fedsuite.tunable", "fedsuite.rule",
-    "fedsuite.rounds", "clients.base", "fedsuite.local", "fedsuite.declared", "fedsuite.testing", "fedsuite.data.own",
-    "fedsuite.models",
+    "fedsuite.rounds", "fedsuite.client_rule", "fedsuite.local", "fedsuite.declared", "fedsuite.testing",
+    "fedsuite.data.own", "fedsuite.models",
 )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from clients.fedspeed import FedSpeedClient
+from fedsuite.client_rule import RoundContext
 from fedsuite.config import resolve
 from fedsuite.local import LocalData, minibatches, train_local
 from fedsuite.models import FlatModel, build_model, loss_function
@@ -36,7 +37,7 @@ def fedsuite_round(setting, clip: float, scope: str) -> torch.Tensor:
     model = FlatModel(copy.deepcopy(net))
     cfg = resolve({"algorithm": "fedspeed", "dual-storage": "server", "clip-scope": scope})
     client = FedSpeedClient(types.SimpleNamespace(cfg=cfg), MU, RHO, 1.0, dual_storage="server")
-    rule = client.rule({"model": x0, "h_i": h_i}, {"lr": LR})
+    rule = client.rule(RoundContext(round=1, lr=LR, down={"model": x0, "h_i": h_i}))
     result = train_local(model, x0, data, loss_function("classification"), rule, lr=LR, weight_decay=WD,
                          clip_norm=clip, epochs=EPOCHS, steps=0, batch_size=BATCH,
                          generator=torch.Generator().manual_seed(3))  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients.base import FedClient
+from fedsuite.client_adapter import RuleClient, client_for
 from fedsuite.config import ConfigError
 from fedsuite.data.datasets import DEBIAN_FASHION_MNIST, DatasetCorrupt, read_idx
 from fedsuite.inprocess import run_inprocess
@@ -72,14 +72,14 @@ def test_an_exploding_but_finite_loss_stops_the_run_as_diverged(tmp_path):
 
 
 def crash_partitions(monkeypatch, partitions: set[int], server_round: int):
-    original = FedClient._fit
+    original = RuleClient._train
 
     def fit(self, parameters, config):
         if self.node.partition_id in partitions and int(config["round"]) == server_round:
             raise OSError(30, "Read-only file system")
         return original(self, parameters, config)
 
-    monkeypatch.setattr(FedClient, "_fit", fit)
+    monkeypatch.setattr(RuleClient, "_train", fit)
 
 
 def test_too_few_valid_replies_stop_the_run_as_failed(tmp_path, monkeypatch):
@@ -147,7 +147,6 @@ def test_mark_stopped_only_touches_a_running_summary(tmp_path):
     assert not mark_stopped(tmp_path / "b", "interrupted", "late signal")
 
 
-
 def test_a_failure_reported_after_the_stop_began_is_an_interruption(tmp_path):
     """The stop signals every process of a launch at once; when a simulation worker dies before the ServerApp sees
     its own signal, the run records `failed`. A failure written after the stop began is the stop's doing; one
@@ -168,6 +167,7 @@ def test_a_failure_reported_after_the_stop_began_is_an_interruption(tmp_path):
     recorder = RunRecorder(tmp_path / "div", {}, {}, [], 3)
     recorder.finish("diverged", "loss is nan")
     assert not mark_stopped(tmp_path / "div", "interrupted", "the driver ended", stopped_at=before)
+
 
 def test_default_run_names_are_unique_within_a_second():
     from fedsuite.results import default_run_name
@@ -348,7 +348,6 @@ def test_a_round_without_valid_replies_is_a_zero_move_in_the_histories(algorithm
 def test_a_server_client_config_mismatch_is_a_clear_rejection():
     """A client built for another algorithm or another model size refuses to train, saying why (not a shape error
     deep in torch); the server rejects the reply with that line."""
-    from fedsuite import registry
     from fedsuite.config import resolve
     from fedsuite.node import ClientNode
     from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY
@@ -357,7 +356,7 @@ def test_a_server_client_config_mismatch_is_a_clear_rejection():
     _, results = one_round_replies(LSQ)
     assert all("error" not in r.metrics for _, r in results)  # matching configs train
     cfg = resolve({**LSQ, "synthetic-dim": 5})
-    client = registry.build_client(cfg, ClientNode(cfg, 0, 5))
+    client = client_for(cfg, ClientNode(cfg, 0, 5))
     params, config = [np.zeros(8, np.float32)], {"round": 1, "lr": 0.1, ARRAYS_KEY: "model"}
     _, _, metrics = client.fit(params, {**config, ALGORITHM_KEY: "fedavg"})
     assert metrics["error"].startswith("ValueError: configuration mismatch: the server's model has 8 parameters")

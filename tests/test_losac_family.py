@@ -111,10 +111,10 @@ def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | Non
     if crash is not None:
         original = LoSACClient.uplink
 
-        def uplink(self, result, rule, down, config):
-            if self.node.partition_id == crash and int(config["round"]) == 2:
+        def uplink(self, result, rule, ctx):
+            if self.node.partition_id == crash and ctx.round == 2:
                 raise RuntimeError("client crashed")
-            return original(self, result, rule, down, config)
+            return original(self, result, rule, ctx)
 
         monkeypatch.setattr(LoSACClient, "uplink", uplink)
     faults = [reject_in_round(reject, 3)] if reject is not None else []

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients.base import FedClient
 from fedsuite import registry
 from fedsuite import testing as kit
+from fedsuite.client_rule import ClientRule
 from fedsuite.config import Key, resolve
 from fedsuite.declared import Vector
 from fedsuite.plugins import AlgorithmRegistry, PluginError
@@ -31,7 +31,7 @@ HERE = "tests.test_plugin_author"
 
 
 # ---- plug-ins with a mistake each --------------------------------------------------------------------------------
-class UntouchedClient(FedClient):
+class UntouchedClient(ClientRule):
     """Declares a momentum buffer m_i and never touches it."""
 
     @classmethod
@@ -42,7 +42,7 @@ class UntouchedClient(FedClient):
 class ForgetfulClient(UntouchedClient):
     """Reads m_i but never saves a new value: every round starts from zeros."""
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         self.state.get("m_i")
         return {"delta": result.x - result.x0}
 
@@ -50,7 +50,7 @@ class ForgetfulClient(UntouchedClient):
 class ConstantClient(UntouchedClient):
     """Reads m_i and saves the same value every round."""
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         self.state.set("m_i", self.state.get("m_i") * 0 + 1)
         return {"delta": result.x - result.x0}
 
@@ -58,7 +58,7 @@ class ConstantClient(UntouchedClient):
 class UnreadClient(ForgetfulClient):
     """Saves m_i after every round and never reads it back."""
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         self.state.set("m_i", result.x - result.x0)
         return {"delta": result.x - result.x0}
 

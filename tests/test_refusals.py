@@ -268,7 +268,7 @@ def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_i
         ("numpy:zeros", "clients.fedavg:FedAvgClient", {}, "is a builtin_function_or_method, expected a subclass of "
          "fedsuite.rule.ServerRule"),
         ("strategies.fedavg:FedAvg", "strategies.fedavg:FedAvg", {}, "client='strategies.fedavg:FedAvg' is the class "
-         "FedAvg, expected a subclass of clients.base.FedClient"),
+         "FedAvg, expected a subclass of fedsuite.client_rule.ClientRule"),
         ("strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", {"beta": "server-lr"}, "strategy "
          "strategies.fedavg:FedAvg: the constructor does not accept argument 'beta' (run-config key 'server-lr'); "
          "it takes settings, server_lr"),

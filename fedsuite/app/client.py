@@ -1,9 +1,10 @@
-"""The client half for a user's Flower app: a fedsuite algorithm's FedClient on the user's module and data.
+"""The client half for a user's Flower app: a fedsuite algorithm's client on the user's module and data.
 
-The algorithm's own client class (the registry's, clients/) trains on an OwnNode (fedsuite.app.node); OwnClient wraps
-it to check, before it trains, that the message is for this node's partition and that the server runs with the same
-settings (a check that fails, like a failed fit, becomes an error reply, which the server rejects and logs in one
-line; it never raises into Flower); it evaluates on the user's test data with the algorithm client's own evaluate.
+The algorithm's own client rule (the registry's, clients/) trains on an OwnNode (fedsuite.app.node) behind the
+suite's adapter (fedsuite/client_adapter.py); OwnClient wraps it to check, before it trains, that the message is
+for this node's partition and that the server runs with the same settings (a check that fails, like a failed fit,
+becomes an error reply, which the server rejects and logs in one line; it never raises into Flower); it evaluates
+on the user's test data with the algorithm client's own evaluate.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from flwr.client import NumPyClient
 
-from fedsuite import costs, registry
+from fedsuite import costs
 from fedsuite.app.node import Data, OwnNode
 from fedsuite.app.settings import SETTINGS_KEY, mismatch, run_config
+from fedsuite.client_adapter import client_for
 from fedsuite.config import ConfigError
 from fedsuite.declared import model_state
 from fedsuite.device import pick_device
@@ -30,7 +32,7 @@ Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class OwnClient(NumPyClient):
-    """The algorithm's FedClient for one partition, behind the checks a user's app needs (module docstring)."""
+    """The algorithm's client for one partition, behind the checks a user's app needs (module docstring)."""
 
     def __init__(self, fed: NumPyClient, node: OwnNode):
         self.fed, self.node = fed, node
@@ -56,7 +58,7 @@ class OwnClient(NumPyClient):
         return None if shared is None else mismatch(str(shared), self.node.cfg)
 
     def evaluate(self, parameters, config):
-        """The algorithm client's own evaluation (clients/base.py) on the user's test data: (loss, examples,
+        """The algorithm client's own evaluation (fedsuite/client_adapter.py) on the user's test data: (loss, examples,
         {accuracy for integer targets, partition-id}); without test data 0 examples and `empty`=1."""
         return self.fed.evaluate(parameters, config)
 
@@ -94,4 +96,4 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
     node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, store, test)
     if test is not None:
         node.test_data  # noqa: B018 -- bad test data is refused here, before any training
-    return OwnClient(registry.build_client(cfg, node), node)
+    return OwnClient(client_for(cfg, node), node)

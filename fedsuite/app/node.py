@@ -1,4 +1,5 @@
-"""A client node made from a user's own module and data: what an algorithm's FedClient (clients/base.py) reads.
+"""A client node made from a user's own module and data: what an algorithm's client (fedsuite/client_rule.py and
+its adapter, fedsuite/client_adapter.py) reads.
 
 fedsuite's own ClientNode (fedsuite/node.py) builds its model and data from the run config; this one holds the
 user's: their nn.Module (as a FlatModel on the training device), their training data materialised once onto that
@@ -33,7 +34,7 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class OwnData:
-    """What FedClient reads of `node.dataset` (shapes for its messages, the task for evaluation)."""
+    """What the client adapter reads of `node.dataset` (shapes for its messages, the task for evaluation)."""
 
     input_shape: tuple[int, ...]
     num_classes: int
@@ -97,7 +98,7 @@ def describe(data: LocalData) -> OwnData:
 
 @dataclass
 class OwnNode:
-    """The node FedClient reads (fedsuite/node.py ClientNode's interface), made of the user's pieces."""
+    """The node an algorithm's client reads (fedsuite/node.py ClientNode's interface), made of the user's pieces."""
 
     cfg: Config
     partition_id: int
@@ -111,7 +112,7 @@ class OwnNode:
     validation_data = None  # no validation share: the user holds out what they like
 
     def __post_init__(self):
-        self.dataset = self.shapes = describe(self.data)  # FedClient reads both names
+        self.dataset = self.shapes = describe(self.data)  # the client adapter reads both names
         self._x0 = self.model.x.detach().clone()  # before any training: the model as the user built it
         self._buffers0 = self.model.buffers.detach().clone()
 
@@ -123,7 +124,7 @@ class OwnNode:
 
     @property
     def test_data(self) -> LocalData | None:
-        """The user's test data on the training device (what FedClient.evaluate evaluates on), or None."""
+        """The user's test data on the training device (what the client adapter's evaluate evaluates on), or None."""
         return None if self.test is None else materialise(self.test, self.device, "test")
 
     def initial_x(self) -> torch.Tensor:

@@ -29,7 +29,7 @@ def ask(
     def one(pid: int) -> tuple[int, Answer | None]:
         try:
             res = nodes[pid].fit(FitIns(params, {**config, PARTITION_KEY: pid}), None, server_round)
-            if "error" in res.metrics:  # the client's own failure, as clients/base.py reports it
+            if "error" in res.metrics:  # the client's own failure, as fedsuite/client_adapter.py reports it
                 raise ValueError(str(res.metrics["error"]))
             if res.status.code != Code.OK or int(res.metrics.get("partition-id", -1)) != pid:
                 raise ValueError(f"status {res.status.code}, partition-id {res.metrics.get('partition-id')}")

@@ -13,7 +13,7 @@ from flwr.common import FitRes, parameters_to_ndarrays
 from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
 from fedsuite.rounds import Reply
 
-# Client errors (clients/base.py sends "<ExceptionName>: message") that mean local training diverged.
+# Client errors (fedsuite/client_adapter.py sends "<ExceptionName>: message") that mean local training diverged.
 DIVERGENCE_ERRORS = ("FloatingPointError",)
 LOST_WORKER = "ActorDiedError"  # Flower's simulation reports a dead Ray worker this way; it is never replaced
 

@@ -12,7 +12,7 @@ A step stage with persistent state, in three places:
 from __future__ import annotations
 
 import torch
-from clients.base import FedClient
+from fedsuite.client_rule import ClientRule
 from fedsuite.declared import Vector
 from fedsuite.local import StepContext, UpdateRule
 
@@ -28,7 +28,7 @@ class MomentumStep:
         return d.copy_(self.m)  # the move, in the direction's buffer: later stages may edit it, never m
 
 
-class LocalMomentumClient(FedClient):
+class LocalMomentumClient(ClientRule):
     def __init__(self, node, mu: float = 0.9):
         super().__init__(node)
         self.mu = mu
@@ -37,9 +37,9 @@ class LocalMomentumClient(FedClient):
     def state_specs(cls, cfg):
         return (Vector("m_i", "float32"),)
 
-    def rule(self, down, config) -> UpdateRule:
+    def rule(self, ctx) -> UpdateRule:
         return UpdateRule(step=MomentumStep(self.state.get("m_i"), self.mu))
 
-    def uplink(self, result, rule, down, config):
+    def uplink(self, result, rule, ctx):
         self.state.set("m_i", rule.step.m)
         return {"delta": result.x - result.x0}

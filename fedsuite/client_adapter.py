@@ -1,0 +1,250 @@
+"""The one Flower `NumPyClient` of every algorithm: `RuleClient` wraps an algorithm's `ClientRule`
+(fedsuite/client_rule.py) and does everything Flower-shaped around it. `client_for(cfg, node)` builds both.
+
+`fit`: decode the named downlink arrays and the fit config into a `RoundContext`, run the shared local loop with the
+rule's update rule, return the rule's named uplink arrays. A message whose config names a query phase
+(fedsuite.rounds.PHASE_KEY) is a server query instead: the rule's `answer` goes back, nothing trains.
+
+Client state: the server's acknowledgement (the last round it accepted this client's reply) comes first; the state
+is saved only after the uplink is complete and finite, and a save the server then does not accept (a rejected or
+lost reply) is undone at the client's next participation (`fedsuite.state`), so no client's state runs ahead of the
+server's.
+
+The model's buffers (BatchNorm statistics) are handled here, beside every algorithm: with buffers='average' the
+client starts from the server's (the downlink array `buffers`) and returns its own after training (an extra uplink
+array the server averages outside the rule); with buffers='local' they are this client's declared state
+(`fedsuite.declared.model_state`). No rule hook sees them.
+
+A fit or evaluation that fails (an exception, a non-finite uplink, a configuration mismatch) does not raise into
+Flower: it returns an error reply (no arrays; metrics `error` = one line, `traceback` = the full text), which the
+server rejects, logs in one line and writes to the run's clients.log. So the console is not flooded and the server
+knows why.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import torch
+from flwr.client import NumPyClient
+
+from fedsuite import registry
+from fedsuite.adaptive import TRACKING_KEY, tracks
+from fedsuite.client_rule import ClientRule, RoundContext
+from fedsuite.config import Config
+from fedsuite.declared import BUFFERS
+from fedsuite.evaluation import batch_metrics
+from fedsuite.local import train_local
+from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
+from fedsuite.rounds import PHASE_KEY
+
+MAX_TRACEBACK_CHARS = 8000
+# Fit-config entries the adapter decodes or reads itself; the others are the server rule's (RoundContext.scalars).
+DECODED_KEYS = frozenset(
+    {"round", "lr", PHASE_KEY, TRACKING_KEY, ARRAYS_KEY, STATE_ACCEPTED, PARTITION_KEY, STATE_KEY, ALGORITHM_KEY}
+)
+
+
+def round_context(config: Mapping, down: Mapping[str, torch.Tensor], partition_id: int) -> RoundContext:
+    """The RoundContext of a fit message: its config (Flower's wire scalars) and its decoded downlink arrays."""
+    phase = config.get(PHASE_KEY)
+    return RoundContext(
+        round=int(config["round"]),
+        lr=None if phase else float(config["lr"]),
+        down=MappingProxyType(dict(down)),
+        phase=str(phase) if phase else None,
+        tracked=tracks(config, partition_id),
+        scalars=MappingProxyType({k: v for k, v in config.items() if k not in DECODED_KEYS}),
+    )
+
+
+def error_reply(partition_id: int, err: BaseException) -> dict:
+    """The metrics of an error reply: the exception in one line, and the traceback being handled."""
+    message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    details = traceback.format_exc()[-MAX_TRACEBACK_CHARS:]
+    return {"partition-id": partition_id, "error": message, "traceback": details}
+
+
+class RuleClient(NumPyClient):
+    """An algorithm's ClientRule behind Flower's NumPyClient API (module docstring)."""
+
+    def __init__(self, client_rule: ClientRule):
+        self.client_rule = client_rule
+        self.node = client_rule.node
+
+    @property
+    def state(self):
+        """The rule's client state (its declared vectors and, with buffers='local', the model's buffers), or None."""
+        return self.client_rule.state
+
+    # ---- Flower NumPyClient API ------------------------------------------------------------------
+    def get_properties(self, config):
+        return {"partition-id": self.node.partition_id, "num-partitions": self.node.num_partitions}
+
+    def get_parameters(self, config):
+        return [self.node.model.x.detach().cpu().numpy()]
+
+    def fit(self, parameters, config):
+        try:
+            if config.get(PHASE_KEY):
+                return self._answer(parameters, config)
+            return self._train(parameters, config)
+        except Exception as err:
+            return [], 0, error_reply(self.node.partition_id, err)
+
+    def evaluate(self, parameters, config):
+        """The received global model (and averaged buffers, if sent) on this client's held-out test data, and on
+        its validation share when it has one: eval mode, batches of eval-batch-size, no client state touched.
+        Returns (test loss, test examples, {accuracy, val-loss, val-accuracy, n-val, partition-id}); an empty test
+        split returns 0 examples and `empty`=1 (the server skips and counts it); a failure, an error reply."""
+        try:
+            return self._evaluate(parameters, config)
+        except Exception as err:
+            return 0.0, 0, error_reply(self.node.partition_id, err)
+
+    # ---- one training round ----------------------------------------------------------------------
+    def _train(self, parameters, config):
+        node, local = self.node, self.node.cfg.local
+        if self.state is not None and STATE_ACCEPTED in config:
+            self.state.accepted_round = int(config[STATE_ACCEPTED])
+        torch.set_num_threads(local.client_threads)
+        down = self._downlink(parameters, config[ARRAYS_KEY])
+        self._load_buffers(down.pop(BUFFERS.name, None))
+        self._check_match(config, down)
+        node.model.module.train()
+        ctx = round_context(config, down, node.partition_id)
+        rule = self.client_rule.rule(ctx)
+        if rule.batches is None and local.local_batches == "blocks":
+            rule.batches = self.client_rule.blocks()
+        result = train_local(
+            node.model,
+            down["model"],
+            node.data,
+            node.loss_fn,
+            rule,
+            lr=ctx.lr,
+            weight_decay=local.weight_decay,
+            clip_norm=local.clip_norm,
+            loss_reduction=local.loss_reduction,
+            epochs=local.epochs,
+            steps=local.steps,
+            batch_size=local.batch_size,
+            generator=node.generator(ctx.round),
+        )
+        uplink = {**self.client_rule.uplink(result, rule, ctx), **self._buffers_uplink()}
+        for name, value in uplink.items():
+            if not bool(torch.isfinite(value).all()):
+                raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")
+        if self.state is not None:
+            self.state.save(ctx.round if STATE_ACCEPTED in config else None)
+        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in uplink.items()})
+        metrics = {
+            ARRAYS_KEY: names,
+            "partition-id": node.partition_id,
+            "steps": result.steps,
+            "lr": ctx.lr,
+            "loss": result.mean_loss,
+            "compute-seconds": result.seconds,
+        }
+        if result.first_loss is not None:  # the received model's loss before any step (the run guard's reference)
+            metrics["first-loss"] = result.first_loss
+        return arrays, len(node.data), metrics
+
+    # ---- a server query (fedsuite.rounds.Query) --------------------------------------------------
+    def _answer(self, parameters, config):
+        """The rule's answer to the query the config names: its arrays, finite, with the compute time; no client
+        state is touched and nothing trains."""
+        node = self.node
+        torch.set_num_threads(node.cfg.local.client_threads)
+        start = time.perf_counter()
+        ctx = round_context(config, self._downlink(parameters, config[ARRAYS_KEY]), node.partition_id)
+        answer = self.client_rule.answer(ctx)
+        if answer is None:
+            raise ValueError(f"algorithm={node.cfg['algorithm']!r} answers no server query, but was sent the query "
+                             f"{PHASE_KEY}={ctx.phase!r}; give server and clients the same run config")  # fmt: skip
+        for name, value in answer.items():
+            if not bool(torch.isfinite(value).all()):
+                raise FloatingPointError(f"{name} is not finite")
+        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in answer.items()})
+        metrics = {ARRAYS_KEY: names, "partition-id": node.partition_id, "compute-seconds": time.perf_counter() - start}
+        return arrays, len(node.data), metrics
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def _evaluate(self, parameters, config):
+        node = self.node
+        down = self._downlink(parameters, config.get(ARRAYS_KEY, "model"))
+        self._load_buffers(down.pop(BUFFERS.name, None))  # read only: buffers='local' reads this client's own
+        self._check_match(config, down)
+        node.model.x.copy_(down["model"])
+        node.model.module.eval()
+        batch, task = node.cfg.evaluation.eval_batch_size, node.shapes.task
+        metrics: dict = {"partition-id": node.partition_id}
+        validation = node.validation_data
+        if validation is not None and len(validation):
+            val_loss, val_accuracy = batch_metrics(node.model.module, validation.inputs, validation.targets,
+                                                   node.loss_fn, task, batch)  # fmt: skip
+            metrics.update({"val-loss": val_loss, "n-val": len(validation)})
+            if val_accuracy is not None:
+                metrics["val-accuracy"] = val_accuracy
+        test = node.test_data
+        if test is None or not len(test):
+            metrics["empty"] = 1
+            return 0.0, 0, metrics
+        loss, accuracy = batch_metrics(node.model.module, test.inputs, test.targets, node.loss_fn, task, batch)
+        if accuracy is not None:
+            metrics["accuracy"] = accuracy
+        return loss, len(test), metrics
+
+    # ---- the wire and the model's buffers --------------------------------------------------------
+    def _downlink(self, parameters, names) -> dict[str, torch.Tensor]:
+        """The message's arrays by their names (fedsuite.payload), as tensors on the node's device."""
+        device = self.node.device
+        return {k: torch.tensor(v, device=device) for k, v in unpack(parameters, str(names)).items()}
+
+    def _load_buffers(self, sent: torch.Tensor | None) -> None:
+        """The buffers this round trains from: the server's (buffers='average'), this client's own (buffers='local',
+        the initial ones before its first round); buffer-free models have none."""
+        node = self.node
+        buffers = node.model.buffers
+        if not buffers.numel():
+            return
+        if node.cfg.buffers == "local":
+            has = self.state is not None and self.state.has(BUFFERS.name)
+            buffers.copy_(self.state.get(BUFFERS.name) if has else node.initial_buffers())
+        elif sent is not None:
+            buffers.copy_(sent)
+        else:
+            raise ValueError("configuration mismatch: the model has buffers but the server sent none; give server and "
+                             "clients the same model and buffers setting")  # fmt: skip
+
+    def _buffers_uplink(self) -> dict[str, torch.Tensor]:
+        """buffers='average': the trained buffers go back beside the algorithm's arrays; 'local': they are kept."""
+        buffers = self.node.model.buffers
+        if not buffers.numel():
+            return {}
+        if self.node.cfg.buffers == "local":
+            self.state.set(BUFFERS.name, buffers)
+            return {}
+        return {BUFFERS.name: buffers.clone()}
+
+    def _check_match(self, config, down: Mapping[str, torch.Tensor]) -> None:
+        """Server and client must run the same algorithm and model: say so instead of failing on a shape."""
+        cfg, server_algorithm = self.node.cfg, str(config.get(ALGORITHM_KEY, "") or "")
+        if server_algorithm and server_algorithm != cfg["algorithm"]:
+            raise ValueError(f"configuration mismatch: the server runs algorithm={server_algorithm!r}, this client "
+                             f"algorithm={cfg['algorithm']!r}; give both the same run config")  # fmt: skip
+        if down["model"].numel() != self.node.model.dim:
+            raise ValueError(
+                f"configuration mismatch: the server's model has {down['model'].numel():,} parameters, this client's "
+                f"model={cfg.model!r} for dataset={cfg['dataset']!r} (its data: {self.node.dataset.input_shape}, "
+                f"{self.node.dataset.num_classes} classes) has {self.node.model.dim:,}; check model, dataset and "
+                "the node's data-dir"
+            )
+
+
+def client_for(cfg: Config, node) -> RuleClient:
+    """The NumPyClient of `cfg`'s algorithm for `node`: its registered ClientRule (fedsuite.registry) wrapped."""
+    return RuleClient(registry.build_client(cfg, node))
