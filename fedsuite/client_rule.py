@@ -19,19 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
 from fedsuite.declared import StateSpec, model_state
 from fedsuite.local import LocalResult, Transform, UpdateRule, prox_terms
+from fedsuite.schema import Scalar
 from fedsuite.variance import FixedBlocks
-
-if TYPE_CHECKING:
-    from fedsuite.config import Config
-    from fedsuite.node import ClientNode
-
-Scalar = bool | int | float | str
 
 
 @dataclass(frozen=True)
@@ -51,14 +46,14 @@ class RoundContext:
 class ClientRule:
     """An algorithm's client: its declared state, local rule, uplink and query answer (module docstring)."""
 
-    def __init__(self, node: ClientNode):
+    def __init__(self, node: Any):  # a fedsuite.node.ClientNode (fedsuite.app: its own node of the same shape)
         self.node = node
         specs = self.state_specs(node.cfg) + model_state(node.cfg.buffers)
         self.state = node.client_state(specs) if specs else None
 
     # ---- algorithm hooks -------------------------------------------------------------------------
     @classmethod
-    def state_specs(cls, cfg: Config) -> tuple[StateSpec, ...]:
+    def state_specs(cls, cfg: Any) -> tuple[StateSpec, ...]:  # cfg: a resolved fedsuite.config.Config
         """The persistent vectors each client of this algorithm keeps under `cfg` (none: stateless)."""
         return ()
 
