@@ -624,8 +624,8 @@ def toml_value(value: Scalar) -> str:
 def pyproject_config_block() -> str:
     """The run-config table, with the markers and the comment that say where it comes from."""
     lines = [
-        f"{PYPROJECT_BEGIN}: every key with its default, generated from the schema in fedsuite/config.py (the only",
-        f"# place a default is written) by `{WRITE_COMMAND}`; do not edit by hand.",
+        f"{PYPROJECT_BEGIN}: every key with its default, generated from the built-ins' schema (fedsuite/schema.py",
+        f"# and fedsuite/builtin_algorithms.py, where defaults are written) by `{WRITE_COMMAND}`; do not edit by hand.",
         "# Flower reads the defaults from here; tests/test_config.py fails when this table and the schema differ.",
         "[tool.flwr.app.config]",
         *(f"{key.name} = {toml_value(key.default)}" for key in SCHEMA.values()),
