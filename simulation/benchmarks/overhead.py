@@ -6,7 +6,7 @@
 Both paths train the same model from the same initial x on the same cohorts (fedsuite.sampling.Sampler),
 client data (fedsuite.node.ClientNode) and minibatch schedule (fedsuite.local.minibatches with the node's
 per-round generator), then take the plain mean of the client models (FedAvg with server-lr 1):
-- suite: simulation.run.run(...), a real `flwr run` Ray simulation, 1 CPU per client (2 actors on 2 cores);
+- suite: simulation.launcher.launch.run(...), a real `flwr run` Ray simulation, 1 CPU per client (2 actors on 2 cores);
   per-round `round_seconds` (configure_fit → end of evaluate) come from the run's rounds.jsonl;
 - bare 2-proc (the headline baseline, same resources): a pool of 2 spawned processes with 1 torch thread each,
   created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
