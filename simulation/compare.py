@@ -12,29 +12,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedsuite.config import ALGORITHMS, ConfigError
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
-from simulation import report
-from simulation.experiment import (
-    ENGINE_HELP,
-    ENGINES,
-    Job,
-    Outcome,
-    parse_list,
-    resolved,
-    run_jobs,
-    run_stoppable,
-    shell_command,
-    validate,
-)
-from simulation.fresh_runs import refuse_resume
-from simulation.presets import describe as describe_config
-from simulation.presets import expand as expand_preset
-from simulation.progress import print_written
-from simulation.run import parse_overrides, preflight
+from simulation.experiment import report
+from simulation.experiment.engines import ENGINE_HELP, ENGINES
+from simulation.experiment.flags import parse_list
+from simulation.experiment.fresh_runs import refuse_resume
+from simulation.experiment.jobs import Job, Outcome, described, resolved, validate
+from simulation.experiment.runner import run_jobs
+from simulation.experiment.study import Study
+from simulation.launcher.overrides import parse_overrides
+from simulation.launcher.preflight import preflight
+
+if TYPE_CHECKING:
+    from fedsuite.config import Config
 
 # comparison.csv's columns; rounds_to stands for one column rounds_to_<t> per target
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
@@ -140,49 +136,71 @@ def compare(jobs: list[Job], targets: list[float], engine: str, reuse: bool) -> 
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algorithms", required=True, help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
-    parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
-    parser.add_argument("--out", default="results/compare", help="output folder")
-    parser.add_argument("--title", default="", help="plot title")
-    parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen values "
-                        "(-c keys win)")  # fmt: skip
-    parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
-    parser.add_argument("--skip-finished", action="store_true",
-                        help="reuse runs in --out that completed (or diverged) with the same settings")  # fmt: skip
-    args = parser.parse_args(argv)
-    given = list(sys.argv[1:] if argv is None else argv)
-    # the rerun reuses what completed before the stop, and runs the rest
-    rerun = shell_command("simulation.compare", given + ([] if "--skip-finished" in given else ["--skip-finished"]))
-    return run_stoppable(lambda: comparison(args, rerun), rerun)
+@dataclass
+class Plan:
+    """A comparison, checked: its arguments, output folder, algorithms, shared -c keys, jobs and their config."""
+
+    args: argparse.Namespace
+    out: Path
+    algorithms: list[str]
+    shared: dict
+    jobs: list[Job]
+    cfg: Config
 
 
-def comparison(args: argparse.Namespace, rerun: str) -> int:
-    """The command: check everything, run (Interrupted stops it), write the report; its exit code."""
-    out = Path(args.out).resolve()
-    try:
+class Comparison(Study):
+    module = "simulation.compare"
+    bad_input = (ConfigError, FileNotFoundError, ValueError)  # a -c key, --tuned file or the data: exit 2, no run
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--algorithms", required=True, help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
+        parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
+        parser.add_argument("--out", default="results/compare", help="output folder")
+        parser.add_argument("--title", default="", help="plot title")
+        parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen "
+                            "values (-c keys win)")  # fmt: skip
+        parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
+        parser.add_argument("--skip-finished", action="store_true",
+                            help="reuse runs in --out that completed (or diverged) with the same settings")  # fmt: skip
+
+    def rerun_argv(self, argv: list[str]) -> list[str]:
+        """The rerun reuses what completed before the stop, and runs the rest."""
+        return argv + ([] if "--skip-finished" in argv else ["--skip-finished"])
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        out = Path(args.out).resolve()
         algorithms = parse_list(args.algorithms, "--algorithms")
         shared = parse_overrides(args.run_config)
         refuse_resume(shared, "simulation.compare", " with --skip-finished")
         jobs = jobs_for(algorithms, shared, out, read_tuned(args.tuned) if args.tuned else None)
         validate(jobs)  # every setting is checked before the first run starts
         cfg = resolved(shared)
-        print(describe_config(cfg, expand_preset(shared)[1], shared), flush=True)
+        print(described(cfg, shared), flush=True)
         preflight(cfg)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    report.remove_stale(outputs(out))
-    results = compare(jobs, cfg.targets, args.engine, args.skip_finished)
-    command = "python -m simulation.compare --algorithms " + ",".join(algorithms)
-    command += " --engine inprocess" if args.engine == "inprocess" else ""
-    command += "".join(f' -c "{c}"' for c in args.run_config) + (f" --tuned {args.tuned}" if args.tuned else "")
-    command += f" --out {args.out}"
-    title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
-    print(write_report(out, results, cfg.targets, command, title))
-    print_written(outputs(out))
-    return 0 if all(r["status"] == "completed" for r in results) else 1
+        return Plan(args, out, algorithms, shared, jobs, cfg)
+
+    def outputs(self, plan: Plan) -> list[Path]:
+        return outputs(plan.out)
+
+    def run(self, plan: Plan) -> list[dict]:
+        return compare(plan.jobs, plan.cfg.targets, plan.args.engine, plan.args.skip_finished)
+
+    def reproduce(self, plan: Plan) -> str:
+        args = plan.args
+        command = "python -m simulation.compare --algorithms " + ",".join(plan.algorithms)
+        command += " --engine inprocess" if args.engine == "inprocess" else ""
+        command += "".join(f' -c "{c}"' for c in args.run_config) + (f" --tuned {args.tuned}" if args.tuned else "")
+        return command + f" --out {args.out}"
+
+    def report(self, plan: Plan, results: list[dict]) -> str:
+        title = plan.args.title or f"{plan.cfg['dataset']}, {plan.cfg['num-clients']} clients"
+        return write_report(plan.out, results, plan.cfg.targets, self.reproduce(plan), title)
+
+    def exit_code(self, plan: Plan, results: list[dict], rerun: str) -> int:
+        return 0 if all(r["status"] == "completed" for r in results) else 1
+
+
+main = Comparison(__doc__).main
 
 
 if __name__ == "__main__":

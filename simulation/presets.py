@@ -3,16 +3,12 @@ logic live).
 
     python -m simulation.presets            # print the table
     python -m simulation.presets --write    # refresh it in docs/running/presets.md between its markers
-
-`expand` and `describe` are re-exported for simulation.run, simulation.compare and simulation.sweep.
 """
 
 from __future__ import annotations
 
-from fedsuite.presets import describe, expand, presets_table
+from fedsuite.presets import presets_table
 from simulation.algorithms import ROOT, block_command
-
-__all__ = ["BEGIN", "END", "PAGE", "describe", "expand", "generated", "main"]
 
 PAGE = ROOT / "docs" / "running" / "presets.md"
 BEGIN, END = "<!-- generated: python -m simulation.presets --write -->", "<!-- end generated presets -->"

@@ -19,28 +19,26 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedsuite.config import ALGORITHMS, ConfigError
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
-from simulation import report
-from simulation.experiment import (
-    ENGINES,
-    Job,
-    grid_tag,
-    parse_grid,
-    parse_list,
-    resolved,
-    reusable,
-    run_jobs,
-    run_stoppable,
-    shell_command,
-    validate,
-)
-from simulation.fresh_runs import refuse_resume
-from simulation.progress import print_written
-from simulation.run import parse_overrides, preflight
+from simulation.experiment import report
+from simulation.experiment.engines import ENGINES
+from simulation.experiment.flags import grid_tag, parse_grid, parse_list
+from simulation.experiment.fresh_runs import refuse_resume
+from simulation.experiment.jobs import Job, resolved, reusable, validate
+from simulation.experiment.runner import run_jobs
+from simulation.experiment.study import Study
+from simulation.launcher.overrides import parse_overrides
+from simulation.launcher.preflight import preflight
+
+if TYPE_CHECKING:
+    from fedsuite.config import Config
+    from simulation.experiment.jobs import Outcome
 
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
 
@@ -129,27 +127,34 @@ def write_report(out: Path, rows: list[dict], targets: list[float], command: str
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algorithms", help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
-    parser.add_argument("--grid", default="", help='e.g. "lr=0.01,0.05 local-epochs=2,5" (cartesian product)')
-    parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
-    parser.add_argument("--out", default="results/sweep")
-    parser.add_argument("--engine", choices=ENGINES, default="flwr")
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
-    parser.add_argument("--title", default="")
-    parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen values "
-                        "(-c keys win)")  # fmt: skip
-    args = parser.parse_args(argv)
-    out = Path(args.out).resolve()
-    rerun = shell_command("simulation.sweep", sys.argv[1:] if argv is None else argv)
-    return run_stoppable(lambda: sweep(args, out, rerun), rerun)
+@dataclass
+class Plan:
+    """A sweep, checked: its arguments, output folder, algorithms, jobs and the shared settings' config."""
+
+    args: argparse.Namespace
+    out: Path
+    algorithms: list[str]
+    jobs: list[Job]
+    cfg: Config
 
 
-def sweep(args: argparse.Namespace, out: Path, rerun: str) -> int:
-    """The command: check everything, run (Interrupted stops it), write the report; its exit code."""
-    try:
+class Sweep(Study):
+    module = "simulation.sweep"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--algorithms", help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
+        parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
+        parser.add_argument("--grid", default="", help='e.g. "lr=0.01,0.05 local-epochs=2,5" (cartesian product)')
+        parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
+        parser.add_argument("--out", default="results/sweep")
+        parser.add_argument("--engine", choices=ENGINES, default="flwr")
+        parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
+        parser.add_argument("--title", default="")
+        parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen "
+                            "values (-c keys win)")  # fmt: skip
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        out = Path(args.out).resolve()
         if not args.algorithms:
             raise ConfigError("--algorithms: give at least one")
         algorithms = parse_list(args.algorithms, "--algorithms")
@@ -164,23 +169,37 @@ def sweep(args: argparse.Namespace, out: Path, rerun: str) -> int:
         validate(jobs)  # every setting checked before any run
         cfg = resolved(shared)
         preflight(cfg)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    reused = sum(1 for job in jobs if reusable(job))
-    print(f"sweep: {len(jobs)} runs, {reused} ended earlier (completed or diverged) and reused", flush=True)
-    report.remove_stale(outputs(out))
-    outcomes = run_jobs(jobs, args.engine, args.parallel, reuse=True)
-    command = (f"python -m simulation.sweep --algorithms {','.join(algorithms)} --seeds {args.seeds}"
-               + (f' --grid "{args.grid}"' if args.grid else "") + "".join(f' -c "{c}"' for c in args.run_config)
-               + (f" --tuned {args.tuned}" if args.tuned else "")
-               + f" --engine {args.engine} --out {args.out}")  # fmt: skip
-    title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
-    print(write_report(out, aggregate(jobs, cfg.targets), cfg.targets, command, title))
-    print_written(outputs(out))
-    if any(o.status not in ("completed", "diverged") for o in outcomes):  # a diverged run is reused as it is
-        print(f"rerun to try the failed runs again: {rerun}", file=sys.stderr)
-    return 0 if all(o.completed for o in outcomes) else 1
+        return Plan(args, out, algorithms, jobs, cfg)
+
+    def announce(self, plan: Plan) -> None:
+        reused = sum(1 for job in plan.jobs if reusable(job))
+        print(f"sweep: {len(plan.jobs)} runs, {reused} ended earlier (completed or diverged) and reused", flush=True)
+
+    def outputs(self, plan: Plan) -> list[Path]:
+        return outputs(plan.out)
+
+    def run(self, plan: Plan) -> list[Outcome]:
+        return run_jobs(plan.jobs, plan.args.engine, plan.args.parallel, reuse=True)
+
+    def reproduce(self, plan: Plan) -> str:
+        args = plan.args
+        return (f"python -m simulation.sweep --algorithms {','.join(plan.algorithms)} --seeds {args.seeds}"
+                + (f' --grid "{args.grid}"' if args.grid else "") + "".join(f' -c "{c}"' for c in args.run_config)
+                + (f" --tuned {args.tuned}" if args.tuned else "")
+                + f" --engine {args.engine} --out {args.out}")  # fmt: skip
+
+    def report(self, plan: Plan, outcomes: list[Outcome]) -> str:
+        cfg = plan.cfg
+        title = plan.args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
+        return write_report(plan.out, aggregate(plan.jobs, cfg.targets), cfg.targets, self.reproduce(plan), title)
+
+    def exit_code(self, plan: Plan, outcomes: list[Outcome], rerun: str) -> int:
+        if any(o.status not in ("completed", "diverged") for o in outcomes):  # a diverged run is reused as it is
+            print(f"rerun to try the failed runs again: {rerun}", file=sys.stderr)
+        return 0 if all(o.completed for o in outcomes) else 1
+
+
+main = Sweep(__doc__).main
 
 
 if __name__ == "__main__":

@@ -38,23 +38,17 @@ from fedsuite import tuned as tuned_file
 from fedsuite.config import SCHEMA, ConfigError, Scalar, active_schema
 from fedsuite.data_checks import check_evaluation_data
 from fedsuite.tunable import LogRange, Search, describe, grid_values, problem, rounded
-from simulation import report, sweep
-from simulation.experiment import (
-    ENGINE_HELP,
-    ENGINES,
-    Job,
-    parse_list,
-    parse_value,
-    resolved,
-    reusable,
-    run_jobs,
-    run_stoppable,
-    shell_command,
-)
-from simulation.experiment import validate as validate_jobs
-from simulation.fresh_runs import refuse_resume
-from simulation.progress import print_written
-from simulation.run import parse_overrides, preflight
+from simulation import sweep
+from simulation.experiment import report
+from simulation.experiment.engines import ENGINE_HELP, ENGINES
+from simulation.experiment.flags import parse_list, parse_value
+from simulation.experiment.fresh_runs import refuse_resume
+from simulation.experiment.jobs import Job, resolved, reusable
+from simulation.experiment.jobs import validate as validate_jobs
+from simulation.experiment.runner import run_jobs
+from simulation.experiment.study import Study
+from simulation.launcher.overrides import parse_overrides
+from simulation.launcher.preflight import preflight
 
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
@@ -405,8 +399,8 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join([*parts, f"--out {args.out}"])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m simulation.tune", description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The tuning's flags."""
     parser.add_argument("--algorithms", help="comma-separated registered algorithms")
     parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
     parser.add_argument("--seeds", default="0,1", help="search seeds: every trial runs once per seed")
@@ -425,7 +419,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--title", default="")
     parser.add_argument("--list", action="store_true", help="print what every algorithm searches and exit")
     parser.add_argument("--dry-run", action="store_true", help="check the settings, print the plan and exit")
-    return parser
 
 
 def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Search]], Setting, dict, list[int]]:
@@ -517,56 +510,99 @@ def outputs(out: Path, algorithms: Sequence[str]) -> list[Path]:
     return [*search, out / "tuned.toml", *sweep.outputs(out / "final"), out / "tune.md"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.list:
+@dataclass
+class Plan:
+    """A tuning, checked: its arguments, algorithms and their search spaces, the search and the final runs'
+    settings, the final seeds, and where it writes."""
+
+    args: argparse.Namespace
+    algorithms: list[str]
+    spaces: dict[str, dict[str, Search]]
+    setting: Setting
+    final: dict
+    final_seeds: list[int]
+    out: Path
+
+
+@dataclass
+class TuningResult:
+    """What a tuning found: every algorithm's trials and chosen one, the chosen values, the final runs."""
+
+    trials: dict[str, list[Trial]]
+    best: dict[str, Trial | None]
+    values: dict[str, dict]
+    outcomes: list
+    final_text: str
+
+
+class Tuning(Study):
+    module = "simulation.tune"
+    run_errors = (TuneError,)  # a search that cannot be scored (no validation column): one line, exit 2
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_arguments(parser)
+
+    def answer_at_once(self, args: argparse.Namespace) -> int | None:
+        if not args.list:
+            return None
         print(tunable_table())
         return 0
-    rerun = shell_command("simulation.tune", sys.argv[1:] if argv is None else argv)
-    return run_stoppable(lambda: tuning(args, rerun), rerun)
 
-
-def tuning(args: argparse.Namespace, rerun: str) -> int:
-    """The command: plan and check, search, write the choice, run the finals; its exit code."""
-    try:
+    def plan(self, args: argparse.Namespace) -> Plan:
         algorithms, spaces, setting, final, final_seeds = plan(args)
         preflight(resolved(setting.shared))
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print_plan(spaces, setting, args, final_seeds)
-    if args.dry_run:
-        return 0
-    out, command = Path(args.out).resolve(), _command(args)
-    logging.getLogger("optuna").setLevel(logging.WARNING)
-    report.remove_stale(outputs(out, algorithms))
-    try:
-        results = tune(algorithms, spaces, setting, args)
+        return Plan(args, algorithms, spaces, setting, final, final_seeds, Path(args.out).resolve())
+
+    def announce(self, plan: Plan) -> int | None:
+        print_plan(plan.spaces, plan.setting, plan.args, plan.final_seeds)
+        return 0 if plan.args.dry_run else None
+
+    def outputs(self, plan: Plan) -> list[Path]:
+        return outputs(plan.out, plan.algorithms)
+
+    def reproduce(self, plan: Plan) -> str:
+        return _command(plan.args)
+
+    def run(self, plan: Plan) -> TuningResult:
+        """Search, write each algorithm's trials and tuned.toml, run the chosen values on the final seeds."""
+        logging.getLogger("optuna").setLevel(logging.WARNING)
+        setting, out, command = plan.setting, plan.out, self.reproduce(plan)
+        results = tune(plan.algorithms, plan.spaces, setting, plan.args)
         best = {a: chosen(trials, setting.maximize) for a, trials in results.items()}
         for algorithm, trials in results.items():
             write_search(setting.out, algorithm, trials, best[algorithm], setting.column, setting.last)
         values = {a: dict(t.point) for a, t in best.items() if t is not None}
-        tuned_file.write(out / "tuned.toml", values, [
-            f"chosen by: {command}",
-            f"score: mean {setting.column} over the last {setting.last} evaluations, seeds {args.seeds}"])  # fmt: skip
-        final_text = ""
-        final_jobs = [j for a, v in values.items()
-                      for j in sweep.jobs_for([a], [tuple(v.items())], final_seeds, final, out / "final",
-                                              group=stage_group(out / "final"))]  # fmt: skip
-        outcomes = run_jobs(final_jobs, args.engine, args.parallel, reuse=True) if final_jobs else []
-        if final_jobs:
-            cfg = resolved(final)
-            title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients, tuned"
-            final_text = sweep.write_report(out / "final", sweep.aggregate(final_jobs, cfg.targets), cfg.targets,
-                                            command, title)  # fmt: skip
-    except TuneError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    text = summary_markdown(results, best, setting, command, final_text)
-    (out / "tune.md").write_text(text)
-    print(text)
-    print_written(outputs(out, algorithms))
-    return 0 if len(values) == len(algorithms) and all(o.completed for o in outcomes) else 1
+        score = f"score: mean {setting.column} over the last {setting.last} evaluations, seeds {plan.args.seeds}"
+        tuned_file.write(out / "tuned.toml", values, [f"chosen by: {command}", score])
+        outcomes, final_text = run_finals(plan, values, command)
+        return TuningResult(results, best, values, outcomes, final_text)
+
+    def report(self, plan: Plan, tuned: TuningResult) -> str:
+        text = summary_markdown(tuned.trials, tuned.best, plan.setting, self.reproduce(plan), tuned.final_text)
+        (plan.out / "tune.md").write_text(text)
+        return text
+
+    def exit_code(self, plan: Plan, tuned: TuningResult, rerun: str) -> int:
+        return 0 if len(tuned.values) == len(plan.algorithms) and all(o.completed for o in tuned.outcomes) else 1
+
+
+def run_finals(plan: Plan, values: Mapping[str, dict], command: str) -> tuple[list, str]:
+    """The chosen values on the final seeds (no validation split) and their sweep report: the outcomes and the
+    report's text ("" without final runs)."""
+    out, args = plan.out, plan.args
+    final_jobs = [j for a, v in values.items()
+                  for j in sweep.jobs_for([a], [tuple(v.items())], plan.final_seeds, plan.final, out / "final",
+                                          group=stage_group(out / "final"))]  # fmt: skip
+    if not final_jobs:
+        return [], ""
+    outcomes = run_jobs(final_jobs, args.engine, args.parallel, reuse=True)
+    cfg = resolved(plan.final)
+    title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients, tuned"
+    text = sweep.write_report(out / "final", sweep.aggregate(final_jobs, cfg.targets), cfg.targets, command, title)
+    return outcomes, text
+
+
+main = Tuning(__doc__).main
 
 
 if __name__ == "__main__":

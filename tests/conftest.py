@@ -1,6 +1,6 @@
 """Test-session setup: a marker in the environment that every process a test launches inherits, so the checks
 "no process of the launch is left" see only this session's launches, not those of another session running at the
-same time on the machine (`simulation.processes.tagged_processes(env=SESSION)`)."""
+same time on the machine (`simulation.launcher.processes.tagged_processes(env=SESSION)`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A multi-host deployment on one machine: Linux network namespaces joined by veth links to a bridge, one
 namespace per host (the SuperLink's, one per SuperNode), each with its own address on a private subnet that only
 these namespaces share. Every daemon is started through the deploy/ scripts, as a user would, and carries a
-token of its own in its environment, so a test can kill exactly one host's processes (simulation.processes).
+token of its own in its environment, so a test can kill exactly one host's processes (simulation.launcher.processes).
 
 Needs root and iproute2; tests/test_deploy.py skips without them."""
 
@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from fedsuite.results import RUN_TOKEN_ENV
-from simulation.processes import stop_tagged, tagged_processes
+from simulation.launcher.processes import stop_tagged, tagged_processes
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEPLOY = PROJECT / "deploy"

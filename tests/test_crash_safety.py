@@ -163,7 +163,7 @@ def test_the_reaper_removes_flwr_home_when_the_summary_cannot_be_written(tmp_pat
         home, ray = tmp_path / "home", tmp_path / "ray"
         home.mkdir(), ray.mkdir()
         (home / "big").write_bytes(b"x" * 100_000)
-        res = subprocess.run([sys.executable, "-m", "simulation.reaper", "t" * 32, str(disk / "r"), str(home),
+        res = subprocess.run([sys.executable, "-m", "simulation.launcher.reaper", "t" * 32, str(disk / "r"), str(home),
                               str(ray)], input=b"", cwd=PROJECT, capture_output=True, timeout=60)  # fmt: skip
         assert not home.exists() and not ray.exists(), res.stderr
         assert json.loads((disk / "r" / "summary.json").read_text())["status"] == "running"  # whole, if stale
@@ -337,7 +337,7 @@ def launch_on(disk: Path, config: str) -> subprocess.Popen:
 
 
 def test_an_out_dir_that_fills_up_after_round_1_fails_the_run_in_one_line(tmp_path):
-    from simulation.processes import tagged_processes
+    from simulation.launcher.processes import tagged_processes
     from tests.test_run_control import reaper_folders
 
     with small_disk(tmp_path / "disk") as disk:

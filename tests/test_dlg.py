@@ -11,7 +11,7 @@ from torch import nn
 
 from fedsuite import dlg
 from fedsuite.dlg_messages import MESSAGES, available
-from simulation import dlg as study
+from simulation.studies import dlg as study
 
 TASK, CLASSES, FEATURES = "classification", 2, 4
 

@@ -8,8 +8,10 @@ import json
 import pytest
 
 from fedsuite.config import ConfigError
-from simulation import report
-from simulation.experiment import Job, finished, grid_tag, is_finished, parse_grid, run_jobs, validate
+from simulation.experiment import report
+from simulation.experiment.flags import grid_tag, parse_grid
+from simulation.experiment.jobs import Job, finished, is_finished, validate
+from simulation.experiment.runner import run_jobs
 
 TINY = {"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 2, "num-server-rounds": 3}
 

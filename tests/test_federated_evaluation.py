@@ -296,8 +296,8 @@ def test_the_config_resolves_the_target_column():
 # ---- through flwr run (Ray) -------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_flwr_run_with_evaluation_both_writes_central_and_federated_columns(tmp_path, monkeypatch):
-    from simulation import run as sim
-    from simulation.processes import tagged_processes
+    from simulation.launcher import launch as sim
+    from simulation.launcher.processes import tagged_processes
     from tests.conftest import SESSION
 
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))

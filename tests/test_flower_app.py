@@ -31,8 +31,8 @@ from fedsuite.config import ConfigError, resolve, toml_value
 from fedsuite.data import client_partition, load_dataset
 from fedsuite.inprocess import Strict, node_contexts, run_inprocess
 from fedsuite.server.guard import RunAborted
-from simulation import run as sim
-from simulation.processes import new_token, stop_tagged, tagged_processes
+from simulation.launcher import flower as sim
+from simulation.launcher.processes import new_token, stop_tagged, tagged_processes
 from tests.conftest import SESSION
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flower_app"

@@ -22,8 +22,9 @@ import pytest
 
 from fedsuite.inprocess import InProcessProxy, run_inprocess
 from fedsuite.state import SHARED_MEMORY
-from simulation import run as sim
-from simulation.processes import new_token, stop_tagged, tagged_processes
+from simulation.launcher import flower, launch
+from simulation.launcher.processes import new_token, stop_tagged, tagged_processes
+from simulation.launcher.project import PROJECT
 from tests.conftest import SESSION
 
 SHORT = {
@@ -82,7 +83,7 @@ def flwr_home(tmp_path, monkeypatch):
 
 def test_flwr_run_writes_the_results_files(tmp_path, flwr_home):
     """A short Ray run (2NN on Fashion-MNIST, 4 clients, 2 per round, 2 rounds) writes every results file."""
-    folder = sim.run({**SHORT, "out-dir": str(tmp_path / "results")}, quiet=True)
+    folder = launch.run({**SHORT, "out-dir": str(tmp_path / "results")}, quiet=True)
     rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows)
@@ -100,10 +101,10 @@ def test_plain_flwr_run_uses_flowers_default_federation(tmp_path, flwr_home):
     """`flwr run .` as a new user types it: Flower simulates 2 SuperNodes, the default experiment (100 clients,
     10 per round; here 1 round of 1 epoch) runs on them with every sampled client trained."""
     token = new_token()
-    cmd = [sim.flwr_executable(), "run", str(sim.PROJECT), "--stream", "-c",
+    cmd = [flower.flwr_executable(), "run", str(PROJECT), "--stream", "-c",
            f"num-server-rounds=1 local-epochs=1 out-dir='{tmp_path}' run-name='plain'"]  # fmt: skip
     try:
-        proc = subprocess.run(cmd, env=sim.flower_env(token, flwr_home), cwd=sim.PROJECT, capture_output=True,
+        proc = subprocess.run(cmd, env=flower.flower_env(token, flwr_home), cwd=PROJECT, capture_output=True,
                               text=True, timeout=500)  # fmt: skip
     finally:
         stop_tagged(token)  # the detached local SuperLink
@@ -121,7 +122,7 @@ def test_preflight_stops_missing_data_before_flower_starts(tmp_path, flwr_home):
         [sys.executable, "-m", "simulation.run", "-c", args],
         capture_output=True,
         text=True,
-        cwd=sim.PROJECT,
+        cwd=PROJECT,
         timeout=120,
     )
     assert proc.returncode == 2 and "cifar-10-batches-py" in proc.stderr and "data-dir" in proc.stderr
@@ -137,7 +138,7 @@ def test_failed_run_exits_nonzero(tmp_path, flwr_home):
         [sys.executable, "-m", "simulation.run", "--no-preflight", "-c", args],
         capture_output=True,
         text=True,
-        cwd=sim.PROJECT,
+        cwd=PROJECT,
         env=os.environ,
         timeout=300,
     )
@@ -151,7 +152,7 @@ def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_ho
     the trajectory would differ from the in-process run (clients train 3 of 4 per round, so they repeat)."""
     cfg = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 4, "clients-per-round": 3,
            "num-server-rounds": 4, "local-steps": 5, "batch-size": 10, "lr": 0.02, "run-name": "scaffold"}  # fmt: skip
-    folder = sim.run({**cfg, "out-dir": str(tmp_path)}, quiet=True)
+    folder = launch.run({**cfg, "out-dir": str(tmp_path)}, quiet=True)
     ray_error = json.loads((folder / "rounds.jsonl").read_text().splitlines()[-1])["relative_error"]
     strategy = run_inprocess(cfg)
     assert ray_error == pytest.approx(strategy.plan.evaluate(strategy.x)["relative_error"], rel=1e-6)
@@ -173,14 +174,15 @@ def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_ho
 def test_default_experiment_learns(tmp_path, flwr_home):
     """The default experiment (docs/getting-started.md): 100 clients, 10 per round, Dirichlet 0.3, small CNN, 20
     rounds."""
-    folder = sim.run({"out-dir": str(tmp_path), "run-name": "default"}, quiet=True)
+    folder = launch.run({"out-dir": str(tmp_path), "run-name": "default"}, quiet=True)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["final_accuracy"] > 0.7 and summary["total_seconds"] < 180
 
 
 def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
-    """simulation.benchmark: 3 rounds under Ray and the same work in-process; the overhead ratio is printed last."""
-    from simulation import benchmark
+    """simulation.benchmarks.overhead: 3 rounds under Ray and the same work in-process; the overhead ratio is
+    printed last."""
+    from simulation.benchmarks import overhead as benchmark
 
     benchmark.main(["--rounds", "3", "--num-clients", "4", "--clients-per-round", "2", "--local-steps", "3",
                     "--model", "2nn", "--out-dir", str(tmp_path)])  # fmt: skip
@@ -277,7 +279,7 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
            "client-state": mode, "eval-every": 1000}  # fmt: skip
     if mode == "disk":
         cfg["client-state-dir"] = str(tmp_path / "state")
-    folder = sim.run({**cfg, "out-dir": str(tmp_path), "run-name": "r", "checkpoint-every": 3}, quiet=True,
+    folder = launch.run({**cfg, "out-dir": str(tmp_path), "run-name": "r", "checkpoint-every": 3}, quiet=True,
                      supernodes=2)  # fmt: skip
     ckpt = checkpoint.load(folder)
     assert ckpt.server_round == 3 and len(list(ckpt.client_state.glob("*.npz"))) > 20

@@ -24,7 +24,8 @@ from fedsuite.data.datasets import DEBIAN_FASHION_MNIST, DatasetCorrupt, read_id
 from fedsuite.inprocess import run_inprocess
 from fedsuite.results import ResultsFolderTaken, RunRecorder, claim_folder, mark_stopped
 from fedsuite.server.guard import RunAborted
-from simulation import run as sim
+from simulation.launcher import flower, overrides
+from simulation.launcher.console import ConsoleFilter
 from tests.helpers import LSQ
 from tests.observing import Watch
 
@@ -197,13 +198,13 @@ def test_a_malformed_run_config_string_is_one_line_and_exit_2(config, message):
 
 
 def test_parse_overrides_keeps_valid_input():
-    assert sim.parse_overrides(["lr=0.1 algorithm='fedprox'", "seed=3"]) == {
+    assert overrides.parse_overrides(["lr=0.1 algorithm='fedprox'", "seed=3"]) == {
         "lr": 0.1,
         "algorithm": "fedprox",
         "seed": 3,
     }
     with pytest.raises(ConfigError, match="given twice"):
-        sim.parse_overrides(["lr=0.1", "lr=0.2"])
+        overrides.parse_overrides(["lr=0.1", "lr=0.2"])
 
 
 @pytest.fixture
@@ -259,8 +260,8 @@ def test_an_idx_file_shorter_than_its_header_says_is_corrupt(tmp_path):
 
 def test_flwr_is_found_next_to_the_interpreter_without_an_activated_venv(monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert sim.flwr_executable() == str(Path(sys.executable).parent / "flwr")
-    env = sim.flower_env("t", Path("/tmp/h"))
+    assert flower.flwr_executable() == str(Path(sys.executable).parent / "flwr")
+    env = flower.flower_env("t", Path("/tmp/h"))
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # flower-superlink is found too
     assert env["FLWR_HOME"] == "/tmp/h" and env["FEDSUITE_RUN_TOKEN"] == "t"
     assert env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] != env["FLWR_LOCAL_CONTROL_API_PORT"]
@@ -292,7 +293,7 @@ def test_a_dead_worker_stops_the_run_at_once(tmp_path):
 
 
 def test_the_console_filter_cuts_long_lines_and_hides_only_our_own_abort_traceback():
-    console = sim.ConsoleFilter()
+    console = ConsoleFilter()
     assert console("x" * 1000).endswith("(cut here; the whole line is in flwr.log)\n")
     abort = ["Traceback (most recent call last):\n", '  File "a.py", line 1\n', "    raise\n",
              "fedsuite.server.guard.RunAborted: round 3: …\n"]  # fmt: skip
@@ -365,9 +366,9 @@ def test_a_server_client_config_mismatch_is_a_clear_rejection():
 
 
 def test_peak_memory_counts_every_process_of_a_launch(capsys):
-    """simulation.peak_memory sums the RSS of the command and of what it starts (here a child holding ~240 MB
+    """simulation.benchmarks.peak_memory sums the RSS of the command and of what it starts (here a child holding ~240 MB
     while the parent holds ~400 MB), and passes the command's exit code through."""
-    from simulation import peak_memory
+    from simulation.benchmarks import peak_memory
 
     child = "import numpy as np, time; b = np.ones(30_000_000); time.sleep(2)"
     parent = f"import numpy as np, subprocess, sys; a = np.ones(50_000_000); subprocess.run([sys.executable, '-c', {child!r}]); sys.exit(3)"  # noqa: E501

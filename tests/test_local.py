@@ -129,7 +129,7 @@ def test_step_after_step_proximal_and_batch_source_stages():
 
 
 def test_local_benchmark_short_run_prints_seconds_per_round_last(capsys, tmp_path):
-    from simulation import local_benchmark
+    from simulation.benchmarks import local_loop as local_benchmark
 
     local_benchmark.main(["--model", "cnn", "--clients", "2", "--steps", "2", "--rounds", "1", "--samples", "60",
                           "--device", "cpu", "--json", str(tmp_path / "b.json")])  # fmt: skip

@@ -11,7 +11,7 @@ from fedsuite.inprocess import InProcessProxy, node_contexts
 from fedsuite.payload import PARTITION_KEY
 from fedsuite.server.routing import FederationError
 from fedsuite.server_app import build_plan, build_strategy
-from simulation.run import federation_size
+from simulation.launcher.flower import federation_size
 from tests.helpers import LSQ
 
 

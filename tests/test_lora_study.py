@@ -1,4 +1,4 @@
-"""The LoRA study (simulation/lora_study.py): the fortunes loader on a fake fortunes folder, the GPT-2 + LoRA
+"""The LoRA study (simulation/studies/lora.py): the fortunes loader on a fake fortunes folder, the GPT-2 + LoRA
 factory's trainable parameters, the study's table (rounds and bytes to target, the paper's orderings), and a short
 end-to-end study; the full study on the real fortunes files is marked slow."""
 
@@ -13,7 +13,7 @@ import torch
 
 from fedsuite.data.fortunes import PAD, TOPICS, UNKNOWN, DataError, entries, load, topics, vocabulary
 from fedsuite.models import seeded_model, trainable
-from simulation import lora_study
+from simulation.studies import lora as lora_study
 
 pytest.importorskip("peft")
 pytest.importorskip("transformers")

@@ -45,7 +45,7 @@ def test_nuclear_prox_keeps_the_estimate_low_rank_and_without_it_the_rank_is_ful
 
 
 def test_lowrank_study_command_writes_table_plot_and_rows(tmp_path, capsys):
-    from simulation import lowrank
+    from simulation.studies import lowrank
 
     rc = lowrank.main(["--out", str(tmp_path), "--ranks", "2", "--lambdas", "0.1,1", "--rounds", "3",
                        "-c", TINY_LOWRANK])  # fmt: skip
@@ -63,7 +63,7 @@ def test_lowrank_study_command_writes_table_plot_and_rows(tmp_path, capsys):
 
 
 def test_table2_command_writes_the_papers_form(tmp_path, capsys):
-    from simulation import table2
+    from simulation.studies import losac_table2 as table2
 
     rc = table2.main(["--out", str(tmp_path), "--algorithms", "losac,scaffold", "--blocks", "2", "--steps", "2",
                       "--rounds", "2", "--engine", "inprocess", "--target", "0.1",
@@ -79,7 +79,7 @@ def test_table2_command_writes_the_papers_form(tmp_path, capsys):
 
 
 def test_table2_combine_gives_mean_and_std_over_seed_folders(tmp_path):
-    from simulation import table2
+    from simulation.studies import losac_table2 as table2
 
     fields = ["algorithm", "M", "T", "status", "rounds", "rounds_to_target", "final_loss", "final_accuracy",
               "speedup_vs_scaffold"]  # fmt: skip

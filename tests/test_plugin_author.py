@@ -172,7 +172,7 @@ def test_a_sweep_grid_of_resume_from_is_refused_too(tmp_path, capsys):
 
 # ---- 6. the run config line ---------------------------------------------------------------------------------------
 def test_the_run_config_line_lists_plugin_keys_like_built_in_ones(plugged):
-    from simulation.presets import describe
+    from fedsuite.presets import describe
 
     plug_in(plugged, "keyed", keys=(Key("keyed-mu", 0.9, "a plug-in's knob", low=0.0, high=1.0),))
     given = {"algorithm": "keyed", "keyed-mu": 0.5, "lr": 0.1}

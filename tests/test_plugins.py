@@ -172,7 +172,7 @@ def test_the_plugin_config_key_carries_plugin_keys_and_resolves_to_them(with_exa
 
 
 def test_simulation_run_packs_keys_outside_pyprojects_table():
-    from simulation.run import flower_overrides
+    from simulation.launcher.overrides import flower_overrides
 
     assert flower_overrides({"lr": 0.1}) == {"lr": 0.1}
     packed = flower_overrides({"algorithm": "fedavgm", "fedavgm-beta": 0.5, "plugin-config": "other-key='x'"})

@@ -3,10 +3,14 @@ unknown names and missing data are reported, and the values are the papers' numb
 
 import pytest
 
+from fedsuite import presets as preset_rules
 from fedsuite.config import ALGORITHMS, SCHEMA, ConfigError, resolve
 from fedsuite.presets import PRESETS, apply_preset
 from simulation import compare, presets
 from simulation import run as runmod
+from simulation.launcher import launch
+from simulation.launcher.preflight import preflight
+from simulation.launcher.project import pyproject_defaults
 
 NAMES = sorted(PRESETS)
 # the sources a preset reproduces (their numbers: docs/reference/papers.md)
@@ -15,8 +19,8 @@ PAPERS = ("FedSpeed thesis", "FedCM paper", "FedMIM paper", "FAdamET paper", "Lo
 
 def _launch_cfg(overrides: dict):
     """The config simulation.run launches with for these -c keys."""
-    expanded, _ = presets.expand(overrides)
-    return resolve({**runmod.pyproject_defaults(), **expanded})
+    expanded, _ = preset_rules.expand(overrides)
+    return resolve({**pyproject_defaults(), **expanded})
 
 
 # --- every preset is well formed and resolves without data ------------------------------------------------------
@@ -56,7 +60,7 @@ def test_presets_change_the_defaults_and_differ_from_each_other():
 
 
 def test_no_preset_is_the_defaults():
-    assert presets.expand({"lr": 0.2}) == ({"lr": 0.2}, {})
+    assert preset_rules.expand({"lr": 0.2}) == ({"lr": 0.2}, {})
     assert apply_preset({"lr": 0.2}) == ({"lr": 0.2}, {})
 
 
@@ -80,7 +84,7 @@ def test_simulation_run_expansion_lets_every_explicit_key_win():
     assert cfg["weight-decay"] == 0.0 and cfg["clip-norm"] == 0.0 and cfg["lr"] == 0.3
     assert cfg["local-epochs"] == 5 and cfg["targets"] == "0.8,0.85"
     # what the ServerApp receives resolves to the same config (the preset is not applied a second time)
-    expanded, _ = presets.expand({"preset": "fedspeed-cifar10-100x10", "weight-decay": 0.0})
+    expanded, _ = preset_rules.expand({"preset": "fedspeed-cifar10-100x10", "weight-decay": 0.0})
     assert resolve(expanded)["weight-decay"] == 0.0
 
 
@@ -103,7 +107,7 @@ def test_preset_expanded_stops_a_second_expansion():
 
 
 def test_unknown_preset_names_the_allowed_ones():
-    for call in (lambda: resolve({"preset": "fedspeed-cifar10"}), lambda: presets.expand({"preset": "nope"})):
+    for call in (lambda: resolve({"preset": "fedspeed-cifar10"}), lambda: preset_rules.expand({"preset": "nope"})):
         with pytest.raises(ConfigError) as exc:
             call()
         assert "unknown preset" in str(exc.value)
@@ -120,7 +124,7 @@ def test_unknown_preset_on_the_command_line_exits_2(capsys):
 def test_missing_data_names_the_preset_and_the_files(tmp_path):
     cfg = _launch_cfg({"preset": "fedspeed-cifar10-100x10", "data-dir": str(tmp_path), "out-dir": str(tmp_path)})
     with pytest.raises(FileNotFoundError) as exc:
-        runmod.preflight(cfg)
+        preflight(cfg)
     text = str(exc.value)
     assert "preset='fedspeed-cifar10-100x10'" in text and "dataset='cifar10'" in text
     assert str(tmp_path / "cifar-10-batches-py") in text and "data_batch_1" in text and "test_batch" in text
@@ -133,9 +137,9 @@ def test_run_prints_the_resolved_config_with_the_preset_keys(monkeypatch, capsys
     def stop():
         raise ConfigError("stopped after printing")
 
-    monkeypatch.setattr(runmod, "flwr_executable", stop)
+    monkeypatch.setattr(launch, "flwr_executable", stop)
     with pytest.raises(ConfigError, match="stopped after printing"):
-        runmod.run({"preset": "fedmim-cifar10-table3", "lr": 0.05, "weight-decay": 0.0})
+        launch.run({"preset": "fedmim-cifar10-table3", "lr": 0.05, "weight-decay": 0.0})
     out = capsys.readouterr().out
     assert "preset 'fedmim-cifar10-table3'" in out
     lines = {line.split("=")[0].strip(): line for line in out.splitlines() if " = " in line}
@@ -148,7 +152,7 @@ def test_run_prints_the_resolved_config_with_the_preset_keys(monkeypatch, capsys
 
 
 def test_describe_without_a_preset_lists_only_changed_keys():
-    text = presets.describe(resolve({"lr": 0.2}), {}, {"lr": 0.2})
+    text = preset_rules.describe(resolve({"lr": 0.2}), {}, {"lr": 0.2})
     assert "lr" in text and "(-c)" in text and "algorithm" not in text
 
 

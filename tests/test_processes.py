@@ -1,4 +1,5 @@
-"""Finding and stopping every process of a launch without Flower or Ray (simulation.processes, simulation.reaper):
+"""Finding and stopping every process of a launch without Flower or Ray (simulation.launcher.processes and
+simulation.launcher.reaper):
 a process that lost the token from its environment (as Ray's agents do) is still found through the process tree
 recorded while its parent lived, or through the files it holds in the launch's private folder; the reaper stops
 them all and removes the private folders."""
@@ -12,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from simulation.processes import Launch, new_token, process_table, stop_tagged, tagged_processes
+from simulation.launcher.processes import Launch, new_token, process_table, stop_tagged, tagged_processes
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -109,8 +110,8 @@ def test_the_reaper_stops_orphans_removes_private_folders_and_temporaries(tmp_pa
     (folder / "summary.json").write_text(json.dumps({"status": "running"}))
     (folder / "summary.json.tmp").write_text("")  # what an older version left on a full disk
     (folder / ".fedsuite-reserve").write_bytes(b"\0" * 10)
-    reaper = subprocess.Popen([sys.executable, "-m", "simulation.reaper", token, str(folder), str(home), str(ray)],
-                              stdin=subprocess.PIPE, cwd=PROJECT, start_new_session=True)  # fmt: skip
+    reaper = subprocess.Popen([sys.executable, "-m", "simulation.launcher.reaper", token, str(folder), str(home),
+                               str(ray)], stdin=subprocess.PIPE, cwd=PROJECT, start_new_session=True)  # fmt: skip
     time.sleep(2)  # the reaper has started (a launch's Ray agents come 20 s after it)
     shell, child = untagged_orphan(token, tmp_path, "b")
     try:

@@ -20,8 +20,8 @@ import pytest
 
 from fedsuite.inprocess import run_inprocess
 from fedsuite.results import RUN_TOKEN_ENV
-from simulation import run as sim
-from simulation.processes import new_token, stop_tagged
+from simulation.launcher import launch as sim
+from simulation.launcher.processes import new_token, stop_tagged
 
 RAY = str(Path(sys.executable).parent / "ray")
 

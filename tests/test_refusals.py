@@ -97,7 +97,7 @@ def test_a_damaged_latest_json_without_a_whole_checkpoint_is_named_not_called_mi
 
 def test_a_refused_resume_names_resume_from_once(tmp_path):
     from fedsuite.config import ConfigError
-    from simulation import run
+    from simulation.launcher import resume
 
     results = tmp_path / "run"
     write(results, 4)
@@ -106,7 +106,7 @@ def test_a_refused_resume_names_resume_from_once(tmp_path):
     for folder in (tmp_path / "empty", results):
         folder.mkdir(exist_ok=True)
         with pytest.raises(ConfigError) as caught:
-            run._load_checkpoint(folder)
+            resume.load_checkpoint(folder)
         assert str(caught.value).count("resume-from=") == 1, caught.value
 
 

@@ -1,5 +1,5 @@
-"""simulation.report: the one steady s/round, a run's summary from its folder, mean ± std over seeds (a diverged
-seed counted, never averaged), markdown, CSV columns and plots."""
+"""simulation.experiment.report: the one steady s/round, a run's summary from its folder, mean ± std over seeds (a
+diverged seed counted, never averaged), markdown, CSV columns and plots."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from simulation import report, sweep
+from simulation import sweep
+from simulation.experiment import report
 
 TARGETS = [0.5, 0.9]
 
@@ -125,7 +126,7 @@ def test_sweep_files_have_their_columns_and_k_of_n(tmp_path):
 
 
 def test_a_federated_only_run_reports_the_clients_accuracy_as_its_final_and_best(tmp_path):
-    from simulation.report import run_summary
+    from simulation.experiment.report import run_summary
 
     summary = {"status": "completed", "final_accuracy": None, "final_fed_accuracy": 0.6, "best_fed_accuracy": 0.7}
     (tmp_path / "summary.json").write_text(json.dumps(summary))

@@ -1,7 +1,7 @@
 """A run stops when told and says how it ended: real `python -m simulation.run` launches (Ray simulations).
 
 Each test checks the exit code, summary.json's status, that no process of the launch is left (every one
-carries the launch's token in its environment; simulation.processes finds them through /proc) and what the
+carries the launch's token in its environment; simulation.launcher.processes finds them through /proc) and what the
 user reads. Ctrl-C to the process group, a killed driver and a diverging run run in CI; the other cases of
 the honest-runs issue are marked slow."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from simulation.processes import tagged_processes
+from simulation.launcher.processes import tagged_processes
 from tests.conftest import SESSION
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -214,8 +214,8 @@ def test_two_launches_with_one_run_name(tmp_path):
 def test_plain_flwr_run_that_the_server_app_rejects_is_marked_failed(tmp_path):
     """Flower's default federation has 2 SuperNodes; with client-mapping='fixed' 4 clients cannot be mapped, the
     ServerApp raises, and the summary says failed (it used to stay `running` forever)."""
-    from simulation.processes import new_token
-    from simulation.run import flower_env, flwr_executable
+    from simulation.launcher.flower import flower_env, flwr_executable
+    from simulation.launcher.processes import new_token
 
     token = new_token()
     env = flower_env(token, tmp_path / "flwr-home")
@@ -227,7 +227,7 @@ def test_plain_flwr_run_that_the_server_app_rejects_is_marked_failed(tmp_path):
         s = summary(tmp_path)
         assert s["status"] == "failed" and "FederationError" in s["reason"]
     finally:
-        from simulation.processes import stop_tagged
+        from simulation.launcher.processes import stop_tagged
 
         stop_tagged(token)
 
@@ -249,7 +249,7 @@ class Recorder:
     def __init__(self):
         import threading
 
-        from simulation.processes import Launch
+        from simulation.launcher.processes import Launch
 
         self.launch = Launch(None, env=SESSION)
         self.titles: dict[tuple[int, int], str] = {}
@@ -269,7 +269,7 @@ class Recorder:
             time.sleep(0.3)
 
     def left(self) -> list[str]:
-        from simulation.processes import process_table
+        from simulation.launcher.processes import process_table
 
         table = process_table()
         return [title for (pid, start), title in self.titles.items() if table.get(pid, (0, None))[1] == start]
@@ -278,7 +278,7 @@ class Recorder:
         """Stop recording; kill what is left of the recorded processes (only after a failed check)."""
         self.done.set()
         self.thread.join()
-        from simulation.processes import process_table
+        from simulation.launcher.processes import process_table
 
         table = process_table()
         for pid, start in list(self.titles):
@@ -328,13 +328,13 @@ def stop_and_check(tmp_path, stop) -> float:
 
 def reaper_folders(driver: int) -> list[str]:
     """The private FLWR_HOME and Ray folder of the launch `driver` started (its reaper's arguments)."""
-    from simulation.processes import process_table
+    from simulation.launcher.processes import process_table
 
     for pid, (ppid, _) in process_table().items():
         if ppid == driver:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-            if "simulation.reaper" in argv:
-                return [p for p in argv[argv.index("simulation.reaper") + 3 :] if p]
+            if "simulation.launcher.reaper" in argv:
+                return [p for p in argv[argv.index("simulation.launcher.reaper") + 3 :] if p]
     return []
 
 

@@ -66,7 +66,7 @@ def test_files_of_no_known_run_are_refused_too(tmp_path):
 
 def test_the_launcher_refuses_before_flower_starts(tmp_path):
     """simulation.run's preflight: exit code 2 path, before any Ray start."""
-    from simulation.run import preflight
+    from simulation.launcher.preflight import preflight
 
     folder = tmp_path / "state"
     state.claim(folder, 12345, "elsewhere")
@@ -242,7 +242,7 @@ def test_an_empty_federated_test_is_refused_before_training():
 def test_the_console_drops_flowers_misleading_lines_and_the_servers_closing_line():
     """Flower's default-size notice and resize hint (simulation.run sizes the federation itself), the Ray actors'
     shutdown lines, and the ServerApp's closing line (simulation.run prints its own, last) stay in flwr.log."""
-    from simulation.run import ConsoleFilter
+    from simulation.launcher.console import ConsoleFilter
 
     console = ConsoleFilter()
     noise = [
@@ -304,7 +304,7 @@ def test_plots_of_a_short_run_have_whole_round_ticks(tmp_path, monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simulation import report
+    from simulation.experiment import report
 
     closed = []
     monkeypatch.setattr(plt, "close", lambda fig=None: closed.append(fig))

@@ -12,7 +12,7 @@ from fedsuite.config import ConfigError, resolve
 from fedsuite.data import server_dataset
 from fedsuite.server_app import client_plan
 from fedsuite.state_plan import state_plan
-from simulation.run import preflight
+from simulation.launcher.preflight import preflight
 
 BN_MODEL = {"model": "examples.own_model.models:bn_cnn", "buffers": "local", "num-clients": 4,
             "clients-per-round": 2}  # fmt: skip

@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 
 from fedsuite.config import ConfigError
-from simulation import compare, experiment, report, sweep, tune
-from simulation.experiment import Job, parse_grid, parse_list, run_jobs
-from simulation.progress import StudyProgress, latest_round
+from simulation import compare, sweep, tune
+from simulation.experiment import flags, report, runner
+from simulation.experiment import jobs as experiment_jobs
+from simulation.experiment.flags import parse_grid, parse_list
+from simulation.experiment.jobs import Job
+from simulation.experiment.progress import StudyProgress, latest_round
+from simulation.experiment.runner import run_jobs
+from simulation.launcher.overrides import parse_overrides
 
 PROJECT = Path(__file__).resolve().parent.parent
 SETTING = "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=3 targets='0.5'"
@@ -89,8 +94,8 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     assert "stopped by SIGTERM" in err and "rerun to continue: python -m simulation.sweep --algorithms fedavg" in err
     assert "Traceback" not in err and not (tmp_path / "sweep.md").exists()
     assert not (tmp_path / "runs" / "fedavg" / "default" / "seed-1").exists()  # nothing ran after the signal
-    job = sweep.jobs_for(["fedavg"], [()], [0], experiment.parse_overrides([LONG]), tmp_path)[0]
-    assert job.folder == run and experiment.reusable(job) is None  # the rerun runs it again
+    job = sweep.jobs_for(["fedavg"], [()], [0], parse_overrides([LONG]), tmp_path)[0]
+    assert job.folder == run and experiment_jobs.reusable(job) is None  # the rerun runs it again
 
 
 def test_sigterm_stops_and_waits_for_a_tunings_parallel_children(tmp_path):
@@ -125,8 +130,8 @@ def test_sigint_stops_a_comparison_with_130_and_a_rerun_that_skips_finished_runs
 
 def test_a_signal_in_a_child_marks_its_run_interrupted(tmp_path):
     """The child's own handler (SIGTERM from the study, or its parent's death) writes the status itself."""
-    job = Job({**experiment.parse_overrides([LONG]), "algorithm": "fedavg"}, tmp_path / "run")
-    proc = subprocess.Popen(experiment._child_command(job, "inprocess"), cwd=PROJECT, env={**os.environ, **QUIET},
+    job = Job({**parse_overrides([LONG]), "algorithm": "fedavg"}, tmp_path / "run")
+    proc = subprocess.Popen(runner.child_command(job, "inprocess"), cwd=PROJECT, env={**os.environ, **QUIET},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     _wait_for_rounds(proc, [job.folder])
     rc, err = _stop(proc, signal.SIGTERM)
@@ -149,10 +154,10 @@ def test_a_damaged_run_is_named_and_not_reused(tmp_path):
     (folder / "summary.json").write_text(json.dumps({"status": "completed", "rounds_completed": 2}))
     (folder / "config.json").write_text(json.dumps({"run_config": {"algorithm": "fedavg"}}))
     (folder / "rounds.jsonl").write_text('{"round": 0}\n{"round": 1}\n{"round": 2}\n')
-    assert report.damage(folder) is None and experiment.ended_as(folder, {"algorithm": "fedavg"}) == "completed"
+    assert report.damage(folder) is None and experiment_jobs.ended_as(folder, {"algorithm": "fedavg"}) == "completed"
     _cut_last_line(folder)
     assert "rounds.jsonl line 3 is not whole JSON" in report.damage(folder)
-    assert experiment.ended_as(folder, {"algorithm": "fedavg"}) is None
+    assert experiment_jobs.ended_as(folder, {"algorithm": "fedavg"}) is None
     with pytest.raises(report.DamagedRun, match="line 3"):
         report.read_rows(folder)
     (folder / "rounds.jsonl").write_text('{"round": 0}\n{"round": 1}\n')  # a whole line missing
@@ -190,8 +195,8 @@ def test_a_damaged_run_in_a_table_is_named_not_a_traceback(tmp_path, capsys):
     _cut_last_line(jobs[0].folder)
     rows = sweep.aggregate(jobs, [0.5])
     assert rows[0]["seeds"] == "0/1" and "line 4 is not whole JSON" in capsys.readouterr().err
-    outcome = experiment.Outcome(Job({}, tmp_path / "runs" / "fedavg" / "default" / "seed-0", keys={"algorithm": "a"}),
-                                 "completed")  # fmt: skip
+    folder = tmp_path / "runs" / "fedavg" / "default" / "seed-0"
+    outcome = experiment_jobs.Outcome(Job({}, folder, keys={"algorithm": "a"}), "completed")
     assert compare.result(outcome, [0.5])["status"].startswith("damaged: ")
 
 
@@ -221,7 +226,9 @@ def test_duplicates_are_refused_naming_the_flag_and_the_item(tmp_path, capsys):
 
 
 def test_the_paper_studies_refuse_duplicates_too(tmp_path, capsys):
-    from simulation import dlg, lora_study, lowrank, table2
+    from simulation.studies import dlg, lowrank
+    from simulation.studies import lora as lora_study
+    from simulation.studies import losac_table2 as table2
 
     for main, argv, said in (
         (lora_study.main, ["--seeds", "0,0"], "--seeds '0,0': 0 is given twice"),
@@ -235,7 +242,7 @@ def test_the_paper_studies_refuse_duplicates_too(tmp_path, capsys):
 
 
 def test_the_rerun_line_is_a_command_a_shell_runs_as_given():
-    line = experiment.shell_command("simulation.sweep", ["--seeds", "0,1", "-c", "dataset='x' lr=0.1", "-c", 'a="$b"'])
+    line = flags.shell_command("simulation.sweep", ["--seeds", "0,1", "-c", "dataset='x' lr=0.1", "-c", 'a="$b"'])
     assert line == """python -m simulation.sweep --seeds 0,1 -c "dataset='x' lr=0.1" -c 'a="$b"'"""
 
 
@@ -287,7 +294,7 @@ def test_compare_shows_progress_names_its_files_and_writes_a_column_per_target(t
 
 
 def test_run_jobs_progress_counts_runs_and_names_the_reused(tmp_path, capsys):
-    tiny = {**experiment.parse_overrides([SETTING]), "algorithm": "fedavg"}
+    tiny = {**parse_overrides([SETTING]), "algorithm": "fedavg"}
     jobs = [Job({**tiny, "seed": s}, tmp_path / f"seed-{s}", f"seed {s}") for s in (0, 1)]
     run_jobs(jobs[:1], "inprocess", reuse=True)
     capsys.readouterr()

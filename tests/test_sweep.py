@@ -9,7 +9,7 @@ import pytest
 
 from fedsuite.config import ConfigError
 from simulation import sweep
-from simulation.report import mean_std
+from simulation.experiment.report import mean_std
 
 SETTING = "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=3 targets='0.5'"
 

@@ -26,9 +26,10 @@ from fedsuite.tracking import (
     tracking_observers,
 )
 from simulation import sweep
-from simulation.experiment import Job, run_in_process, validate
-from simulation.run import RunFailed
-from simulation.run import run as run_simulation
+from simulation.experiment.engines import run_in_process
+from simulation.experiment.jobs import Job, validate
+from simulation.launcher.launch import run as run_simulation
+from simulation.launcher.outcome import RunFailed
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")

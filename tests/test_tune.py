@@ -20,8 +20,9 @@ from fedsuite import tuned
 from fedsuite.config import SCHEMA, ConfigError, Key
 from fedsuite.registry import ALGORITHMS
 from fedsuite.tunable import LogRange, grid_values, problem, rounded
-from simulation import experiment, tune
-from simulation.run import Interrupted, RunFailed
+from simulation import tune
+from simulation.experiment import engines
+from simulation.launcher.outcome import Interrupted, RunFailed
 
 SHARED = "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=3 targets='0.5'"
 LR_GRID = LogRange(0.005, 0.5).grid()  # fedavg's declared grid: 0.005, 0.0158, 0.05, 0.158, 0.5
@@ -69,7 +70,7 @@ def val_peaks_at_small_lr_test_at_large(settings: dict):
 def fake(monkeypatch):
     def install(accuracies, stop_after=None) -> FakeEngine:
         engine = FakeEngine(accuracies, stop_after)
-        monkeypatch.setattr(experiment, "launch", engine)
+        monkeypatch.setattr(engines, "launch", engine)
         return engine
 
     return install

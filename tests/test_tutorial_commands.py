@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulation.run import parse_overrides
+from simulation.launcher.overrides import parse_overrides
 
 PROJECT = Path(__file__).resolve().parent.parent
 PAGES = ("README.md", "docs/getting-started.md")

@@ -32,7 +32,7 @@ def frozen_features(input_shape: tuple[int, ...], num_classes: int, hidden: int 
 
 def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The built-in `cnn` written as user code (two 5×5 convolutions with pooling, two linear layers): the same
-    layers in the same order give the same seeded initial model, so `simulation.benchmark --model
+    layers in the same order give the same seeded initial model, so `simulation.benchmarks.overhead --model
     examples.own_model.models:small_cnn` measures what the factory path costs against the built-in name."""
     channels, height, width = input_shape
     return nn.Sequential(

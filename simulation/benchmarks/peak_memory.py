@@ -1,6 +1,6 @@
 """Peak memory of a whole launch: the command and every process it starts, detached ones included.
 
-    python -m simulation.peak_memory -- python -m simulation.run -c "algorithm='scaffold' num-clients=10000 …"
+    python -m simulation.benchmarks.peak_memory -- python -m simulation.run -c "algorithm='scaffold' …"
 
 `flwr run` starts a detached SuperLink, SuperExec, `flwr-simulation` and Ray's daemons and workers, which are not
 children of the command. Every one of them inherits the environment, so the command runs with a marker variable;
@@ -23,8 +23,8 @@ MARKER = "FEDSUITE_MEMORY_PROBE"
 
 def marked_rss(marker: bytes) -> dict[int, int]:
     """{pid: RSS bytes} of the processes whose environment holds `marker` (KEY=value) and all their descendants
-    (Ray's agents rewrite their title over their environment: simulation.processes)."""
-    from simulation.processes import descendants, process_table
+    (Ray's agents rewrite their title over their environment: simulation.launcher.processes)."""
+    from simulation.launcher.processes import descendants, process_table
 
     page = os.sysconf("SC_PAGE_SIZE")
     table = process_table()

@@ -1,12 +1,12 @@
 """Overhead of the suite's Flower simulation over a bare PyTorch loop doing the same local work.
 
-    python -m simulation.benchmark --quick        # 6 rounds, a few minutes on 2 CPU cores
-    python -m simulation.benchmark --quick --num-clients 100,1000,10000   # side by side per federation size
+    python -m simulation.benchmarks.overhead --quick        # 6 rounds, a few minutes on 2 CPU cores
+    python -m simulation.benchmarks.overhead --quick --num-clients 100,1000,10000   # side by side per federation size
 
 Both paths train the same model from the same initial x on the same cohorts (fedsuite.sampling.Sampler),
 client data (fedsuite.node.ClientNode) and minibatch schedule (fedsuite.local.minibatches with the node's
 per-round generator), then take the plain mean of the client models (FedAvg with server-lr 1):
-- suite: simulation.run.run(...), a real `flwr run` Ray simulation, 1 CPU per client (2 actors on 2 cores);
+- suite: simulation.launcher.launch.run(...), a real `flwr run` Ray simulation, 1 CPU per client (2 actors on 2 cores);
   per-round `round_seconds` (configure_fit → end of evaluate) come from the run's rounds.jsonl;
 - bare 2-proc (the headline baseline, same resources): a pool of 2 spawned processes with 1 torch thread each,
   created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
@@ -43,7 +43,8 @@ from fedsuite.node import ClientNode
 from fedsuite.results import steady_seconds
 from fedsuite.sampling import Sampler
 from fedsuite.server_app import initial_model
-from simulation.run import PROJECT, pyproject_defaults, run
+from simulation.launcher.launch import run
+from simulation.launcher.project import PROJECT, pyproject_defaults
 
 _state: dict = {}  # per process: cfg, model, optimiser, loss function
 
@@ -144,12 +145,7 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
         print("bare: 1 process x 2 threads ...", flush=True)
         seq = bare_rounds(values, x0, sampler, rounds, workers=1)
 
-    print(f"\n{'round':>5} {'suite s':>9} {'suite Σcompute s':>17} {'bare 2-proc s':>14} {'bare 1-proc s':>14}  note")
-    for s, b, q in zip(suite, bare, seq, strict=True):
-        note = "cold start" if s["round"] == 1 else ("suite evaluates" if s["round"] == rounds else "steady")
-        one = f"{q['round_seconds']:>14.3f}" if one_process else f"{'-':>14}"
-        print(f"{s['round']:>5} {s['round_seconds']:>9.3f} {s['client_compute_seconds']:>17.3f} "
-              f"{b['round_seconds']:>14.3f} {one}  {note}")  # fmt: skip
+    print_rounds(suite, bare, seq, rounds, one_process)
     pairs = [(s, o) for s, b, q in zip(suite, bare, seq, strict=True) for o in (b, q)]
     numbers = {
         "num_clients": num_clients,
@@ -168,8 +164,20 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
             "rounds": {"suite": suite, "bare_2proc": bare, "bare_1proc": seq}}  # fmt: skip
 
 
+def print_rounds(suite: list[dict], bare: list[dict], seq: list[dict], rounds: int, one_process: bool) -> None:
+    """Every round's seconds in each path, side by side."""
+    print(f"\n{'round':>5} {'suite s':>9} {'suite Σcompute s':>17} {'bare 2-proc s':>14} {'bare 1-proc s':>14}  note")
+    for s, b, q in zip(suite, bare, seq, strict=True):
+        note = "cold start" if s["round"] == 1 else ("suite evaluates" if s["round"] == rounds else "steady")
+        one = f"{q['round_seconds']:>14.3f}" if one_process else f"{'-':>14}"
+        print(f"{s['round']:>5} {s['round_seconds']:>9.3f} {s['client_compute_seconds']:>17.3f} "
+              f"{b['round_seconds']:>14.3f} {one}  {note}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m simulation.benchmark", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m simulation.benchmarks.overhead", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--quick", action="store_true", help="6 rounds (a few minutes on 2 cores)")
     parser.add_argument("--rounds", type=int, default=None, help="R, rounds per path (default 12, --quick 6)")
     parser.add_argument("--num-clients", default="100",

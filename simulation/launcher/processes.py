@@ -16,8 +16,8 @@ started them is gone they are orphans that linger for about a minute. A launch's
 
 `Launch.stop()` takes that whole set before it signals anything (the agents are still children of the raylet
 then), SIGTERMs all of it, SIGKILLs what is left after a grace period and rescans until nothing is left. The
-driver does this on Ctrl-C / SIGTERM / SIGHUP; the reaper (`python -m simulation.reaper`) records the tree every
-second while the run is alive and does the same when the driver ends for any reason, SIGKILL included.
+driver does this on Ctrl-C / SIGTERM / SIGHUP; the reaper (`python -m simulation.launcher.reaper`) records the tree
+every second while the run is alive and does the same when the driver ends for any reason, SIGKILL included.
 """
 
 from __future__ import annotations

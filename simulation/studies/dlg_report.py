@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulation import report
+from simulation.experiment import report
 
 TABLE_ITERATIONS = (0, 10, 50, 100)
 

@@ -1,8 +1,8 @@
 """The LoSAC paper's DLG leakage study (§V-D; docs/dlg/index.md): attack the message each algorithm
 really reveals, on binary logistic regression.
 
-    python -m simulation.dlg --out docs/dlg --dataset fashion-mnist
-    python -m simulation.dlg --out docs/dlg --dataset synthetic --algorithms dsgd,fedavg --iterations 20
+    python -m simulation.studies.dlg --out docs/dlg --dataset fashion-mnist
+    python -m simulation.studies.dlg --out docs/dlg --dataset synthetic --algorithms dsgd,fedavg --iterations 20
 
 Every algorithm of `fedsuite.dlg_messages.MESSAGES` trains in process (real strategy and clients) with N = S
 (full participation), the full local batch per step (M = 1) and no weight decay, for `--round` rounds; client
@@ -28,10 +28,12 @@ from fedsuite.dlg_messages import MESSAGES, Captured, available, capture, run_co
 from fedsuite.models import build_model
 from fedsuite.node import ClientNode
 from fedsuite.server_app import quiet_flower_logs
-from simulation.dlg_report import StudyRow, write_all
-from simulation.experiment import Job, Outcome, parse_list, run_jobs, validate
-from simulation.progress import print_written
-from simulation.run import parse_overrides
+from simulation.experiment.flags import parse_list
+from simulation.experiment.jobs import Job, Outcome, validate
+from simulation.experiment.progress import print_written
+from simulation.experiment.runner import run_jobs
+from simulation.launcher.overrides import parse_overrides
+from simulation.studies.dlg_report import StudyRow, write_all
 
 # Binary logistic regression per dataset (Fashion-MNIST label ≤ 4 → 0, else 1; docs/reference/protocol.md).
 # Training η for a mean-reduced loss, tuned to η·L < 1 (client 1's L ≈ 151 on standardised Fashion-MNIST,

@@ -3,7 +3,7 @@ adapters on a small randomly initialised GPT-2, fine-tuned in FL for topic class
 texts; LocalAdam, FAdamET, FAdamGT and FedAvg, several seeds; rounds to a target accuracy and communication per
 client to that target (bytes, from the suite's per-round accounting), mean ± std over seeds, as in Table 2.
 
-    python -m simulation.lora_study --out docs/lora-study
+    python -m simulation.studies.lora --out docs/lora-study
 
 Every run is a normal results folder <out>/runs/<algorithm>/seed-<s>/ made by the experiment layer (reused when it
 completed with the same settings: rerun the same command to continue an interrupted study); then <out>/table.md,
@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedsuite.config import ConfigError
-from simulation import report
-from simulation.experiment import ENGINE_HELP, ENGINES, Job, parse_list, resolved, run_jobs, validate
-from simulation.progress import print_written
-from simulation.run import Interrupted, parse_overrides, preflight
+from simulation.experiment import report
+from simulation.experiment.engines import ENGINE_HELP, ENGINES
+from simulation.experiment.flags import parse_list
+from simulation.experiment.jobs import Job, Outcome, resolved, validate
+from simulation.experiment.runner import run_jobs
+from simulation.experiment.study import Study
+from simulation.launcher.overrides import parse_overrides
+from simulation.launcher.preflight import preflight
 
 ALGORITHMS = ("localadam", "fadamet", "fadamgt", "fedavg")
 NAMES = {"localadam": "LocalAdam", "fadamet": "FAdamET", "fadamgt": "FAdamGT", "fedavg": "FedAvg"}
@@ -205,19 +210,34 @@ def numbers(text: str, kind: type, flag: str, allowed: str) -> list:
     return values
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.lora_study", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/lora-study", type=Path)
-    parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--targets", default="0.4,0.45", help="comma-separated accuracy targets")
-    parser.add_argument("--engine", choices=ENGINES, default="inprocess", help=ENGINE_HELP)
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
-    parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
-    args = parser.parse_args(argv)
-    out = args.out.resolve()
-    try:
+@dataclass
+class Plan:
+    """The study, checked: its arguments, output folder, algorithms, seeds, targets, shared settings and jobs."""
+
+    args: argparse.Namespace
+    out: Path
+    algorithms: list[str]
+    seeds: list[int]
+    targets: list[float]
+    shared: dict
+    jobs: list[Job]
+
+
+class LoraStudy(Study):
+    module = "simulation.studies.lora"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--out", default="docs/lora-study", type=Path)
+        parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
+        parser.add_argument("--seeds", default="0,1,2")
+        parser.add_argument("--rounds", type=int, default=60)
+        parser.add_argument("--targets", default="0.4,0.45", help="comma-separated accuracy targets")
+        parser.add_argument("--engine", choices=ENGINES, default="inprocess", help=ENGINE_HELP)
+        parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
+        parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        out = args.out.resolve()
         algorithms = parse_list(args.algorithms, "--algorithms")  # each once (ConfigError naming a duplicate)
         unknown = sorted(set(algorithms) - set(NAMES))
         if unknown:
@@ -232,24 +252,36 @@ def main(argv: list[str] | None = None) -> int:
         jobs = jobs_for(algorithms, seeds, shared, out)
         validate(jobs)  # every setting checked before the first run
         preflight(resolved(jobs[0].settings), quiet=True)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    started = time.monotonic()
-    try:
-        outcomes = run_jobs(jobs, args.engine, args.parallel, reuse=True)
-    except Interrupted as err:
-        print(f"interrupted ({err}); finished runs are kept, rerun the same command to continue", file=sys.stderr)
-        return err.exit_code
-    tables = {t: aggregate(jobs, t) for t in targets}
-    wall = sum(r["seconds_total"] for r in tables[targets[0]]) or time.monotonic() - started
-    command = (f"python -m simulation.lora_study --out {args.out} --algorithms {','.join(algorithms)} --seeds "
-               f"{args.seeds} --rounds {args.rounds} --targets {args.targets} --engine {args.engine}"
-               + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
-    title = f"GPT-2 + LoRA on fortunes topics, {shared['num-clients']} clients, {len(seeds)} seed(s)"
-    print(write_report(out, tables, command, wall, title))
-    print_written([out / name for name in ("table.md", "table.csv", "accuracy.png")])
-    return 0 if all(o.completed for o in outcomes) else 1
+        return Plan(args, out, algorithms, seeds, targets, shared, jobs)
+
+    def outputs(self, plan: Plan) -> list[Path]:
+        return [plan.out / name for name in ("table.md", "table.csv", "accuracy.png")]
+
+    def stale(self, plan: Plan) -> list[Path]:
+        return []  # the tables of the runs so far stay until new ones replace them
+
+    def run(self, plan: Plan) -> tuple[list[Outcome], float]:
+        started = time.monotonic()
+        outcomes = run_jobs(plan.jobs, plan.args.engine, plan.args.parallel, reuse=True)
+        return outcomes, time.monotonic() - started
+
+    def reproduce(self, plan: Plan) -> str:
+        args = plan.args
+        return (f"python -m simulation.studies.lora --out {args.out} --algorithms {','.join(plan.algorithms)} "
+                f"--seeds {args.seeds} --rounds {args.rounds} --targets {args.targets} --engine {args.engine}"
+                + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
+
+    def report(self, plan: Plan, results: tuple[list[Outcome], float]) -> str:
+        tables = {t: aggregate(plan.jobs, t) for t in plan.targets}
+        wall = sum(r["seconds_total"] for r in tables[plan.targets[0]]) or results[1]
+        title = f"GPT-2 + LoRA on fortunes topics, {plan.shared['num-clients']} clients, {len(plan.seeds)} seed(s)"
+        return write_report(plan.out, tables, self.reproduce(plan), wall, title)
+
+    def exit_code(self, plan: Plan, results: tuple[list[Outcome], float], rerun: str) -> int:
+        return 0 if all(o.completed for o in results[0]) else 1
+
+
+main = LoraStudy(__doc__).main
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Time the shared local loop alone (no Flower, no Ray) on one device: the client compute of one round.
 
-    python -m simulation.local_benchmark --model resnet18-gn --clients 10 --steps 50 --batch-size 50
+    python -m simulation.benchmarks.local_loop --model resnet18-gn --clients 10 --steps 50 --batch-size 50
 
 CIFAR-shaped inputs (3×32×32, 10 classes) are random tensors made on the device, so no dataset is needed; each
 "client" runs `fedsuite.local.train_local` for `--steps` steps from the same start point, one after the other,
@@ -39,7 +39,9 @@ def round_seconds(model: FlatModel, data: LocalData, rule_fn, clients: int, step
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.local_benchmark", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m simulation.benchmarks.local_loop", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", default="resnet18-gn")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)

@@ -1,9 +1,11 @@
 """Cleans up after one launch of simulation.run, however the driver ends (normal exit, exception, SIGKILL).
 
-    python -m simulation.reaper <token> <results folder> <flwr home> [<ray folder>]   (started by simulation.run)
+    python -m simulation.launcher.reaper <token> <results folder> <flwr home> [<ray folder>]
+
+(started by simulation.run's launch)
 
 It waits for its standard input to close: the driver holds the other end, and the kernel closes it when the
-driver exits for any reason. Meanwhile it records the launch's process tree every second (simulation.processes:
+driver exits for any reason. Meanwhile it records the launch's process tree every second (simulation.launcher.processes:
 Ray's agents lose the token from their environment, not their place in the tree). Then it stops every process of
 the launch, removes the launch's private FLWR_HOME and Ray folder, marks a summary.json that still says `running`
 as `interrupted` (one that says `failed` too when written after the driver ended: the stop caused that failure),
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 from fedsuite.results import mark_stopped, remove_temporaries
-from simulation.processes import Launch
+from simulation.launcher.processes import Launch
 
 RECORD_SECONDS = 1.0
 

@@ -2,13 +2,13 @@
 sort-by-label federation, for every (M, T) of a grid, in the paper's form: rounds to the target accuracy, loss and
 accuracy at the last round, and LoSAC's speed-up over SCAFFOLD with the same M and T.
 
-    python -m simulation.table2 --out docs/losac --blocks 2,5 --steps 2,6 --rounds 200 --engine inprocess
+    python -m simulation.studies.losac_table2 --out docs/losac --blocks 2,5 --steps 2,6 --rounds 200 --engine inprocess
 
 Each (M, T) is one `simulation.compare` into <out>/M<M>-T<T>/ (same data, blocks, cohorts for every algorithm;
 runs that completed with the same settings are reused); then <out>/table2.md and table2.csv are written.
 Several seeds: one such folder per seed (`-c "seed=<s>"`), then
 
-    python -m simulation.table2 --combine docs/losac docs/losac-seeds/seed2 … --out docs/losac-seeds
+    python -m simulation.studies.losac_table2 --combine docs/losac docs/losac-seeds/seed2 … --out docs/losac-seeds
 
 writes <out>/seeds.md and seeds.csv: mean ± std over the folders of each cell (rounds to target over the seeds
 that reached it, with how many did; the speed-up over SCAFFOLD is taken per seed, then averaged).
@@ -22,15 +22,19 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedsuite.config import ConfigError
-from simulation import compare, report
-from simulation.experiment import ENGINES, Job, parse_list, resolved, validate
-from simulation.presets import describe as describe_config
-from simulation.presets import expand as expand_preset
-from simulation.progress import print_written
-from simulation.run import Interrupted, parse_overrides, preflight
+from simulation import compare
+from simulation.experiment import report
+from simulation.experiment.engines import ENGINES
+from simulation.experiment.flags import parse_list
+from simulation.experiment.jobs import Job, described, resolved, validate
+from simulation.experiment.progress import print_written
+from simulation.experiment.study import Study
+from simulation.launcher.overrides import parse_overrides
+from simulation.launcher.preflight import preflight
 
 SETTING = ("dataset='mnist' model='2nn' partition='shards' num-clients=100 clients-per-round=10 "
            "local-batches='blocks' loss-reduction='sum' lr=0.0001 weight-decay=0.0 eval-every=2")  # fmt: skip
@@ -97,7 +101,7 @@ def combine(folders: list[Path], target: float) -> tuple[list[dict], str]:
     for folder in folders:
         table = folder / "table2.csv"
         if not table.is_file():
-            raise FileNotFoundError(f"{table}: not found (run simulation.table2 --out {folder} first)")
+            raise FileNotFoundError(f"{table}: not found (run simulation.studies.losac_table2 --out {folder} first)")
         with open(table, newline="") as f:
             for row in csv.DictReader(f):
                 cells.setdefault((row["algorithm"], int(row["M"]), int(row["T"])), []).append(row)
@@ -156,22 +160,36 @@ def cells(args, setting: dict, algorithms: list[str]) -> list[tuple[int, int, Pa
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.table2", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--combine", nargs="+", type=Path, metavar="FOLDER",
-                        help="only combine these table2 folders (one seed each) into <out>/seeds.md|csv")  # fmt: skip
-    parser.add_argument("--algorithms", default="losac,scaffold,fedavg,fedsaga")
-    parser.add_argument("--blocks", default="2,5", help="M values")
-    parser.add_argument("--steps", default="2,6", help="T values (local steps)")
-    parser.add_argument("--rounds", type=int, default=500)
-    parser.add_argument("--target", type=float, default=0.85)
-    parser.add_argument("--engine", choices=ENGINES, default="flwr")
-    parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
-    args = parser.parse_args(argv)
-    if args.combine:
-        return write_combined(args.combine, args.out, args.target)
-    try:
+@dataclass
+class Plan:
+    """Table II, checked: its arguments, algorithms, the shared setting and every (M, T) cell with its jobs."""
+
+    args: argparse.Namespace
+    algorithms: list[str]
+    setting: dict
+    grid: list[tuple[int, int, Path, dict, list[Job]]]
+
+
+class TableTwo(Study):
+    module = "simulation.studies.losac_table2"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--out", required=True, type=Path)
+        parser.add_argument("--combine", nargs="+", type=Path, metavar="FOLDER",
+                            help="only combine these table2 folders (one seed each) into "
+                            "<out>/seeds.md|csv")  # fmt: skip
+        parser.add_argument("--algorithms", default="losac,scaffold,fedavg,fedsaga")
+        parser.add_argument("--blocks", default="2,5", help="M values")
+        parser.add_argument("--steps", default="2,6", help="T values (local steps)")
+        parser.add_argument("--rounds", type=int, default=500)
+        parser.add_argument("--target", type=float, default=0.85)
+        parser.add_argument("--engine", choices=ENGINES, default="flwr")
+        parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")
+
+    def answer_at_once(self, args: argparse.Namespace) -> int | None:
+        return write_combined(args.combine, args.out, args.target) if args.combine else None
+
+    def plan(self, args: argparse.Namespace) -> Plan:
         algorithms = parse_list(args.algorithms, "--algorithms")  # each once (ConfigError naming a duplicate)
         setting = {**parse_overrides([SETTING]), **parse_overrides(args.run_config)}
         taken = sorted(set(parse_overrides(args.run_config)) & set(cell_keys(0, 0, 0, 0.0)))
@@ -181,36 +199,55 @@ def main(argv: list[str] | None = None) -> int:
         for *_, shared, jobs in grid:  # every cell is checked before the first run starts
             validate(jobs)
             preflight(resolved(shared))
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    rows, failed = [], False
-    for blocks, steps, folder, shared, jobs in grid:
-        print(f"══ M = {blocks}, T = {steps} ══", flush=True)
-        cfg = resolved(shared)
-        print(describe_config(cfg, expand_preset(shared)[1], shared), flush=True)
-        try:
-            results = compare.compare(jobs, cfg.targets, args.engine, reuse=True)
-        except Interrupted as err:
-            print(f"interrupted ({err}); finished runs are kept, rerun the same command to continue", file=sys.stderr)
-            return err.exit_code
-        grid_keys = toml_pairs(cell_keys(blocks, steps, args.rounds, args.target))
-        command = (f"python -m simulation.compare --algorithms {','.join(algorithms)}"
-                   + (" --engine inprocess" if args.engine == "inprocess" else "")
-                   + f' -c "{toml_pairs(setting)}" -c "{grid_keys}" --out {args.out / folder.name}')  # fmt: skip
-        print(compare.write_report(folder, results, cfg.targets, command,
-                                   f"{cfg['dataset']}, {cfg['num-clients']} clients"))  # fmt: skip
-        failed |= any(r["status"] != "completed" for r in results)
-        rows += rows_for(jobs, blocks, steps, args.target)
-    command = (f"python -m simulation.table2 --out {args.out} --algorithms {','.join(algorithms)} --blocks "
-               f"{args.blocks} --steps {args.steps} --rounds {args.rounds} --engine {args.engine}"
-               + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table2.md").write_text(markdown(rows, args.target, command))
-    report.write_csv(args.out / "table2.csv", rows)
-    print((args.out / "table2.md").read_text())
-    print_written([args.out / "table2.md", args.out / "table2.csv"])
-    return 1 if failed else 0
+        return Plan(args, algorithms, setting, grid)
+
+    def outputs(self, plan: Plan) -> list[Path]:
+        return [plan.args.out / "table2.md", plan.args.out / "table2.csv"]
+
+    def stale(self, plan: Plan) -> list[Path]:
+        return []  # the table of the cells so far stays until a new one replaces it
+
+    def run(self, plan: Plan) -> tuple[list[dict], bool]:
+        """Every cell as a comparison with its own report; the paper's rows of all cells, and whether a run failed."""
+        rows, failed = [], False
+        for blocks, steps, folder, shared, jobs in plan.grid:
+            print(f"══ M = {blocks}, T = {steps} ══", flush=True)
+            cfg = resolved(shared)
+            print(described(cfg, shared), flush=True)
+            results = compare.compare(jobs, cfg.targets, plan.args.engine, reuse=True)
+            print(compare.write_report(folder, results, cfg.targets, cell_command(plan, blocks, steps, folder),
+                                       f"{cfg['dataset']}, {cfg['num-clients']} clients"))  # fmt: skip
+            failed |= any(r["status"] != "completed" for r in results)
+            rows += rows_for(jobs, blocks, steps, plan.args.target)
+        return rows, failed
+
+    def reproduce(self, plan: Plan) -> str:
+        args = plan.args
+        return (f"python -m simulation.studies.losac_table2 --out {args.out} --algorithms {','.join(plan.algorithms)} "
+                f"--blocks {args.blocks} --steps {args.steps} --rounds {args.rounds} --engine {args.engine}"
+                + "".join(f' -c "{c}"' for c in args.run_config))  # fmt: skip
+
+    def report(self, plan: Plan, results: tuple[list[dict], bool]) -> str:
+        out = plan.args.out
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table2.md").write_text(markdown(results[0], plan.args.target, self.reproduce(plan)))
+        report.write_csv(out / "table2.csv", results[0])
+        return (out / "table2.md").read_text()
+
+    def exit_code(self, plan: Plan, results: tuple[list[dict], bool], rerun: str) -> int:
+        return 1 if results[1] else 0
+
+
+def cell_command(plan: Plan, blocks: int, steps: int, folder: Path) -> str:
+    """The `simulation.compare` command that reproduces one (M, T) cell (its comparison.md's Reproduce line)."""
+    args = plan.args
+    grid_keys = toml_pairs(cell_keys(blocks, steps, args.rounds, args.target))
+    return (f"python -m simulation.compare --algorithms {','.join(plan.algorithms)}"
+            + (" --engine inprocess" if args.engine == "inprocess" else "")
+            + f' -c "{toml_pairs(plan.setting)}" -c "{grid_keys}" --out {args.out / folder.name}')  # fmt: skip
+
+
+main = TableTwo(__doc__).main
 
 
 if __name__ == "__main__":

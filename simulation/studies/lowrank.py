@@ -1,8 +1,8 @@
 """The LoSAC paper's low-rank matrix estimation study (§V-E; docs/lowrank/index.md): LoSAC-Prox vs SCAFFOLD-Prox with
 the nuclear-norm prox on X ∈ R^{64×64}, ground truth X_G = diag(I_r, 0), r ∈ {32, 16, 8, 4, 2}.
 
-    python -m simulation.lowrank --out docs/lowrank                       # the paper's settings (long on CPU)
-    python -m simulation.lowrank --out /tmp/lr --ranks 4 --rounds 20 --lambdas 0.1
+    python -m simulation.studies.lowrank --out docs/lowrank                       # the paper's settings (long on CPU)
+    python -m simulation.studies.lowrank --out /tmp/lr --ranks 4 --rounds 20 --lambdas 0.1
 
 Every (algorithm, r, λ) is one run of the real strategy and clients in one process (`fedsuite.inprocess`), same
 data, blocks and cohorts for both algorithms. After every round it records ‖X − X_G‖_F and the numerical rank
@@ -22,10 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from fedsuite.config import ConfigError, resolve
-from simulation import report
-from simulation.experiment import Job, Outcome, parse_list, run_jobs, validate
-from simulation.progress import print_written
-from simulation.run import parse_overrides
+from simulation.experiment import report
+from simulation.experiment.flags import parse_list
+from simulation.experiment.jobs import Job, Outcome, validate
+from simulation.experiment.progress import print_written
+from simulation.experiment.runner import run_jobs
+from simulation.launcher.overrides import parse_overrides
 
 # The paper's setting: N = 100, S = 10, M = 5, T = 5, 100 samples per client (blocks of 20), mean-reduced
 # block loss; η = 2e-3 (halve it if it diverges), every step on one block, nuclear prox after each step.

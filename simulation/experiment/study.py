@@ -1,0 +1,130 @@
+"""A study is arguments → jobs → report → reproduce line. A study command declares those parts on a `Study`; the
+parts every study shares are here once: the parser (`python -m <module>`, the module docstring's first paragraph),
+a bad setting stopping it with one line and exit code 2 before any run, SIGINT, SIGTERM and SIGHUP stopping it as
+Ctrl-C does with the line that reruns it (simulation.experiment.signals.run_stoppable), stale outputs removed
+before the runs, the report printed and the files it wrote listed (`wrote:`).
+
+    class Comparison(Study):
+        module = "simulation.compare"
+        def add_arguments(self, parser): ...      # the study's own flags
+        def plan(self, args): ...                  # arguments → a plan with its jobs, everything checked
+        def run(self, plan): ...                   # the jobs run (simulation.experiment.runner.run_jobs)
+        def report(self, plan, results): ...       # the files written, the text printed
+        def reproduce(self, plan): ...             # the command line the report names
+
+    main = Comparison(__doc__).main
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedsuite.config import ConfigError
+from simulation.experiment import report as reports
+from simulation.experiment.flags import shell_command
+from simulation.experiment.progress import print_written
+from simulation.experiment.signals import run_stoppable
+
+BAD_INPUT = (ConfigError, FileNotFoundError, ValueError)  # a setting that cannot work: exit code 2, before any run
+
+
+class Study:
+    """One study command. `module` names it (`python -m <module>`); `doc` is its module docstring. Subclasses
+    declare `add_arguments`, `plan`, `run`, `report` and `reproduce`, and where they need them `answer_at_once`,
+    `announce`, `outputs`, `stale`, `rerun_argv`, `exit_code`; `bad_input` are the errors of a setting that cannot work,
+    `run_errors` those only the runs can find (both: one line, exit code 2)."""
+
+    module: str = ""
+    bad_input: tuple[type[Exception], ...] = BAD_INPUT
+    run_errors: tuple[type[Exception], ...] = ()
+
+    def __init__(self, doc: str | None):
+        self.doc = doc or ""
+
+    # --- what a study declares -------------------------------------------------------------------------------------
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """The study's flags."""
+
+    def answer_at_once(self, args: argparse.Namespace) -> int | None:
+        """The exit code of a flag that answers without any run (tune's --list), else None."""
+        return None
+
+    def plan(self, args: argparse.Namespace) -> Any:
+        """Every setting checked and the jobs made, before any run; raises a BAD_INPUT error naming the flag or key."""
+        raise NotImplementedError
+
+    def announce(self, plan: Any) -> int | None:
+        """Print what will run; an exit code to stop here (tune's --dry-run), else None."""
+        return None
+
+    def outputs(self, plan: Any) -> Sequence[Path]:
+        """The files the study writes besides the runs, listed after `wrote:`."""
+        return []
+
+    def stale(self, plan: Any) -> Sequence[Path]:
+        """The outputs removed before the runs, so none from an earlier invocation is taken for this one's."""
+        return self.outputs(plan)
+
+    def run(self, plan: Any) -> Any:
+        """Run the plan's jobs; what the report needs."""
+        raise NotImplementedError
+
+    def report(self, plan: Any, results: Any) -> str:
+        """Write the study's files; the text to print."""
+        raise NotImplementedError
+
+    def reproduce(self, plan: Any) -> str:
+        """The command line that reproduces the study (the `Reproduce:` line of its report)."""
+        raise NotImplementedError
+
+    def exit_code(self, plan: Any, results: Any, rerun: str) -> int:
+        """0 when every run completed; may say more after the written files (how to rerun what failed)."""
+        return 0
+
+    def rerun_argv(self, argv: list[str]) -> list[str]:
+        """The arguments of the command that continues a stopped study (by default the same)."""
+        return argv
+
+    # --- what every study does -------------------------------------------------------------------------------------
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=f"python -m {self.module}", description=self.doc.split("\n\n")[0])
+        self.add_arguments(parser)
+        return parser
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """The command: its exit code (0 done, 1 a run did not complete, 2 a bad setting, 130/143/129 a signal)."""
+        args = self.parser().parse_args(argv)
+        if (code := self.answer_at_once(args)) is not None:
+            return code
+        given = list(sys.argv[1:] if argv is None else argv)
+        rerun = shell_command(self.module, self.rerun_argv(given))
+        return run_stoppable(lambda: self.command(args, rerun), rerun)
+
+    def command(self, args: argparse.Namespace, rerun: str) -> int:
+        """Plan (exit 2 on a bad setting), announce, run, report, list the files; the exit code."""
+        try:
+            plan = self.plan(args)
+        except self.bad_input as err:
+            return _refused(err)
+        if (code := self.announce(plan)) is not None:
+            return code
+        reports.remove_stale(self.stale(plan))
+        try:
+            results = self.run(plan)
+            text = self.report(plan, results)
+        except self.run_errors as err:
+            return _refused(err)
+        print(text)
+        print_written(self.outputs(plan))
+        return self.exit_code(plan, results, rerun)
+
+
+def _refused(err: Exception) -> int:
+    print(f"error: {err}", file=sys.stderr)
+    return 2
