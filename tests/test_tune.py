@@ -23,6 +23,8 @@ from fedsuite.tunable import LogRange, grid_values, problem, rounded
 from simulation import tune
 from simulation.experiment import engines
 from simulation.launcher.outcome import Interrupted, RunFailed
+from simulation.tuning import space as tuning_space
+from simulation.tuning import trials as tuning_trials
 
 SHARED = "dataset='synthetic-logistic' num-clients=6 clients-per-round=3 num-server-rounds=3 targets='0.5'"
 LR_GRID = LogRange(0.005, 0.5).grid()  # fedavg's declared grid: 0.005, 0.0158, 0.05, 0.158, 0.5
@@ -107,7 +109,7 @@ def test_every_algorithm_declares_a_tunable_lr_inside_the_schema():
 
 
 def test_grid_is_the_declared_one_and_space_replaces_keys():
-    space = tune.search_space("fedcm")
+    space = tuning_space.search_space("fedcm")
     assert space == dict(ALGORITHMS["fedcm"].tunable)
     points = tune.grid_points(space)
     assert points == [(("lr", lr), ("fedcm-alpha", a)) for lr, a in itertools.product(LR_GRID, space["fedcm-alpha"])]
@@ -126,9 +128,9 @@ def test_grid_is_the_declared_one_and_space_replaces_keys():
     with pytest.raises(ConfigError, match="'scaffold' is not among --algorithms"):
         tune.spaces_for(["fedavg"], tune.parse_space("scaffold:lr=0.1"))
     with pytest.raises(ConfigError, match="fedcm-alpha"):
-        tune.search_space("fedcm", {"fedcm-alpha": (0.1, 2.0)})
+        tuning_space.search_space("fedcm", {"fedcm-alpha": (0.1, 2.0)})
     with pytest.raises(ConfigError, match="--algorithms 'nope'"):
-        tune.search_space("nope")
+        tuning_space.search_space("nope")
 
 
 def test_list_prints_every_algorithm_and_its_keys(capsys):
@@ -165,10 +167,10 @@ def test_federated_evaluation_scores_the_federated_validation_column(tmp_path):
     (tmp_path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
         {"round": 0, "fed_val_accuracy": 0.1, "accuracy": 0.9}, {"round": 1}, {"round": 2, "fed_val_accuracy": 0.3},
         {"round": 3, "fed_val_accuracy": 0.5}, {"round": 4, "fed_val_accuracy": 0.7}]))  # fmt: skip
-    assert tune.validation_score(tmp_path, "fed_val_accuracy", 3) == pytest.approx(0.5)
-    assert tune.validation_score(tmp_path, "fed_val_accuracy", 10) == pytest.approx(0.5)  # round 0 (untrained) out
+    assert tuning_trials.validation_score(tmp_path, "fed_val_accuracy", 3) == pytest.approx(0.5)
+    assert tuning_trials.validation_score(tmp_path, "fed_val_accuracy", 10) == pytest.approx(0.5)  # round 0 is out
     with pytest.raises(ConfigError, match="no 'val_accuracy' values"):
-        tune.validation_score(tmp_path, "val_accuracy", 3)
+        tuning_trials.validation_score(tmp_path, "val_accuracy", 3)
 
 
 def test_a_diverged_trial_is_listed_with_its_status_and_never_chosen(tmp_path, fake):
@@ -247,7 +249,7 @@ def scored_without_runs(setting, algorithm, points, first_number):
 
 def test_optuna_with_the_same_seed_proposes_the_same_trials(tmp_path):
     setting = tune.Setting({}, [0], tmp_path, "inprocess", 2, "val_accuracy", 3, True)
-    space = tune.search_space("fedcm")
+    space = tuning_space.search_space("fedcm")
 
     def proposals(seed):
         return [t.point for t in tune.optuna_search(setting, "fedcm", space, 12, seed, run=scored_without_runs)]

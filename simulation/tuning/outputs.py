@@ -1,0 +1,83 @@
+"""What a tuning writes: the per-algorithm search tables (search/<algorithm>.md, .csv) and tune.md."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from fedsuite.config import Scalar
+from simulation import sweep
+from simulation.experiment import report
+from simulation.tuning.trials import Setting, Trial
+
+# --- outputs --------------------------------------------------------------------------------------------------------
+
+
+def search_rows(trials: Sequence[Trial], best: Trial | None) -> tuple[list[dict], list[str]]:
+    """One row per trial: number, its values, per-seed scores, mean score, status, chosen."""
+    keys = list(dict.fromkeys(k for t in trials for k, _ in t.point))
+    seeds = list(trials[0].seeds) if trials else []
+    fields = ["trial", *keys, *(f"seed_{s}" for s in seeds), "mean_score", "status", "chosen"]
+    rows = []
+    for t in trials:
+        rows.append({"trial": t.number, **t.values, **{f"seed_{s}": v for s, v in zip(seeds, t.scores, strict=True)},
+                     "mean_score": t.score, "status": t.status, "chosen": t is best})  # fmt: skip
+    return rows, fields
+
+
+def _cell(field: str, value) -> str:
+    if field == "chosen":
+        return "✓" if value else ""
+    if field.startswith("seed_") or field == "mean_score":
+        return report.fmt(value, ".4f")
+    return "–" if value is None else str(value)
+
+
+def search_markdown(algorithm: str, trials: Sequence[Trial], best: Trial | None, column: str, last: int) -> str:
+    rows, fields = search_rows(trials, best)
+    head = [f.replace("seed_", "seed ").replace("_", " ") for f in fields]
+    cells = [[_cell(f, r[f]) for f in fields] for r in rows]
+    lines = [f"# {algorithm}: search on the validation split", "",
+             f"Score: mean `{column}` over the last {last} evaluations, per seed; mean over the seeds. A trial "
+             "with a failed or diverged seed has no score and is never chosen.", "",
+             *report.markdown_table(head, cells)]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_search(out: Path, algorithm: str, trials: Sequence[Trial], best: Trial | None, column: str,
+                 last: int) -> None:  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    rows, fields = search_rows(trials, best)
+    report.write_csv(out / f"{algorithm}.csv", rows, fields)
+    (out / f"{algorithm}.md").write_text(search_markdown(algorithm, trials, best, column, last))
+
+
+def final_settings(shared: Mapping[str, Scalar]) -> dict:
+    """The final runs' shared settings: no validation split (all training data), rounds-to-target on the test
+    metric where the search read a validation one."""
+    settings = {**shared, "validation-fraction": 0.0}
+    metric = str(settings.get("target-metric", "auto"))
+    if metric.endswith("val-accuracy"):
+        settings["target-metric"] = metric.replace("val-", "")
+    return settings
+
+
+def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Trial | None], setting: Setting,
+                     command: str, final_text: str) -> str:  # fmt: skip
+    head = ["algorithm", "chosen values", f"validation score ({setting.column})", "trials with a score"]
+    cells = []
+    for algorithm, trials in results.items():
+        pick = best[algorithm]
+        values = ", ".join(f"{k}={v}" for k, v in pick.point) if pick else "none: no trial completed"
+        cells.append([algorithm, values, report.fmt(pick.score if pick else None, ".4f"),
+                      f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}"])  # fmt: skip
+    lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
+             *report.markdown_table(head, cells), "", "## Final runs (test accuracy, no validation split)", "",
+             final_text.partition("\n\n")[2] if final_text.startswith("Reproduce:") else "No final runs."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def outputs(out: Path, algorithms: Sequence[str]) -> list[Path]:
+    """The files a tuning writes in <out> besides the runs: search tables, tuned.toml, the final report, tune.md."""
+    search = [out / "search" / f"{a}.{ext}" for a in algorithms for ext in ("md", "csv")]
+    return [*search, out / "tuned.toml", *sweep.outputs(out / "final"), out / "tune.md"]
