@@ -3,7 +3,7 @@ fedsuite.strategies and fedsuite.clients (from the repository's strategies/ and 
 experiment layer (simulation/), so a user's own `clients` or `simulation` module never clashes with it
 (pyproject.toml's [tool.setuptools], docs/developer/architecture.md).
 
-The wheel is built from a copy of the checkout (nothing is written into it). The slow tests install it, or the copy
+The wheel is built from a copy of the checkout (nothing is written into it). Three tests install it, or the copy
 in editable mode as CI does, into a throwaway venv whose dependencies come from this interpreter's site-packages,
 and import from a folder outside the repository."""
 
@@ -128,7 +128,7 @@ RUN = """
 
 def test_an_installed_wheel_runs_from_any_folder_without_top_level_halves(wheel, tmp_path):
     python = throwaway_venv(tmp_path)
-    install = [python, *PIP, "install", "--no-deps", "--no-index", str(wheel)]
+    install = [python, *PIP, "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
     subprocess.run(install, check=True, capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT)
     elsewhere = tmp_path / "user_project"
     (elsewhere / "clients").mkdir(parents=True)  # a user's own `clients` package, which fedsuite's must not shadow
