@@ -8,9 +8,10 @@ the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-pa
 
 from __future__ import annotations
 
-from clients.localadam import LocalAdamClient
 from fedsuite.declared import Vector
 from fedsuite.local import AddVector, UpdateRule
+
+from .localadam import LocalAdamClient
 
 
 class FAdamETClient(LocalAdamClient):

@@ -8,10 +8,11 @@ the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-pa
 
 from __future__ import annotations
 
-from clients.fadamet import FAdamETClient
-from clients.localadam import LocalAdamClient
 from fedsuite.adaptive import GradientSum
 from fedsuite.local import AddVector, UpdateRule
+
+from .fadamet import FAdamETClient
+from .localadam import LocalAdamClient
 
 
 class FAdamGTClient(LocalAdamClient):

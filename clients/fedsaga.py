@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from clients.losac import LoSACClient
 from fedsuite.local import UpdateRule
 from fedsuite.variance import BlockTable
+
+from .losac import LoSACClient
 
 
 class FedSagaClient(LoSACClient):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clients.fedcm import FedCMClient
 from fedsuite.client_rule import ClientRule
 from fedsuite.local import SharpnessAware, UpdateRule
+
+from .fedcm import FedCMClient
 
 
 class FedSAMClient(ClientRule):

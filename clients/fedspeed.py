@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clients.feddyn import FedDynClient
 from fedsuite.local import SharpnessAware, UpdateRule
+
+from .feddyn import FedDynClient
 
 
 class FedSpeedClient(FedDynClient):

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-from clients.fedspeed import FedSpeedClient
 from fedsuite.declared import Vector
+
+from .fedspeed import FedSpeedClient
 
 
 class FedSpeedIngClient(FedSpeedClient):

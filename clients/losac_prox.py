@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from clients.losac import LoSACClient
-from clients.proximal import ProximalStep
+from .losac import LoSACClient
+from .proximal import ProximalStep
 
 
 class LoSACProxClient(ProximalStep, LoSACClient):

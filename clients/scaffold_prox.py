@@ -3,8 +3,8 @@ followed by the same proximal step as LoSAC-Prox, x ← prox_{η_l Ψ}(x); contr
 
 from __future__ import annotations
 
-from clients.proximal import ProximalStep
-from clients.scaffold import ScaffoldClient
+from .proximal import ProximalStep
+from .scaffold import ScaffoldClient
 
 
 class ScaffoldProxClient(ProximalStep, ScaffoldClient):

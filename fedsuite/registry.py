@@ -11,6 +11,7 @@ verification kit.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -73,9 +74,26 @@ def register(algorithm: Algorithm) -> Algorithm:
     return ALGORITHMS.register(algorithm)
 
 
+# Where the built-in halves live once fedsuite is installed; the folders of the repository they are installed from.
+_BUILT_IN_HALVES = {"fedsuite.strategies": "strategies", "fedsuite.clients": "clients"}
+
+
 def load_class(path: str):
+    """The class a registry entry names as "module:Class". Built-in halves have one spelling,
+    "fedsuite.strategies.<module>:<Class>" and "fedsuite.clients.<module>:<Class>": installed fedsuite (a wheel, or the
+    checkout installed editable) holds them there. A Flower app bundle run where fedsuite is not installed carries
+    them as its own top-level folders strategies/ and clients/ (Flower puts the bundle's folder on sys.path), so only
+    where fedsuite.strategies (fedsuite.clients) cannot be found is the same module imported from strategies
+    (clients)."""
     module, cls = path.split(":")
-    return getattr(importlib.import_module(module), cls)
+    return getattr(importlib.import_module(_importable(module)), cls)
+
+
+def _importable(module: str) -> str:
+    for package, folder in _BUILT_IN_HALVES.items():
+        if module.startswith(package + ".") and importlib.util.find_spec(package) is None:
+            return folder + module.removeprefix(package)
+    return module
 
 
 def _kwargs(cfg: Mapping[str, Any], args: dict[str, str]) -> dict:

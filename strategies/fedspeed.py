@@ -10,7 +10,8 @@ import numpy as np
 
 from fedsuite.declared import Vector
 from fedsuite.rule import Reply, RuleSettings
-from strategies.feddyn import FedDyn
+
+from .feddyn import FedDyn
 
 
 class FedSpeed(FedDyn):

@@ -1,6 +1,6 @@
 """MimeSVRG server (docs/algorithms/mimesvrg.md): a round with two exchanges.
 
-Before the round's training the sampled clients answer a query (`Query`, see `clients.mimesvrg`) with
+Before the round's training the sampled clients answer a query (`Query`, see `fedsuite.clients.mimesvrg`) with
 ∇F_i(x^t); the valid answers give c = mean_S(∇F_i(x^t)) (uniform, or by n_i with weighting='samples' as fedjax
 does). Then the ordinary fit exchange with (x^t, c); x^{t+1} = x^t + η_g·mean_S(Δ_i). A client whose answer fails
 or is rejected gets no fit message and counts as a failure of the round. The adapter counts both exchanges in the

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from clients.fadamet import FAdamETClient
-from clients.fadamgt import FAdamGTClient
-from clients.mimesvrg import MimeSVRGClient
 from fedsuite import costs
 from fedsuite.adaptive import AdamStep
+from fedsuite.clients.fadamet import FAdamETClient
+from fedsuite.clients.fadamgt import FAdamGTClient
+from fedsuite.clients.mimesvrg import MimeSVRGClient
 from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.local import LocalData, UpdateRule, train_local
 from fedsuite.models import FlatModel

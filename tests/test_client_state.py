@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from clients.scaffold import ScaffoldClient
 from fedsuite import costs
 from fedsuite import state as state_module
+from fedsuite.clients.scaffold import ScaffoldClient
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
 from fedsuite.inprocess import client_store, remove_client_state, run_inprocess

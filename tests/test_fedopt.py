@@ -8,7 +8,7 @@ import pytest
 from fedsuite.inprocess import run_inprocess
 from fedsuite.rule import Reply, RuleSettings
 from fedsuite.sampling import Sampler
-from strategies.fedopt import FedAdagrad, FedAdam, FedYogi
+from fedsuite.strategies.fedopt import FedAdagrad, FedAdam, FedYogi
 from tests.helpers import LSQ
 
 X0 = np.array([1.0, 2.0], np.float32)

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from clients.fedspeed import FedSpeedClient
 from fedsuite.client_rule import RoundContext
+from fedsuite.clients.fedspeed import FedSpeedClient
 from fedsuite.config import resolve
 from fedsuite.local import LocalData, minibatches, train_local
 from fedsuite.models import FlatModel, build_model, loss_function

@@ -10,6 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("fedsuite", "strategies", "clients")
+# strategies/ and clients/ are installed as fedsuite.strategies and fedsuite.clients (pyproject.toml's
+# [tool.setuptools]); here a module is named by its folder.
+INSTALLED_AS = {"fedsuite.strategies": "strategies", "fedsuite.clients": "clients"}
 
 
 def module_name(path: Path) -> str:
@@ -17,22 +20,40 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def by_folder(module: str) -> str:
+    for installed, folder in INSTALLED_AS.items():
+        if module == installed or module.startswith(installed + "."):
+            return folder + module.removeprefix(installed)
+    return module
+
+
+def imported_module(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module of `from … import …` in module `name` (relative imports resolved)."""
+    if not node.level:
+        return node.module
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports() -> dict[str, set[str]]:
     """module → the project modules it imports (`from package import name`: the module `name` when it is one, else
-    the package)."""
+    the package), studies (simulation/) included as targets."""
     modules = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    known = set(modules) | {module_name(p) for p in (ROOT / "simulation").rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                submodules = [f"{node.module}.{alias.name}" for alias in node.names]
-                targets = [t if t in modules else node.module for t in submodules]
+                targets = [by_folder(alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = by_folder(imported_module(name, path, node))
+                submodules = [f"{module}.{alias.name}" for alias in node.names]
+                targets = [t if t in known else module for t in submodules]
             else:
                 continue
-            found |= {t for t in targets if t in modules and t != name}
+            found |= {t for t in targets if t in known and t != name}
         graph[name] = found
     return graph
 
@@ -45,7 +66,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
@@ -74,3 +95,9 @@ def test_the_library_imports_no_algorithm_half_and_no_study():
 def test_the_check_finds_a_circle():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_relative_imports_and_installed_names_count():
+    graph = imports()
+    assert "strategies.feddyn" in graph["strategies.fedspeed"]  # from .feddyn import FedDyn
+    assert {"clients.fadamet", "clients.localadam"} <= graph["clients.fadamgt"]

@@ -11,7 +11,7 @@ from fedsuite import testing as kit
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
 from fedsuite.plugins import AlgorithmRegistry
-from strategies.scaffold import Scaffold
+from fedsuite.strategies.scaffold import Scaffold
 
 
 def test_the_closed_form_optimum_is_the_generators():
@@ -61,7 +61,8 @@ def test_checkpoint_round_trip_of_an_algorithm_with_server_and_client_state(tmp_
 def test_communication_is_the_declared(monkeypatch):
     assert kit.check_communication("scaffold") == (2, 2, 0)
     assert kit.check_communication("fadamet", {"sampling": "bernoulli", "participation": 0.5}) == (2, 1, 1)
-    leaky = registry.Algorithm("leaky", "tests.test_kit:LeakyScaffold", "clients.scaffold:ScaffoldClient", "", "")
+    leaky = registry.Algorithm("leaky", "tests.test_kit:LeakyScaffold", "fedsuite.clients.scaffold:ScaffoldClient",
+                               "", "")  # fmt: skip
     plugged = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=list)
     plugged.register(leaky)
     monkeypatch.setattr(registry, "ALGORITHMS", plugged)  # a registry of its own: this process's stays plain

@@ -106,7 +106,7 @@ def test_partial_participation_trajectory_matches_numpy_reference(algorithm, ext
 # ---- ϕ bookkeeping (docs/algorithms/losac.md): factor 1 keeps ϕ = Σ_n mean_j y_{n,j}; N/S does not ------------
 def phi_gaps(monkeypatch, cfg: dict, crash: int | None = None, reject: int | None = None) -> tuple[list[float], int]:
     """After every round: max |ϕ − Σ_n ḡ_n| over the clients' effective tables; and the number of failed replies."""
-    from clients.losac import LoSACClient
+    from fedsuite.clients.losac import LoSACClient
 
     if crash is not None:
         original = LoSACClient.uplink

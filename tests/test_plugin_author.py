@@ -22,7 +22,7 @@ from fedsuite.plugins import AlgorithmRegistry, PluginError
 from fedsuite.rule import RuleSettings, ServerRule
 from fedsuite.sampling import Sampler
 from fedsuite.server.rule_result import RuleResultError
-from strategies.fedavg import FedAvg
+from fedsuite.strategies.fedavg import FedAvg
 from tests.example_install import CHILD_TIMEOUT, installed_example
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,8 +80,8 @@ def plugged(monkeypatch):
     return own
 
 
-def plug_in(own: AlgorithmRegistry, name: str, client: str = "clients.fedavg:FedAvgClient",
-            strategy: str = "strategies.fedavg:FedAvg", keys: tuple = ()) -> None:  # fmt: skip
+def plug_in(own: AlgorithmRegistry, name: str, client: str = "fedsuite.clients.fedavg:FedAvgClient",
+            strategy: str = "fedsuite.strategies.fedavg:FedAvg", keys: tuple = ()) -> None:  # fmt: skip
     own.register(registry.Algorithm(name, strategy, client, "", "", keys=keys))
 
 

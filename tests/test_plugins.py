@@ -24,6 +24,8 @@ from tests.example_install import CHILD_TIMEOUT, installed_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fedavgm"
+# FedAvg's halves, as the built-in entries name them (fedsuite/builtin_algorithms.py)
+FEDAVG, FEDAVG_CLIENT = "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def entry_point(name: str, value: str) -> EntryPoint:
 
 
 def clashing_fedavg() -> registry.Algorithm:
-    return registry.Algorithm("fedavg", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "")
+    return registry.Algorithm("fedavg", FEDAVG, FEDAVG_CLIENT, "", "")
 
 
 @pytest.fixture
@@ -129,11 +131,11 @@ def test_a_clash_with_a_built_in_name_or_key_is_refused_in_one_line(caplog):
     with pytest.raises(PluginError, match="'fedavg' is a built-in algorithm"):
         plugged.register(clashing_fedavg())
     other_lr = Key("server-lr", 0.5, "a server lr of its own", low=0.0)
-    rival = registry.Algorithm("rival", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "",
+    rival = registry.Algorithm("rival", FEDAVG, FEDAVG_CLIENT, "", "",
                                {"server_lr": "server-lr"}, keys=(other_lr,))  # fmt: skip
     with pytest.raises(PluginError, match="key 'server-lr' is declared differently by a built-in key"):
         plugged.register(rival)
-    unknown = registry.Algorithm("loose", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "",
+    unknown = registry.Algorithm("loose", FEDAVG, FEDAVG_CLIENT, "", "",
                                  {"server_lr": "loose-lr"})  # fmt: skip
     with pytest.raises(PluginError, match="reads run-config key 'loose-lr', which no one declares"):
         plugged.register(unknown)
@@ -145,7 +147,7 @@ def test_readme_tables_list_the_shipped_algorithms_only(monkeypatch):
 
     before = algorithms.algorithm_table()
     plugged = AlgorithmRegistry(built_ins(), discover=lambda: [])
-    plugged.register(registry.Algorithm("mine", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", ""))
+    plugged.register(registry.Algorithm("mine", FEDAVG, FEDAVG_CLIENT, "", ""))
     monkeypatch.setattr(algorithms, "ALGORITHMS", plugged)
     assert "mine" in plugged and algorithms.algorithm_table() == before
     assert plugged.built_in == tuple(registry.ALGORITHMS.built_in) == tuple(name for name in before_names(before))

@@ -16,8 +16,10 @@ import pytest
 from fedsuite import checkpoint, checkpoint_files
 from fedsuite.declared import Vector
 from fedsuite.results import OutDirFull
-from strategies.fedavg import FedAvg
+from fedsuite.strategies.fedavg import FedAvg
 
+# FedAvg's halves, as the built-in entries name them (fedsuite/builtin_algorithms.py)
+FEDAVG, FEDAVG_CLIENT = "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient"
 STATE = {"rule": {"x": np.arange(4, dtype=np.float32)}, "accepted": {0: 1}}
 
 
@@ -220,7 +222,7 @@ def test_a_plugin_rule_of_the_wrong_shape_is_named_where_its_result_is_taken(plu
     from fedsuite.registry import Algorithm
     from fedsuite.server.rule_result import RuleResultError
 
-    plugged.register(Algorithm("shapeless", f"tests.test_refusals:{rule}", "clients.fedavg:FedAvgClient", "", ""))
+    plugged.register(Algorithm("shapeless", f"tests.test_refusals:{rule}", FEDAVG_CLIENT, "", ""))
     with pytest.raises(RuleResultError, match=message) as caught:
         run_inprocess({**FEDERATION, "algorithm": "shapeless"})
     text = str(caught.value)
@@ -235,7 +237,7 @@ def bad_default_algorithm():
     from fedsuite.registry import Algorithm
 
     beta = Key("wild-beta", 2.0, "a momentum that declares itself out of range", low=0.0, high=1.0)
-    return Algorithm("wild", "strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", "", "", keys=(beta,))
+    return Algorithm("wild", FEDAVG, FEDAVG_CLIENT, "", "", keys=(beta,))
 
 
 def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_ins_run(monkeypatch, caplog):
@@ -261,17 +263,17 @@ def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_i
 @pytest.mark.parametrize(
     ("strategy", "client", "strategy_args", "message"),
     [
-        ("strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", {}, "default 2.0 outside its declared range"),
-        ("strategies.fedavg:NoSuchRule", "clients.fedavg:FedAvgClient", {},
-         "strategy='strategies.fedavg:NoSuchRule' cannot be imported (AttributeError: "),
-        ("no_such_plugin_module:Rule", "clients.fedavg:FedAvgClient", {}, "cannot be imported (ModuleNotFoundError: "),
-        ("numpy:zeros", "clients.fedavg:FedAvgClient", {}, "is a builtin_function_or_method, expected a subclass of "
+        (FEDAVG, FEDAVG_CLIENT, {}, "default 2.0 outside its declared range"),
+        ("fedsuite.strategies.fedavg:NoSuchRule", FEDAVG_CLIENT, {},
+         "strategy='fedsuite.strategies.fedavg:NoSuchRule' cannot be imported (AttributeError: "),
+        ("no_such_plugin_module:Rule", FEDAVG_CLIENT, {}, "cannot be imported (ModuleNotFoundError: "),
+        ("numpy:zeros", FEDAVG_CLIENT, {}, "is a builtin_function_or_method, expected a subclass of "
          "fedsuite.rule.ServerRule"),
-        ("strategies.fedavg:FedAvg", "strategies.fedavg:FedAvg", {}, "client='strategies.fedavg:FedAvg' is the class "
+        (FEDAVG, FEDAVG, {}, "client='fedsuite.strategies.fedavg:FedAvg' is the class "
          "FedAvg, expected a subclass of fedsuite.client_rule.ClientRule"),
-        ("strategies.fedavg:FedAvg", "clients.fedavg:FedAvgClient", {"beta": "server-lr"}, "strategy "
-         "strategies.fedavg:FedAvg: the constructor does not accept argument 'beta' (run-config key 'server-lr'); "
-         "it takes settings, server_lr"),
+        (FEDAVG, FEDAVG_CLIENT, {"beta": "server-lr"}, "strategy "
+         "fedsuite.strategies.fedavg:FedAvg: the constructor does not accept argument 'beta' (run-config key "
+         "'server-lr'); it takes settings, server_lr"),
     ],
 )  # fmt: skip
 def test_register_refuses_bad_declarations_in_one_line(plugged, strategy, client, strategy_args, message):

@@ -1,7 +1,7 @@
 """FedAvgM (Hsu et al. 2019, server momentum) as a fedsuite plug-in: the registry entry, found through the
 entry point `fedsuite.algorithms: fedavgm = fedavgm_plugin:algorithm` of this package's pyproject.toml.
 
-Clients run FedAvg's local SGD (fedsuite's clients.fedavg); the server keeps a momentum v (strategy.py).
+Clients run FedAvg's local SGD (fedsuite.clients.fedavg); the server keeps a momentum v (strategy.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def algorithm() -> Algorithm:
     return Algorithm(
         name="fedavgm",
         strategy="fedavgm_plugin.strategy:FedAvgM",
-        client="clients.fedavg:FedAvgClient",
+        client="fedsuite.clients.fedavg:FedAvgClient",
         section="plug-in (examples/fedavgm)",
         summary="server momentum: v ← β v + mean_S Δ_i, x ← x + η_g v",
         strategy_args={"beta": BETA.name, "server_lr": "server-lr"},

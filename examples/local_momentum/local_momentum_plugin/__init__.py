@@ -1,7 +1,7 @@
 """Local heavy-ball momentum kept across rounds, as a fedsuite plug-in: the registry entry, found through the
 entry point `fedsuite.algorithms: localmomentum = local_momentum_plugin:algorithm` of this package's pyproject.toml.
 
-The server is FedAvg's (fedsuite's strategies.fedavg); each client's step stage keeps a momentum buffer m_i that is
+The server is FedAvg's (fedsuite.strategies.fedavg); each client's step stage keeps a momentum buffer m_i that is
 declared client state, so it survives between the client's rounds (client.py).
 """
 
@@ -18,7 +18,7 @@ MU = Key("localmomentum-mu", 0.9, "client momentum μ kept across rounds (plug-i
 def algorithm() -> Algorithm:
     return Algorithm(
         name="localmomentum",
-        strategy="strategies.fedavg:FedAvg",
+        strategy="fedsuite.strategies.fedavg:FedAvg",
         client="local_momentum_plugin.client:LocalMomentumClient",
         section="plug-in (examples/local_momentum)",
         summary="local SGD with heavy-ball momentum m_i ← μ m_i + d kept across the client's rounds",
