@@ -594,8 +594,8 @@ def steady_seconds(rows: Iterable[dict[str, Any]], key: str = "round_seconds", s
     """THE steady time per round, used by summary.json, the study reports and the benchmark: the median (mean of the
     middle two for an even count) of `key` over every trained round (round > 0) but the first, which is the cold
     start (imports, data loads, Ray start). `skip_last` also leaves out the last round, for runs that evaluate on the
-    test set only there (simulation.benchmarks.overhead). Missing and non-finite values are ignored; None when no round is
-    left."""
+    test set only there (simulation.benchmarks.overhead). Missing and non-finite values are ignored; None when no
+    round is left."""
     trained = [r for r in rows if r["round"] > 0]
     steady = trained[1:-1] if skip_last else trained[1:]
     values = sorted(v for v in (r.get(key) for r in steady) if v is not None and math.isfinite(v))
