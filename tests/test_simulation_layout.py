@@ -70,3 +70,18 @@ def test_the_launcher_cli_is_short_functions_with_one_job():
 def test_a_study_command_is_declared_on_the_study(module):
     main = importlib.import_module(module).main
     assert isinstance(main.__self__, Study) and main.__self__.module == module
+
+
+def test_every_study_says_its_own_exit_code():
+    """The base has no default exit code: a study that did not look at its runs' outcomes cannot report success."""
+    import pytest
+
+    from simulation.experiment.study import Study
+
+    with pytest.raises(NotImplementedError):
+        Study(None).exit_code(None, None, "")
+    for module in ("simulation.compare", "simulation.sweep", "simulation.tune", "simulation.studies.lora",
+                   "simulation.studies.losac_table2"):  # fmt: skip
+        study = next(v for v in vars(__import__(module, fromlist=["_"])).values()
+                     if isinstance(v, type) and issubclass(v, Study) and v is not Study)  # fmt: skip
+        assert study.exit_code is not Study.exit_code, module

@@ -34,9 +34,9 @@ BAD_INPUT = (ConfigError, FileNotFoundError, ValueError)  # a setting that canno
 
 class Study:
     """One study command. `module` names it (`python -m <module>`); `doc` is its module docstring. Subclasses
-    declare `add_arguments`, `plan`, `run`, `report` and `reproduce`, and where they need them `answer_at_once`,
-    `announce`, `outputs`, `stale`, `rerun_argv`, `exit_code`; `bad_input` are the errors of a setting that cannot work,
-    `run_errors` those only the runs can find (both: one line, exit code 2)."""
+    declare `add_arguments`, `plan`, `run`, `report`, `reproduce` and `exit_code`, and where they need them
+    `answer_at_once`, `announce`, `outputs`, `stale`, `rerun_argv`; `bad_input` are the errors of a setting that
+    cannot work, `run_errors` those only the runs can find (both: one line, exit code 2)."""
 
     module: str = ""
     bad_input: tuple[type[Exception], ...] = BAD_INPUT
@@ -83,8 +83,9 @@ class Study:
         raise NotImplementedError
 
     def exit_code(self, plan: Any, results: Any, rerun: str) -> int:
-        """0 when every run completed; may say more after the written files (how to rerun what failed)."""
-        return 0
+        """0 when every run completed, else 1; may say more after the written files (how to rerun what failed).
+        Every study says it from its own results: no default, so none can report success it did not check."""
+        raise NotImplementedError
 
     def rerun_argv(self, argv: list[str]) -> list[str]:
         """The arguments of the command that continues a stopped study (by default the same)."""
