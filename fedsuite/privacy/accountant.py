@@ -1,0 +1,97 @@
+"""The privacy budget ε(δ) of a run, computed by Google's `dp-accounting` library (its Rényi-DP accountant); nothing
+here derives a bound by hand (docs/privacy.md, How ε is computed).
+
+A round of client-level DP is one subsampled Gaussian mechanism: a cohort of `sample` clients drawn without
+replacement from `population`, each contribution clipped to C, Gaussian noise of std σ·C on the sum (a step of
+DP-SGD is the same mechanism over a client's records: a batch of B of its n records). Fixed-size
+cohorts make the population size public, so the neighbouring relation is replace-one, under which one client's
+contribution moves the sum by up to 2C: the library is given the noise multiplier σ/2 relative to that sensitivity.
+
+Rounds that carried the same noise are the same event; the library's Rényi divergences of each distinct event are
+computed once and summed with their counts, then converted to ε at the run's δ by the library's conversion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+try:  # the `privacy` extra; a run that asks for DP without it is refused with the install line
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+except ImportError:  # pragma: no cover - exercised only where the extra is missing
+    dp_accounting = rdp = None
+
+INSTALL = "pip install 'fedsuite[privacy]' (the dp-accounting library)"
+REPLACE_ONE_SENSITIVITY = 2.0  # one client's clipped contribution (norm ≤ C) replaced by another moves the sum ≤ 2C
+
+
+def available() -> bool:
+    return dp_accounting is not None
+
+
+def round_event(noise_multiplier: float, sample: int, population: int):
+    """One round: `sample` of `population` clients without replacement, the Gaussian mechanism with noise std
+    noise_multiplier·C on the sum of contributions clipped to C (replace-one neighbours)."""
+    if dp_accounting is None:
+        raise RuntimeError(f"privacy accounting needs the dp-accounting library: {INSTALL}")
+    gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / REPLACE_ONE_SENSITIVITY)
+    return dp_accounting.SampledWithoutReplacementDpEvent(population, sample, gaussian)
+
+
+class RunAccountant:
+    """ε(δ) of the rounds so far. `rounds` maps (noise multiplier, cohort, population) to how many rounds ran with
+    it; it is the accountant's whole state (checkpoints keep it)."""
+
+    def __init__(self, delta: float, rounds: Mapping[tuple[float, int, int], int] | None = None):
+        self.delta = delta
+        self.rounds: dict[tuple[float, int, int], int] = dict(rounds or {})
+        self._rdp: dict[tuple[float, int, int], np.ndarray] = {}
+        self._orders: np.ndarray | None = None
+
+    def add(self, noise_multiplier: float, sample: int, population: int, count: int = 1) -> None:
+        key = (float(noise_multiplier), int(sample), int(population))
+        self.rounds[key] = self.rounds.get(key, 0) + count
+
+    def epsilon(self, extra: Mapping[tuple[float, int, int], int] | None = None) -> float:
+        """ε at the run's δ for the rounds so far (plus `extra` rounds not yet run); inf when a round carried no
+        noise, 0 before any round."""
+        rounds = dict(self.rounds)
+        for key, count in (extra or {}).items():
+            rounds[key] = rounds.get(key, 0) + count
+        if not rounds:
+            return 0.0
+        if any(sigma <= 0 for sigma, _, _ in rounds):
+            return math.inf
+        total = sum(count * self._event_rdp(key) for key, count in rounds.items())
+        epsilon, _ = rdp.compute_epsilon(self._orders, total, self.delta)
+        return float(epsilon)
+
+    def rounds_within(self, target: float, noise_multiplier: float, sample: int, population: int, limit: int) -> int:
+        """How many more rounds of this kind fit in ε ≤ target (at most `limit`), by bisection on the library's ε."""
+        key = (float(noise_multiplier), int(sample), int(population))
+        low, high = 0, limit
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.epsilon({key: mid}) <= target:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def state(self) -> list[list[float]]:
+        """The rounds as [noise multiplier, cohort, population, count] rows (checkpoint-friendly)."""
+        return [[sigma, sample, population, count] for (sigma, sample, population), count in sorted(self.rounds.items())]
+
+    @classmethod
+    def from_state(cls, delta: float, rows) -> RunAccountant:
+        return cls(delta, {(float(s), int(m), int(n)): int(c) for s, m, n, c in rows})
+
+    def _event_rdp(self, key: tuple[float, int, int]) -> np.ndarray:
+        if key not in self._rdp:
+            accountant = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+            accountant.compose(round_event(*key))  # the library's default orders
+            self._rdp[key], self._orders = accountant.rdp, accountant.orders
+        return self._rdp[key]
