@@ -29,6 +29,8 @@ class Algorithm:
     # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (docs/algorithms/losac.md)
     sum_scale: bool = False
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
+    # why client-level DP (run-config key dp) cannot cover what this algorithm uploads; '' = it can (docs/privacy.md)
+    dp_refusal: str = ""
     keys: tuple[Key, ...] = ()  # run-config keys the algorithm adds to the schema (its hyper-parameters)
     # what simulation.tune searches: run-config key -> LogRange or a tuple of values (fedsuite.tunable); every
     # algorithm declares at least `lr`, and every value lies inside its key's schema range

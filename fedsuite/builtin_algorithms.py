@@ -232,7 +232,9 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("mimesvrg", "fedsuite.strategies.mimesvrg:MimeSVRG", "fedsuite.clients.mimesvrg:MimeSVRGClient",
            "docs/algorithms/mimesvrg.md",
            "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
-           sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD),
+           sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD,
+           dp_refusal="sends each client's full local gradient to the server before training (its query), a second "
+                      "upload per round that the joint clip does not bound"),
     _entry("losac", "fedsuite.strategies.losac:LoSAC", "fedsuite.clients.losac:LoSACClient",
            "docs/algorithms/losac.md",
            "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",

@@ -39,12 +39,15 @@ from fedsuite.declared import BUFFERS
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
+from fedsuite.privacy.checks import count_noise
+from fedsuite.privacy.release import CLIP_KEY, COHORT_KEY, client_release, noise_generator
 from fedsuite.rounds import PHASE_KEY
 
 MAX_TRACEBACK_CHARS = 8000
 # Fit-config entries the adapter decodes or reads itself; the others are the server rule's (RoundContext.scalars).
 DECODED_KEYS = frozenset(
     {"round", "lr", PHASE_KEY, TRACKING_KEY, ARRAYS_KEY, STATE_ACCEPTED, PARTITION_KEY, STATE_KEY, ALGORITHM_KEY}
+    | {CLIP_KEY, COHORT_KEY}
 )
 
 
@@ -138,6 +141,9 @@ class RuleClient(NumPyClient):
         for name, value in uplink.items():
             if not bool(torch.isfinite(value).all()):
                 raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")
+        released: dict = {}
+        if node.cfg.privacy.on:  # client-level DP: only the clipped (and noised) uploads leave (docs/privacy.md)
+            uplink, released = self._private(uplink, config, ctx)
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
         arrays, names = pack({k: v.detach().cpu().numpy() for k, v in uplink.items()})
@@ -146,12 +152,24 @@ class RuleClient(NumPyClient):
             "partition-id": node.partition_id,
             "steps": result.steps,
             "lr": ctx.lr,
-            "loss": result.mean_loss,
             "compute-seconds": result.seconds,
         }
+        if node.cfg.privacy.on:  # no loss, no data size: the noise covers the arrays only
+            return arrays, 1, {**metrics, **released}
+        metrics["loss"] = result.mean_loss
         if result.first_loss is not None:  # the received model's loss before any step (the run guard's reference)
             metrics["first-loss"] = result.first_loss
         return arrays, len(node.data), metrics
+
+    def _private(self, uplink, config, ctx: RoundContext):
+        """The uplink as client-level DP releases it (fedsuite.privacy.release), and the metrics it adds."""
+        node = self.node
+        if BUFFERS.name in uplink:
+            raise ValueError(f"dp={node.cfg.privacy.mode!r}: the model's buffers (BatchNorm statistics) would be "
+                             "uploaded without clip or noise; set buffers='local'")  # fmt: skip
+        generator = noise_generator(node.cfg.seed, ctx.round, node.partition_id, getattr(node, "noise_secret", 0))
+        return client_release(uplink, node.cfg.privacy, float(config[CLIP_KEY]), int(config[COHORT_KEY]),
+                              count_noise(node.cfg), generator)  # fmt: skip
 
     # ---- a server query (fedsuite.rounds.Query) --------------------------------------------------
     def _answer(self, parameters, config):

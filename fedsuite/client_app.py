@@ -33,6 +33,7 @@ from fedsuite.state import DiskStore, StateFolderTaken, check_owner
 from fedsuite.state_plan import state_plan
 
 _STATE_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what a state key may be: it names a folder
+NOISE_SECRET_KEY = "dp-noise-secret"  # node config: the node's secret for its DP noise shares
 
 
 def node_for(context: Context, partition_id: int | None = None, state_key: str | None = None) -> ClientNode:
@@ -53,6 +54,7 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         raise ValueError(f"this SuperNode holds its own data (node config data-dir) as partition {nc['partition-id']} "
                          f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
+    node.noise_secret = noise_secret(nc)
     plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()))  # the server's and launcher's too
     if plan.holds:
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
@@ -67,6 +69,18 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         _checked(root, str(key), "node config client-state-dir" if node_dir else "client-state-dir")
         node.store = DiskStore(root, node.partition_id, owner_key=str(key))  # claims the folder at its first write
     return node
+
+
+def noise_secret(node_config) -> int:
+    """The node's secret for its DP noise (node config dp-noise-secret, docs/privacy.md), 0 when none: mixed into the
+    seed of its noise shares so that a server that knows the run seed cannot reproduce and remove them."""
+    given = str(node_config.get(NOISE_SECRET_KEY, "") or "")
+    if not given:
+        return 0
+    if not given.isdigit() or len(given) > 38:
+        raise NodeConfigError(f"node config {NOISE_SECRET_KEY}: expected a decimal number of at most 38 digits, e.g. "
+                              "from `python -c 'import secrets; print(secrets.randbits(126))'`")  # fmt: skip
+    return int(given)
 
 
 _CHECKED: set[tuple[str, str]] = set()  # (folder, state key) this process found free or its run's

@@ -224,6 +224,36 @@ class Aggregation(Settings):
 
 
 @dataclass(frozen=True)
+class ClientPrivacy(Settings):
+    """Client-level differential privacy of what clients upload (docs/privacy.md; fedsuite/privacy).
+
+    mode (dp): 'off', 'server' (noise added by the server) or 'clients' (each client adds its share).
+    noise (dp-noise): σ, the noise multiplier.
+    clip (dp-clip): C, the joint L2 clip of a client's uploads (adaptive: the first round's C).
+    clip_mode (dp-clip-mode): 'fixed' or 'adaptive'.
+    quantile (dp-clip-quantile): adaptive clipping's target share of unclipped clients.
+    clip_lr (dp-clip-lr): adaptive clipping's η_C.
+    count_noise (dp-count-noise): adaptive clipping's σ_b (0: clients-per-round / 20).
+    delta (dp-delta): the δ of the reported (ε, δ).
+    target_epsilon (dp-target-epsilon): stop before a round that would exceed it; 0 = none.
+    """
+
+    mode: str = _key("dp")
+    noise: float = _key("dp-noise")
+    clip: float = _key("dp-clip")
+    clip_mode: str = _key("dp-clip-mode")
+    quantile: float = _key("dp-clip-quantile")
+    clip_lr: float = _key("dp-clip-lr")
+    count_noise: float = _key("dp-count-noise")
+    delta: float = _key("dp-delta")
+    target_epsilon: float = _key("dp-target-epsilon")
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
+@dataclass(frozen=True)
 class Evaluation(Settings):
     """Who evaluates the global model, on what, and when (fedsuite/evaluation.py, the clients' evaluate).
 
@@ -327,9 +357,9 @@ class Config(Mapping):
     """A validated, read-only run config (string keys as in pyproject.toml), with typed views of it.
 
     `cfg["lr"]` reads one key; the typed settings objects group what the code reads together: `cfg.data`,
-    `cfg.synthetic`, `cfg.partitioning`, `cfg.sampling`, `cfg.local`, `cfg.aggregation`, `cfg.evaluation`,
-    `cfg.run_control`, `cfg.output`, `cfg.client_state`; `cfg.algorithm`, `cfg.dataset`, `cfg.preset`,
-    `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is built once, here.
+    `cfg.synthetic`, `cfg.partitioning`, `cfg.sampling`, `cfg.local`, `cfg.aggregation`, `cfg.privacy`,
+    `cfg.evaluation`, `cfg.run_control`, `cfg.output`, `cfg.client_state`; `cfg.algorithm`, `cfg.dataset`,
+    `cfg.preset`, `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is built once, here.
     """
 
     def __init__(self, values: Mapping[str, Scalar], explicit: frozenset[str] = frozenset()):
@@ -342,6 +372,7 @@ class Config(Mapping):
         self._sampling = ClientSampling.from_values(v)
         self._local = LocalLoop.from_values(v)
         self._aggregation = Aggregation.from_values(v)
+        self._privacy = ClientPrivacy.from_values(v)
         self._evaluation = Evaluation.from_values(v)
         self._run_control = RunControl.from_values(v)
         self._output = Output.from_values(v)
@@ -382,6 +413,10 @@ class Config(Mapping):
     @property
     def aggregation(self) -> Aggregation:
         return self._aggregation
+
+    @property
+    def privacy(self) -> ClientPrivacy:
+        return self._privacy
 
     @property
     def evaluation(self) -> Evaluation:

@@ -39,6 +39,7 @@ class ClientNode:
     num_partitions: int
     data_dir: str | None = None  # the node's own files (deployment); None = partition of the run's dataset
     store: MutableMapping | None = None  # this partition's persistent client state (fedsuite.state)
+    noise_secret: int = 0  # mixed into the seed of its DP noise shares (node config dp-noise-secret, docs/privacy.md)
 
     @cached_property
     def device(self) -> torch.device:

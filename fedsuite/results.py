@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # Final statuses, with the exit code simulation.run gives each (interrupted: 128 + the signal's number).
-STATUSES = {"completed": 0, "failed": 1, "diverged": 3, "interrupted": 130}
+STATUSES = {"completed": 0, "budget-spent": 0, "failed": 1, "diverged": 3, "interrupted": 130}
 RUN_MARKER = ".fedsuite-run"
 RUN_TOKEN_ENV = "FEDSUITE_RUN_TOKEN"  # set by simulation.run for every process of one launch
 RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log", "flwr.log")

@@ -259,6 +259,27 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("resume-from", "", "results folder of a run with a checkpoint: continue it from there (num-server-rounds "
         "may be larger); every other key that changes the numbers must be the same",
         resumable=True, app=APP_CHECKPOINT, tunable=False),
+    # --- client-level differential privacy (docs/privacy.md)
+    Key("dp", "off", "client-level differential privacy of every vector a client uploads: off; server = clipped on "
+        "the clients, Gaussian noise added to the sum by the server (trusted server); clients = each client adds its "
+        "share of the noise (the sum carries it; the form for secure aggregation)", ("off", "server", "clients"),
+        client=True, tunable=False),
+    Key("dp-noise", 1.0, "σ, the noise multiplier: the noise on the sum of the cohort's clipped uploads has std σ·C",
+        low=0.0, client=True, tunable=False),
+    Key("dp-clip", 1.0, "C, the L2 norm each client's uploads are clipped to, jointly (with dp-clip-mode=adaptive: "
+        "the first round's C)", low=0.0, low_open=True, client=True, tunable=False),
+    Key("dp-clip-mode", "fixed", "fixed = C throughout; adaptive = C follows the dp-clip-quantile of the clients' "
+        "update norms, estimated privately (geometric update)", ("fixed", "adaptive"), client=True, tunable=False),
+    Key("dp-clip-quantile", 0.5, "adaptive clipping: the share of clients whose uploads C should leave unclipped",
+        low=0.0, high=1.0, low_open=True, high_open=True, tunable=False),
+    Key("dp-clip-lr", 0.2, "adaptive clipping: η_C of the geometric update C ← C·exp(−η_C (b̃ − quantile))",
+        low=0.0, low_open=True, tunable=False),
+    Key("dp-count-noise", 0.0, "adaptive clipping: σ_b, std of the noise on the count of unclipped clients; 0 = "
+        "clients-per-round / 20; must exceed dp-noise / 2", low=0.0, client=True, tunable=False),
+    Key("dp-delta", 1e-5, "δ of the (ε, δ) budget the run reports", low=0.0, high=1.0, low_open=True, high_open=True,
+        tunable=False),
+    Key("dp-target-epsilon", 0.0, "stop the run (status budget-spent) before a round that would take ε above this; "
+        "0 = no target", low=0.0, tunable=False),
 )  # fmt: skip
 
 

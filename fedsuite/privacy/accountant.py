@@ -13,30 +13,35 @@ computed once and summed with their counts, then converted to ε at the run's δ
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Mapping
 
 import numpy as np
-
-try:  # the `privacy` extra; a run that asks for DP without it is refused with the install line
-    import dp_accounting
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
-except ImportError:  # pragma: no cover - exercised only where the extra is missing
-    dp_accounting = rdp = None
 
 INSTALL = "pip install 'fedsuite[privacy]' (the dp-accounting library)"
 REPLACE_ONE_SENSITIVITY = 2.0  # one client's clipped contribution (norm ≤ C) replaced by another moves the sum ≤ 2C
 
 
 def available() -> bool:
-    return dp_accounting is not None
+    """Whether the library is installed (the `privacy` extra); it is imported only when a run accounts (it takes
+    most of a second to import)."""
+    return importlib.util.find_spec("dp_accounting") is not None
+
+
+def _library():
+    if not available():
+        raise RuntimeError(f"privacy accounting needs the dp-accounting library: {INSTALL}")
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    return dp_accounting, rdp_privacy_accountant
 
 
 def round_event(noise_multiplier: float, sample: int, population: int):
     """One round: `sample` of `population` clients without replacement, the Gaussian mechanism with noise std
     noise_multiplier·C on the sum of contributions clipped to C (replace-one neighbours)."""
-    if dp_accounting is None:
-        raise RuntimeError(f"privacy accounting needs the dp-accounting library: {INSTALL}")
+    dp_accounting, _ = _library()
     gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / REPLACE_ONE_SENSITIVITY)
     return dp_accounting.SampledWithoutReplacementDpEvent(population, sample, gaussian)
 
@@ -66,7 +71,7 @@ class RunAccountant:
         if any(sigma <= 0 for sigma, _, _ in rounds):
             return math.inf
         total = sum(count * self._event_rdp(key) for key, count in rounds.items())
-        epsilon, _ = rdp.compute_epsilon(self._orders, total, self.delta)
+        epsilon, _ = _library()[1].compute_epsilon(self._orders, total, self.delta)
         return float(epsilon)
 
     def rounds_within(self, target: float, noise_multiplier: float, sample: int, population: int, limit: int) -> int:
@@ -83,7 +88,7 @@ class RunAccountant:
 
     def state(self) -> list[list[float]]:
         """The rounds as [noise multiplier, cohort, population, count] rows (checkpoint-friendly)."""
-        return [[sigma, sample, population, count] for (sigma, sample, population), count in sorted(self.rounds.items())]
+        return [[*key, count] for key, count in sorted(self.rounds.items())]
 
     @classmethod
     def from_state(cls, delta: float, rows) -> RunAccountant:
@@ -91,6 +96,7 @@ class RunAccountant:
 
     def _event_rdp(self, key: tuple[float, int, int]) -> np.ndarray:
         if key not in self._rdp:
+            dp_accounting, rdp = _library()
             accountant = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
             accountant.compose(round_event(*key))  # the library's default orders
             self._rdp[key], self._orders = accountant.rdp, accountant.orders

@@ -31,7 +31,10 @@ class RoundLog:
             "lr": lr,
         }
 
-    def received(self, server_round: int, replies: Sequence[Reply], rejected: int, failures: int) -> dict[str, Any]:
+    def received(self, server_round: int, replies: Sequence[Reply], rejected: int, failures: int,
+                 private: bool = False) -> dict[str, Any]:  # fmt: skip
+        """The round's reply figures; `private` (client-level DP): no figure computed from single replies' arrays
+        (local consistency), and no train loss, which private clients do not report."""
         replies = sorted(replies, key=lambda r: r.partition_id)  # float sums in a fixed order, not arrival order
         stats = self._stats.setdefault(server_round, {})
         stats.update(
@@ -42,12 +45,16 @@ class RoundLog:
             client_compute_max_seconds=max(
                 (float(r.metrics.get("compute-seconds", 0.0)) for r in replies), default=0.0
             ),
-            train_loss=_weighted_loss(replies),
+            train_loss=None if private else _weighted_loss(replies),
             bytes_up_per_client=float(np.mean([r.uplink_bytes for r in replies])) if replies else 0.0,
             vectors_up_per_client=float(np.mean([len(r.arrays) for r in replies])) if replies else 0.0,
-            local_consistency=_local_consistency(replies),
+            local_consistency=None if private else _local_consistency(replies),
         )
         return stats
+
+    def note(self, server_round: int, figures: dict[str, Any]) -> None:
+        """Further figures of the round for its row (e.g. client-level DP's ε and clip)."""
+        self._stats.setdefault(server_round, {}).update(figures)
 
     def queried(self, server_round: int, down_bytes: int, up_bytes: int, seconds: float) -> None:
         """A query before the fit messages: +1 vector each way per client that took part in both exchanges."""

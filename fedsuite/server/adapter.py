@@ -49,6 +49,7 @@ from fedsuite.server.federated_evaluation import check_eval_reply, eval_cohort, 
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
+from fedsuite.server.privacy import BUDGET_SPENT, ServerPrivacy
 from fedsuite.server.query import ask
 from fedsuite.server.replies import LOST_WORKER, RejectedReply, describe_failure, failure_details, validate
 from fedsuite.server.routing import Router
@@ -56,14 +57,18 @@ from fedsuite.server.rule_result import new_model
 
 log = logging.getLogger("flwr.fedsuite")
 ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state)
+PRIVACY = "privacy"  # the state of client-level DP: the round's clip and the accountant's rounds
 
 
 class RuleStrategy(Strategy):
     def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (),
-                 buffers: np.ndarray | None = None, weighting: str = "uniform"):  # fmt: skip
+                 buffers: np.ndarray | None = None, weighting: str = "uniform",
+                 privacy: ServerPrivacy | None = None):  # fmt: skip
         """`buffers`: the model's initial buffers when the server averages them (buffers='average'), else None;
-        `weighting`: the rule's cohort weights ('uniform' or 'samples'), used for them too."""
+        `weighting`: the rule's cohort weights ('uniform' or 'samples'), used for them too; `privacy`: the server's
+        half of client-level DP (fedsuite.server.privacy), or None."""
         super().__init__()
+        self.privacy = privacy
         self.averaged = None if buffers is None else AveragedBuffers(buffers, weighting)
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
@@ -98,10 +103,13 @@ class RuleStrategy(Strategy):
         state = {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
         if self.averaged is not None:
             state[BUFFERS.name] = self.averaged.vector
+        if self.privacy is not None:
+            state[PRIVACY] = self.privacy.state_dict()
         return state
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
         expected = {"rule", ACCEPTED.name, "guard"} | ({BUFFERS.name} if self.averaged is not None else set())
+        expected |= {PRIVACY} if self.privacy is not None else set()
         if set(values) != expected:
             raise ValueError(f"strategy state has {sorted(values)}, expected {', '.join(sorted(expected))}")
         if self.averaged is not None:
@@ -111,6 +119,8 @@ class RuleStrategy(Strategy):
         self.rule.load_state_dict(values["rule"])
         self.accepted = values[ACCEPTED.name]
         self.guard.load_state_dict(values["guard"])
+        if self.privacy is not None:
+            self.privacy.load_state_dict(values[PRIVACY])
 
     # ---- Flower Strategy API ---------------------------------------------------------------------
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
@@ -118,6 +128,8 @@ class RuleStrategy(Strategy):
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         rule = self.rule
+        if self.privacy is not None and (spent := self.privacy.budget_left(server_round)) is not None:
+            self._end_run(BUDGET_SPENT, spent)
         self.rounds.started(server_round)
         cohort = self.plan.sampler.cohort(server_round)
         nodes = self.router.route(cohort, client_manager)
@@ -136,6 +148,8 @@ class RuleStrategy(Strategy):
         lr = rule.local_lr(server_round)
         config: dict[str, Scalar] = {"round": server_round, "lr": lr, ALGORITHM_KEY: self.plan.algorithm,
                                      **rule.fit_config(server_round)}  # fmt: skip
+        if self.privacy is not None:
+            config.update(self.privacy.fit_config(server_round, len(cohort)))
         self._sampled = set(nodes)
         downlink = rule.downlink(server_round)
         for observer in self.observers:
@@ -180,7 +194,7 @@ class RuleStrategy(Strategy):
             proxy = failure[0] if isinstance(failure, tuple) else None
             who = self.router.who(proxy) if proxy is not None else self.router.unanswered(silent)
             self._client_problem(server_round, who, f"failed: {describe_failure(failure)}", failure_details(failure))
-        stats = self.rounds.received(server_round, replies, rejected, len(failures))
+        stats = self.rounds.received(server_round, replies, rejected, len(failures), private=self.privacy is not None)
         self.rounds.settle_query(server_round)
         dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
         self._stop_if(server_round, self.guard.lost_workers(server_round, dead))
@@ -193,6 +207,8 @@ class RuleStrategy(Strategy):
             self.rule.empty_round(server_round)
             return None, {}
         replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
+        if self.privacy is not None:  # noise on the sums (dp='server'), clip update, accounting: before anyone reads
+            self.rounds.note(server_round, self.privacy.release(server_round, replies))
         for observer in self.observers:
             observer.replied(server_round, replies)
         x_before = self.rule.x
@@ -313,6 +329,13 @@ class RuleStrategy(Strategy):
         if verdict is not None:
             self._record(self.rounds.row(server_round), *verdict)
             raise RunAborted(*verdict)
+
+    def _end_run(self, status: str, reason: str) -> None:
+        """End the run before a round starts (no row for it): the summary says why, and RunAborted stops the loop."""
+        log.info("fedsuite │ %s: %s", status, reason)
+        if self.plan.recorder is not None:
+            self.plan.recorder.finish(status, reason)
+        raise RunAborted(status, reason)
 
     def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
         if status not in (None, "running"):

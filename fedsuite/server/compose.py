@@ -13,9 +13,12 @@ from typing import Any
 import numpy as np
 
 from fedsuite import checkpoint, registry
+from fedsuite.privacy.checks import count_noise
+from fedsuite.schema import ConfigError
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan, rule_settings
+from fedsuite.server.privacy import ServerPrivacy
 
 
 def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
@@ -40,6 +43,21 @@ def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
     return RunPlan(**{**decided, **pieces})
 
 
+def server_privacy(cfg, rule, buffers: np.ndarray | None) -> ServerPrivacy | None:
+    """The server's half of client-level DP when the run asks for it (dp != 'off'), else None. Refused here, before
+    any training, what only the built model and rule show: buffers the server would average, a rule that queries."""
+    privacy = cfg.privacy
+    if not privacy.on:
+        return None
+    if buffers is not None:
+        raise ConfigError(f"dp={privacy.mode!r}: model={cfg.model!r} has buffers (BatchNorm statistics) that "
+                          "buffers='average' would upload without clip or noise; set buffers='local'")  # fmt: skip
+    if rule.query is not None:
+        raise ConfigError(f"dp={privacy.mode!r}: algorithm={cfg.algorithm!r} asks its clients a query before "
+                          "training, an upload the joint clip does not bound")  # fmt: skip
+    return ServerPrivacy(privacy, cfg.num_clients, cfg.sampling.clients_per_round, cfg.seed, count_noise(cfg))
+
+
 def compose_strategy(
     cfg,
     plan: RunPlan,
@@ -51,7 +69,8 @@ def compose_strategy(
     """The algorithm's server rule as a Flower strategy (`strategy_class`) for `plan`; `buffers`: the model's initial
     buffers when the server averages them. Set to the checkpoint's state when the plan resumes one."""
     rule = registry.build_rule(cfg, plan.settings)
-    strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting, **strategy_args)
+    strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting,
+                              privacy=server_privacy(cfg, rule, buffers), **strategy_args)  # fmt: skip
     if plan.resume is not None:
         checkpoint.restore(strategy, plan.resume, plan.client_state_root)
     return strategy

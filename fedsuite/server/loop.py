@@ -16,6 +16,7 @@ from flwr.server.client_manager import SimpleClientManager
 
 from fedsuite import state
 from fedsuite.server.guard import RunAborted
+from fedsuite.server.privacy import BUDGET_SPENT
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -35,6 +36,8 @@ class RecordingServer(Server):
             result = self._rounds(num_rounds, timeout)
         except RunAborted as err:
             self._ended(err.status, str(err))
+            if err.status == BUDGET_SPENT:  # stopped as the run config asked (dp-target-epsilon): not an error
+                return History(), 0.0
             raise
         except (KeyboardInterrupt, SystemExit) as err:
             said = str(err) if isinstance(err, KeyboardInterrupt) and str(err) else type(err).__name__
