@@ -39,6 +39,7 @@ from fedsuite.declared import BUFFERS
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
+from fedsuite.privacy import dp_sgd
 from fedsuite.rounds import PHASE_KEY
 
 MAX_TRACEBACK_CHARS = 8000
@@ -119,6 +120,7 @@ class RuleClient(NumPyClient):
         rule = self.client_rule.rule(ctx)
         if rule.batches is None and local.local_batches == "blocks":
             rule.batches = self.client_rule.blocks()
+        private = dp_sgd.for_client(node, ctx.round)  # None unless dp-sgd=true
         result = train_local(
             node.model,
             down["model"],
@@ -133,6 +135,7 @@ class RuleClient(NumPyClient):
             steps=local.steps,
             batch_size=local.batch_size,
             generator=node.generator(ctx.round),
+            private=private,
         )
         uplink = {**self.client_rule.uplink(result, rule, ctx), **self._buffers_uplink()}
         for name, value in uplink.items():
@@ -151,6 +154,8 @@ class RuleClient(NumPyClient):
         }
         if result.first_loss is not None:  # the received model's loss before any step (the run guard's reference)
             metrics["first-loss"] = result.first_loss
+        if private is not None:  # its ε(δ), without the records' own training losses
+            metrics = private.fit_metrics(metrics)
         return arrays, len(node.data), metrics
 
     # ---- a server query (fedsuite.rounds.Query) --------------------------------------------------

@@ -187,6 +187,17 @@ COMMON_KEYS: tuple[Key, ...] = (
         "docs/algorithms/losac.md)", low=1, client=True),
     Key("loss-reduction", "mean", "local loss over a minibatch or block: mean, or sum (the LoSAC paper's step sizes "
         "assume sum, docs/algorithms/losac.md)", ("mean", "sum"), client=True),
+    # --- DP-SGD (sample-level privacy)
+    Key("dp-sgd", False, "sample-level differential privacy of every client's records (DP-SGD, "
+        "docs/privacy-dp-sgd.md): each local step's gradient is the sum of per-record gradients clipped to "
+        "dp-sgd-clip plus Gaussian noise, divided by the batch size; needs local-steps > 0 and the privacy extra",
+        client=True),
+    Key("dp-sgd-noise", 1.0, "σ_s, the DP-SGD noise multiplier: noise std σ_s·C_s on the sum of clipped per-record "
+        "gradients (0 = no noise: ε is infinite)", low=0.0, client=True),
+    Key("dp-sgd-clip", 1.0, "C_s, the L2 norm every per-record gradient is clipped to (DP-SGD)", low=0.0,
+        low_open=True, client=True),
+    Key("dp-delta", 1e-5, "δ of the reported privacy budget ε(δ)", low=0.0, high=1.0, low_open=True, high_open=True,
+        client=True),
     Key("agg-scale", "mean", "server move: mean = η_g·mean_S(Δ_i); 1/N = η_g·Σ_S Δ_i / N, the LoSAC paper's eq. (13), "
         "for the algorithms of that suite (docs/algorithms/losac.md)", ("mean", "1/N")),
     Key("server-lr", 1.0, "η_g for averaging algorithms (1 = plain averaging)", low=0.0, low_open=True),
