@@ -39,6 +39,7 @@ from fedsuite.declared import BUFFERS
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
+from fedsuite.privacy import dp_sgd
 from fedsuite.privacy.checks import count_noise
 from fedsuite.privacy.release import CLIP_KEY, COHORT_KEY, client_release, noise_generator
 from fedsuite.rounds import PHASE_KEY
@@ -122,6 +123,7 @@ class RuleClient(NumPyClient):
         rule = self.client_rule.rule(ctx)
         if rule.batches is None and local.local_batches == "blocks":
             rule.batches = self.client_rule.blocks()
+        private = dp_sgd.for_client(node, ctx.round)  # None unless dp-sgd=true
         result = train_local(
             node.model,
             down["model"],
@@ -136,6 +138,7 @@ class RuleClient(NumPyClient):
             steps=local.steps,
             batch_size=local.batch_size,
             generator=node.generator(ctx.round),
+            private=private,
         )
         uplink = {**self.client_rule.uplink(result, rule, ctx), **self._buffers_uplink()}
         for name, value in uplink.items():
@@ -154,11 +157,14 @@ class RuleClient(NumPyClient):
             "lr": ctx.lr,
             "compute-seconds": result.seconds,
         }
-        if node.cfg.privacy.on:  # no loss, no data size: the noise covers the arrays only
+        if not node.cfg.privacy.on:  # client-level DP: no loss, the noise covers the arrays only
+            metrics["loss"] = result.mean_loss
+            if result.first_loss is not None:  # the received model's loss before any step (the guard's reference)
+                metrics["first-loss"] = result.first_loss
+        if private is not None:  # its ε(δ), without the records' own training losses
+            metrics = private.fit_metrics(metrics)
+        if node.cfg.privacy.on:  # … and no data size
             return arrays, 1, {**metrics, **released}
-        metrics["loss"] = result.mean_loss
-        if result.first_loss is not None:  # the received model's loss before any step (the run guard's reference)
-            metrics["first-loss"] = result.first_loss
         return arrays, len(node.data), metrics
 
     def _private(self, uplink, config, ctx: RoundContext):

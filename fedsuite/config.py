@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self, get_type_hints
 
 from fedsuite.presets import apply_preset, preset_error
+from fedsuite.privacy.dp_sgd_checks import config_errors as dp_sgd_errors
 from fedsuite.registry import ALGORITHMS as ALGORITHMS_REGISTRY
 from fedsuite.registry import BUILT_IN_SCHEMA, active_schema, algorithm_errors
 from fedsuite.schema import (
@@ -207,6 +208,23 @@ class LocalLoop(Settings):
     client_threads: int = _key("client-threads")
     autocast: str = _key("autocast")
     channels_last: bool = _key("channels-last")
+
+
+@dataclass(frozen=True)
+class SampleLevelPrivacy(Settings):
+    """Sample-level differential privacy: DP-SGD inside every client's local steps (fedsuite/privacy/dp_sgd.py,
+    docs/privacy-dp-sgd.md).
+
+    enabled (dp-sgd): every local step's gradient is private.
+    noise (dp-sgd-noise): σ_s, the noise multiplier on the sum of clipped per-record gradients.
+    clip (dp-sgd-clip): C_s, the L2 norm every per-record gradient is clipped to.
+    delta (dp-delta): δ of the ε(δ) each client reports.
+    """
+
+    enabled: bool = _key("dp-sgd")
+    noise: float = _key("dp-sgd-noise")
+    clip: float = _key("dp-sgd-clip")
+    delta: float = _key("dp-delta")
 
 
 @dataclass(frozen=True)
@@ -628,6 +646,7 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors += algorithm_errors(v)
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
+    errors += dp_sgd_errors(v)
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:

@@ -3,6 +3,7 @@
 One step (docs/developer/architecture.md; conventions in docs/algorithms/index.md):
     (ξ, j) = next minibatch              epochs/iterations, or a fixed block j     (rule.batches)
     g  = ∇F_i(point; ξ)                 point = x, or a SAM / look-ahead point  (rule.point)
+                                         dp-sgd: Σ clip(per-record ∇) + noise, / B (fedsuite/privacy/dp_sgd.py)
     g ← |ξ|·g                            loss-reduction='sum' (the LoSAC paper's block losses)
     d  = g + clipped terms               SCAFFOLD c − c_i, FedDyn −∇L_i, FedCM mix …   (rule.clipped)
     d  = clip(d, clip_norm)              the loss gradient and exactly the terms in rule.clipped
@@ -274,8 +275,11 @@ def train_local(
     steps: int,
     batch_size: int,
     generator: torch.Generator,
+    private: Any = None,
 ) -> LocalResult:
-    """Run K_i local steps from x0 with `rule`; returns the final iterate (a view of model.x)."""
+    """Run K_i local steps from x0 with `rule`; returns the final iterate (a view of model.x). `private`: a
+    fedsuite.privacy.dp_sgd.DpSgd (dp-sgd=true), whose model the oracle takes its gradients from; None: the plain
+    gradient."""
     start = time.perf_counter()
     x = model.x
     x.copy_(x0)
@@ -284,9 +288,12 @@ def train_local(
     first_loss = None
     k = 0
     source = rule.batches or _plain_batches
+    oracle_model = model if private is None else private.bind(model, rule, generator)
     for inputs, targets, block in source(data, epochs, steps, batch_size, generator):
         ctx.step, ctx.block = k, block
-        loss = rule.point(model, loss_fn, inputs, targets)
+        if private is not None:
+            private.new_step()
+        loss = rule.point(oracle_model, loss_fn, inputs, targets)
         loss_sum += loss
         if first_loss is None:
             first_loss = loss.detach().clone()

@@ -276,10 +276,19 @@ COMMON_KEYS: tuple[Key, ...] = (
         low=0.0, low_open=True, tunable=False),
     Key("dp-count-noise", 0.0, "adaptive clipping: σ_b, std of the noise on the count of unclipped clients; 0 = "
         "clients-per-round / 20; must exceed dp-noise / 2", low=0.0, client=True, tunable=False),
-    Key("dp-delta", 1e-5, "δ of the (ε, δ) budget the run reports", low=0.0, high=1.0, low_open=True, high_open=True,
-        tunable=False),
+    Key("dp-delta", 1e-5, "δ of the (ε, δ) budgets the run reports (client-level and DP-SGD)", low=0.0, high=1.0,
+        low_open=True, high_open=True, client=True, tunable=False),
     Key("dp-target-epsilon", 0.0, "stop the run (status budget-spent) before a round that would take ε above this; "
         "0 = no target", low=0.0, tunable=False),
+    # --- DP-SGD (sample-level privacy)
+    Key("dp-sgd", False, "sample-level differential privacy of every client's records (DP-SGD, "
+        "docs/privacy-dp-sgd.md): each local step's gradient is the sum of per-record gradients clipped to "
+        "dp-sgd-clip plus Gaussian noise, divided by the batch size; needs local-steps > 0 and the privacy extra",
+        client=True, tunable=False),
+    Key("dp-sgd-noise", 1.0, "σ_s, the DP-SGD noise multiplier: noise std σ_s·C_s on the sum of clipped per-record "
+        "gradients (0 = no noise: ε is infinite)", low=0.0, client=True, tunable=False),
+    Key("dp-sgd-clip", 1.0, "C_s, the L2 norm every per-record gradient is clipped to (DP-SGD)", low=0.0,
+        low_open=True, client=True, tunable=False),
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ GROUPS = (
     ("Partitions", config.Partitioning),
     ("Client sampling", config.ClientSampling),
     ("Local training", config.LocalLoop),
+    ("Sample-level privacy (DP-SGD)", config.SampleLevelPrivacy),
     ("Aggregation", config.Aggregation),
     ("Evaluation", config.Evaluation),
     ("Run control", config.RunControl),

@@ -1,6 +1,6 @@
 """Per-round figures: cohort and replies, communication per client (as sent and as received), client compute time,
-the cohort's train loss, FedMIM's local consistency and the round's wall time. A row is complete when the round's
-evaluation (or its abort) takes it."""
+the cohort's train loss, FedMIM's local consistency, the clients' largest DP-SGD ε and the round's wall time. A row
+is complete when the round's evaluation (or its abort) takes it."""
 
 from __future__ import annotations
 
@@ -50,6 +50,9 @@ class RoundLog:
             vectors_up_per_client=float(np.mean([len(r.arrays) for r in replies])) if replies else 0.0,
             local_consistency=None if private else _local_consistency(replies),
         )
+        epsilons = [float(r.metrics["dp-sgd-epsilon"]) for r in replies if "dp-sgd-epsilon" in r.metrics]
+        if epsilons:  # DP-SGD: the largest ε(δ) of the clients that trained (docs/privacy-dp-sgd.md)
+            stats["dp_sgd_epsilon"] = max(epsilons)
         return stats
 
     def note(self, server_round: int, figures: dict[str, Any]) -> None:
@@ -110,7 +113,7 @@ def start_loss(replies: Sequence[Reply]) -> float | None:
 
 
 def _weighted_loss(replies: Sequence[Reply]) -> float | None:
-    if not replies:
+    if not replies or all("loss" not in r.metrics for r in replies):  # DP-SGD clients send no training loss
         return None
     n = sum(r.num_examples for r in replies)
     return float(sum(r.num_examples * float(r.metrics.get("loss", 0.0)) for r in replies) / n)

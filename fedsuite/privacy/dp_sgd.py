@@ -1,0 +1,182 @@
+"""Sample-level differential privacy (DP-SGD) inside the one local loop (docs/privacy-dp-sgd.md).
+
+With dp-sgd=true every gradient a local step's oracle takes (fedsuite/local.py: `AtIterate`, `SharpnessAware`,
+`LookAhead`, a plug-in's own) is a private one: the gradient of each record of the batch at the oracle's point
+(torch.func: `vmap` of `grad` over `functional_call` of the model's module), each clipped to norm C_s, summed,
+plus Gaussian noise N(0, σ_s²C_s²) on every coordinate, divided by the batch size B. The oracle sees a
+`PrivateModel` whose `loss_and_grad` does this, so the rule's correction terms (`clipped`, `unclipped`,
+`after_step` …) are added to the private gradient exactly as they are added to the plain one, and an oracle that
+takes two gradients of a batch (SAM: FedSAM, MoFedSAM, FedSpeed, FedSpeed-Ing) releases two private gradients.
+
+Accounting (fedsuite/privacy/accountant.py, Google's dp-accounting library): a step is one event, a batch of B of
+the client's n records drawn without replacement, in which the k gradients the oracle released on that batch are k
+Gaussian mechanisms of noise multiplier σ_s on sums of per-record gradients clipped to C_s (replace-one
+neighbours). The library composes them as `SelfComposedDpEvent(GaussianDpEvent, k)` inside the
+`SampledWithoutReplacementDpEvent`, which its Rényi accountant reduces to one Gaussian of multiplier σ_s/√k; the
+client's ledger hands the run accountant that multiplier (tests/test_dp_sgd.py checks it against the library's
+composed event). A client's ledger is its rounds: the rounds r ≤ t whose cohort drew it (fedsuite.sampling, a pure
+function of the run seed, as the server draws them), each K steps of this round's kind, so it needs no client state
+and survives rebuilt client objects and resumed runs; a drawn client whose reply was lost still counts (an upper
+bound).
+
+The noise has a random stream of its own, seeded from the round's generator (the same seed gives the same numbers),
+so the minibatches are those of the plain run with the same seed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fedsuite.config import SampleLevelPrivacy
+from fedsuite.models import FlatModel
+from fedsuite.privacy.accountant import RunAccountant
+from fedsuite.sampling import Sampler
+
+NOISE_STREAM = 0x44505347  # "DPSG": the noise's stream beside the round's minibatch stream
+EPSILON_METRIC = "dp-sgd-epsilon"  # a client's ε(δ) in its fit metrics; the round row's `dp_sgd_epsilon` is their max
+UNPRIVATE_METRICS = ("loss", "first-loss")  # training losses of the records themselves, without noise: not sent
+
+
+def per_record_gradients(model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor):
+    """(losses of shape (B,), gradients of shape (B, d)): each record's loss and the gradient of its loss over the
+    model's trainable parameters at the current x, in the order of FlatModel's flat vector."""
+    module = model.module
+    named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    names = [name for name, _ in named]
+    params = tuple(p.detach() for _, p in named)
+
+    def record_loss(values, x, y):
+        out = functional_call(module, dict(zip(names, values, strict=True)), (x.unsqueeze(0),))
+        loss = loss_fn(out.float(), y.unsqueeze(0))
+        return loss, loss.detach()
+
+    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.autocast == "bf16"):
+        grads, losses = vmap(grad(record_loss, has_aux=True), in_dims=(None, 0, 0))(params, inputs, targets)
+    flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)
+    return losses, flat
+
+
+def clip_records(grads: torch.Tensor, clip: float) -> torch.Tensor:
+    """Scale each row (one record's gradient) in place to L2 norm ≤ clip; rows inside the ball are left as they
+    are (factor exactly 1)."""
+    factor = torch.clamp(clip / (grads.norm(dim=1) + 1e-12), max=1.0)
+    return grads.mul_(factor.unsqueeze(1))
+
+
+class PrivateModel:
+    """The FlatModel a step's oracle sees under DP-SGD: `loss_and_grad` writes a private gradient into `grad`;
+    everything else (x, grad, module …) is the model's own."""
+
+    def __init__(self, model: FlatModel, private: DpSgd):
+        self._model, self._private = model, private
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def loss_and_grad(self, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self._private.release(self._model, loss_fn, inputs, targets)
+
+
+@dataclass
+class DpSgd:
+    """One client's DP-SGD in one round: the private gradients of its steps and the ε(δ) they bring it to."""
+
+    noise: float  # σ_s
+    clip: float  # C_s
+    batch: int  # B, every step's batch size
+    records: int  # n_i, the client's training records
+    delta: float
+    sampler: Sampler
+    partition_id: int
+    server_round: int
+    releases: list[int] = field(default_factory=list)  # private gradients released in each step of this round
+    _noise_stream: torch.Generator | None = None
+
+    # ---- the local loop's hooks (fedsuite/local.py) ---------------------------------------------------------------
+    def bind(self, model: FlatModel, rule, generator: torch.Generator) -> PrivateModel:
+        """The model the round's oracle sees; the noise stream from the round's generator's seed."""
+        if rule.batches is not None:
+            raise ValueError("dp-sgd=true: this algorithm's steps train on batches of its own (fixed blocks), not on "
+                             "sampled batches the privacy accountant describes")  # fmt: skip
+        seed = np.random.SeedSequence([generator.initial_seed(), NOISE_STREAM]).generate_state(1)[0]
+        self._noise_stream = torch.Generator(device=model.device).manual_seed(int(seed))
+        return PrivateModel(model, self)
+
+    def new_step(self) -> None:
+        self.releases.append(0)
+
+    def release(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Σ clip(per-record gradient) + N(0, σ_s²C_s²·I), over B, into model.grad; returns the batch's mean loss."""
+        if len(targets) != self.batch:
+            raise ValueError(f"dp-sgd=true: a step trained on {len(targets)} records, expected batch size {self.batch}")
+        losses, grads = per_record_gradients(model, loss_fn, inputs, targets)
+        total = clip_records(grads, self.clip).sum(dim=0)
+        if self.noise > 0:
+            noise = torch.randn(total.shape, generator=self._noise_stream, device=total.device)
+            total.add_(noise, alpha=self.noise * self.clip)
+        model.grad.copy_(total.div_(self.batch))
+        self.releases[-1] += 1
+        return losses.mean().detach()
+
+    # ---- the privacy budget ---------------------------------------------------------------------------------------
+    def events(self, rounds: int) -> dict[tuple[float, int, int], int]:
+        """The run accountant's events of `rounds` rounds like this one: per step releasing k gradients, the noise
+        multiplier σ_s/√k on a batch of B of n records (the library's reduction of k composed Gaussians)."""
+        per_round = Counter(self.releases)
+        return {(self.noise / math.sqrt(k), self.batch, self.records): rounds * steps
+                for k, steps in sorted(per_round.items()) if k > 0}  # fmt: skip
+
+    def epsilon(self) -> float:
+        """This client's ε(δ) after this round: every round so far whose cohort drew it, each like this one."""
+        rounds = participations(self.sampler, self.partition_id, self.server_round)
+        return RunAccountant(self.delta, self.events(rounds)).epsilon()
+
+    def fit_metrics(self, metrics: dict) -> dict:
+        """The fit metrics a private client sends: its ε(δ), and not the training losses of its records."""
+        kept = {k: v for k, v in metrics.items() if k not in UNPRIVATE_METRICS}
+        return {**kept, EPSILON_METRIC: self.epsilon()}
+
+
+def for_client(node, server_round: int) -> DpSgd | None:
+    """The round's DP-SGD of `node` (a fedsuite.node.ClientNode), or None when dp-sgd is off. A model with
+    BatchNorm is refused: its batch statistics mix the records of a batch, so no per-record gradient exists."""
+    settings = SampleLevelPrivacy.from_values(node.cfg)
+    if not settings.enabled:
+        return None
+    norms = sorted(
+        {type(m).__name__ for m in node.model.module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    )
+    if norms:
+        raise ValueError(f"dp-sgd=true: model={node.cfg.model!r} has {', '.join(norms)} layers, whose batch "
+                         "statistics mix records, so it has no per-record gradients; use a model without BatchNorm "
+                         "(GroupNorm or LayerNorm, e.g. resnet18-gn)")  # fmt: skip
+    n, batch_size = len(node.data), node.cfg.local.batch_size
+    batch = n if batch_size <= 0 else min(batch_size, n)
+    sampler = Sampler.from_settings(node.cfg.sampling)
+    return DpSgd(settings.noise, settings.clip, batch, n, settings.delta, sampler, node.partition_id, server_round)
+
+
+_COUNTED: dict[tuple[Sampler, int], tuple[int, int]] = {}  # (sampler, partition) → (round, rounds drawn so far)
+_COUNT_LOCK = threading.Lock()
+
+
+def participations(sampler: Sampler, partition_id: int, server_round: int) -> int:
+    """How many of the rounds 1..server_round drew `partition_id` into their cohort (counted on from the last
+    answer in this process)."""
+    with _COUNT_LOCK:
+        start, count = _COUNTED.get((sampler, partition_id), (0, 0))
+        if start > server_round:
+            start, count = 0, 0
+        for r in range(start + 1, server_round + 1):
+            count += partition_id in sampler.cohort(r)
+        _COUNTED[(sampler, partition_id)] = (server_round, count)
+        return count
