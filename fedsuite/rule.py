@@ -40,6 +40,9 @@ class RuleSettings:
     lr_decay: float = 1.0  # γ: η_l^t = η_l^0 γ^t
     weighting: str = "uniform"  # or "samples": cohort means weighted by n_i
     agg_scale: str = "mean"  # or "1/N": Σ_S Δ_i / N, the LoSAC paper's eq. (13)
+    # client-level DP with Poisson sampling: cohort means divide the (noisy) sum by the expected cohort p·N, never by
+    # the realised |S|, whose value would depend on whether one client took part (docs/privacy.md)
+    expected_cohort: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # unused by the built-ins; for plug-in rules
 
 
@@ -120,12 +123,19 @@ class ServerRule:
     def cohort_mean(self, replies: Sequence[Reply], value: str | Callable[[Reply], np.ndarray]) -> np.ndarray:
         """mean_S of a named uplink array (or of value(reply)): uniform, or weighted by n_i (weighting='samples')."""
         get = (lambda r: r.arrays[value]) if isinstance(value, str) else value
+        if self.settings.expected_cohort is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
+            return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
         w = np.array([r.num_examples if self.settings.weighting == "samples" else 1.0 for r in replies], np.float64)
         w /= w.sum()
         out = np.zeros(self.dim, np.float64)
         for weight, r in zip(w, replies, strict=True):
             out += weight * get(r)
         return out
+
+    def cohort_size(self, replies: Sequence[Reply]) -> float:
+        """|S| of the round, or the expected cohort p·N where the means use it (RuleSettings.expected_cohort)."""
+        expected = self.settings.expected_cohort
+        return float(len(replies)) if expected is None else expected
 
     def displacement(self, replies: Sequence[Reply], name: str = "delta") -> np.ndarray:
         """The aggregate model move before η_g: mean_S(Δ_i), or Σ_S Δ_i / N with agg-scale='1/N'."""

@@ -20,13 +20,22 @@ class Sampler:
     clients_per_round: int = 10
     participation: float = 0.1
     seed: int = 0
+    # bernoulli: an empty draw is drawn again (the papers' codes), except under client-level DP, whose accounting
+    # assumes true Poisson sampling: there an empty cohort is a round of noise only (docs/privacy.md)
+    redraw_empty: bool = True
 
     @classmethod
-    def from_settings(cls, sampling: Any) -> Sampler:
+    def from_settings(cls, sampling: Any, redraw_empty: bool = True) -> Sampler:
         """The sampler of a run config's sampling settings (`Sampler.from_settings(cfg.sampling)`, a
         fedsuite.config.ClientSampling)."""
         s = sampling
-        return cls(s.num_clients, s.mode, s.clients_per_round, s.participation, s.seed)
+        return cls(s.num_clients, s.mode, s.clients_per_round, s.participation, s.seed, redraw_empty)
+
+    @classmethod
+    def of_run(cls, cfg: Any) -> Sampler:
+        """The sampler of a resolved run config (a fedsuite.config.Config): its sampling settings, and true Poisson
+        sampling when the run uses client-level DP. Server and clients (DP-SGD's ledger) build it here."""
+        return cls.from_settings(cfg.sampling, redraw_empty=not cfg.privacy.on)
 
     def cohort(self, server_round: int) -> list[int]:
         if self.mode == "fixed":
@@ -37,7 +46,7 @@ class Sampler:
             for attempt in range(10_000):  # an empty draw is redrawn (reference codes reseed per attempt)
                 rng = np.random.default_rng([self.seed, server_round, 1 + attempt])
                 picked = np.flatnonzero(rng.random(self.num_clients) < self.participation)
-                if picked.size:
+                if picked.size or not self.redraw_empty:
                     return [int(i) for i in picked]
             raise RuntimeError(f"participation={self.participation}: no client drawn in 10000 attempts")
         raise ValueError(f"sampling={self.mode!r}: allowed values are fixed, bernoulli")

@@ -290,7 +290,7 @@ def check_communication(algorithm: str, run_config: Mapping[str, Any] | None = N
     cfg = resolve({**PARTIAL, **(run_config or {}), "algorithm": algorithm})
     down, up, up_some = costs.communication(algorithm, cfg)
     run = run_algorithm(algorithm, dict(cfg))
-    sampler = Sampler.from_settings(cfg.sampling)
+    sampler = Sampler.of_run(cfg)
     size = int(cfg["tracking-clients"]) if "tracking-clients" in cfg else 0
     trained = [r for r in run.rounds if r.round > 0]
     assert trained, f"{algorithm}: no round was aggregated"

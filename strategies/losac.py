@@ -24,6 +24,6 @@ class LoSAC(ServerRule):
         self.server_lr, self.phi_scale = server_lr, phi_scale
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        factor = self.num_clients / len(replies) if self.phi_scale == "N/S" else 1.0
+        factor = self.num_clients / self.cohort_size(replies) if self.phi_scale == "N/S" else 1.0
         self.phi = self.phi + factor * sum(r.arrays[DELTA_PHI] for r in replies)
         return self.x + self.server_lr * self.displacement(replies)

@@ -14,7 +14,7 @@ import torch
 
 from fedsuite.config import ConfigError, resolve
 from fedsuite.inprocess import run_inprocess
-from fedsuite.privacy.accountant import RunAccountant
+from fedsuite.privacy.accountant import POISSON, RunAccountant
 from fedsuite.privacy.release import client_release, noise_generator
 from fedsuite.registry import ALGORITHMS
 from fedsuite.rounds import Reply
@@ -126,14 +126,9 @@ def test_the_accountant_agrees_with_the_exact_gaussian_curve():
 
 def test_the_library_reproduces_a_published_dp_sgd_figure():
     """Abadi et al. (2016), Section 3.1: q = 0.01, σ = 4, 10 000 steps, δ = 10⁻⁵ give ε ≈ 1.26 with the moments
-    accountant. The Rényi accountant the suite relies on (with its tighter conversion to (ε, δ)) must give a value
-    at most that and not far below it."""
-    event = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(4.0)), 10_000
-    )
-    accountant = dp_accounting.rdp.rdp_privacy_accountant.RdpAccountant()
-    accountant.compose(event)
-    assert 0.9 <= accountant.get_epsilon(1e-5) <= 1.26
+    accountant. The run accountant's Poisson rounds (the library's Rényi accountant, with its tighter conversion to
+    (ε, δ)) must give a value at most that and not far below it."""
+    assert 0.9 <= RunAccountant(1e-5, {(4.0, 0.01, POISSON): 10_000}).epsilon() <= 1.26
 
 
 def test_adaptive_clipping_follows_its_geometric_rule():
@@ -161,7 +156,11 @@ BAD = [
     ({"dp-target-epsilon": 0.5}, "dp-target-epsilon=0.5: one round already spends"),
     ({"weighting": "samples"}, "needs weighting='uniform'"),
     ({"local-steps": 0}, "needs local-steps > 0"),
-    ({"sampling": "bernoulli"}, "use sampling='fixed'"),
+    ({"sampling": "bernoulli"}, "dp='clients' needs sampling='fixed'"),
+    (
+        {"dp": "server", "sampling": "bernoulli", "algorithm": "feddyn", "dual-storage": "server"},
+        "needs dual-storage='client'",
+    ),
     ({"algorithm": "mimesvrg"}, "algorithm='mimesvrg' sends each client's full local gradient"),
     ({"dp-clip-mode": "adaptive", "dp-noise": 2.0}, "dp-count-noise=0.15 (0 = clients-per-round / 20): must exceed"),
 ]
@@ -230,3 +229,47 @@ def test_the_privacy_pages_say_what_each_algorithm_releases():
         page = Path(algo.section).read_text()
         section = page.split("## Privacy", 1)[1].split("\n## ", 1)[0]
         assert all(f"`{array}`" in section for array in uplink + some) or algo.dp_refusal, name
+
+
+class FixedDenominator(RoundObserver):
+    """Checks every round of FedAvg under Poisson-sampled DP with σ = 0: x ← x + Σ_S clip(Δ_i) / (p·N), the sum over
+    whoever replied divided by the expected cohort, never by |S|; an empty round leaves x as it was."""
+
+    def __init__(self, expected: float):
+        self.expected, self.rounds, self.empty = expected, 0, 0
+
+    def aggregated(self, server_round, strategy, x_before, replies):
+        moved = sum(r.arrays["delta"] for r in replies) / self.expected
+        assert np.array_equal(strategy.rule.x, (x_before + moved).astype(np.float32))
+        self.rounds += 1
+        self.empty += all(r.partition_id < 0 for r in replies)
+
+
+class EmptyRoundMoves(RoundObserver):
+    """How far the model moved in each round that had no client's reply."""
+
+    def __init__(self):
+        self.norms: dict[int, float] = {}
+
+    def aggregated(self, server_round, strategy, x_before, replies):
+        if all(r.partition_id < 0 for r in replies):
+            self.norms[server_round] = float(np.linalg.norm(strategy.rule.x - x_before))
+
+
+def test_poisson_sampling_divides_by_the_expected_cohort_and_releases_noise_in_empty_rounds(tmp_path):
+    """sampling='bernoulli' under dp='server': cohorts are true Poisson draws (an empty one is not drawn again), the
+    mean divides by p·N, every round counts in the accountant as a Poisson-sampled Gaussian, and a round that drew
+    nobody still moves the model by noise alone."""
+    cfg = {**PARTIAL, "sampling": "bernoulli", "participation": 0.2, "num-server-rounds": 12, "dp": "server",
+           "dp-clip": 0.05}  # fmt: skip
+    check = FixedDenominator(0.2 * PARTIAL["num-clients"])
+    run_inprocess({**cfg, "dp-noise": 0.0}, observers=[check])
+    assert check.rounds == 12 and check.empty >= 2  # this seed draws empty cohorts: the test reaches them
+    moves = EmptyRoundMoves()
+    noisy = run_inprocess({**cfg, "dp-noise": 1.0, "out-dir": str(tmp_path), "run-name": "p"}, record=True,
+                          observers=[moves])  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "p" / "rounds.jsonl").read_text().splitlines()][1:]
+    empty = [r["round"] for r in rows if r["replies"] == 0]
+    assert empty and sorted(moves.norms) == empty and all(norm > 0 for norm in moves.norms.values())
+    assert noisy.privacy.accountant.rounds == {(1.0, 0.2, POISSON): 12}
+    assert rows[-1]["dp_epsilon"] == pytest.approx(RunAccountant(1e-5, {(1.0, 0.2, POISSON): 12}).epsilon())

@@ -7,6 +7,10 @@ DP-SGD is the same mechanism over a client's records: a batch of B of its n reco
 cohorts make the population size public, so the neighbouring relation is replace-one, under which one client's
 contribution moves the sum by up to 2C: the library is given the noise multiplier σ/2 relative to that sensitivity.
 
+With Poisson sampling (each client in the cohort independently with probability q) the number of clients is not
+fixed, so neighbouring federations differ by adding or removing one client, whose clipped contribution moves the sum
+by up to C: the library gets σ itself, and its amplification by subsampling for the Poisson-sampled Gaussian.
+
 Rounds that carried the same noise are the same event; the library's Rényi divergences of each distinct event are
 computed once and summed with their counts, then converted to ε at the run's δ by the library's conversion.
 """
@@ -20,6 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 
 INSTALL = "pip install 'fedsuite[privacy]' (the dp-accounting library)"
+POISSON = 0  # an event's population 0: Poisson sampling, its `sample` the probability q (docs/privacy.md)
 REPLACE_ONE_SENSITIVITY = 2.0  # one client's clipped contribution (norm ≤ C) replaced by another moves the sum ≤ 2C
 
 
@@ -38,33 +43,50 @@ def _library():
     return dp_accounting, rdp_privacy_accountant
 
 
-def round_event(noise_multiplier: float, sample: int, population: int):
-    """One round: `sample` of `population` clients without replacement, the Gaussian mechanism with noise std
-    noise_multiplier·C on the sum of contributions clipped to C (replace-one neighbours)."""
+def round_event(noise_multiplier: float, sample: float, population: int):
+    """One round: `sample` of `population` clients without replacement (replace-one neighbours), or with population
+    POISSON each client with probability `sample` (add-or-remove neighbours); the Gaussian mechanism with noise std
+    noise_multiplier·C on the sum of contributions clipped to C."""
     dp_accounting, _ = _library()
+    if population == POISSON:
+        return dp_accounting.PoissonSampledDpEvent(sample, dp_accounting.GaussianDpEvent(noise_multiplier))
     gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / REPLACE_ONE_SENSITIVITY)
-    return dp_accounting.SampledWithoutReplacementDpEvent(population, sample, gaussian)
+    return dp_accounting.SampledWithoutReplacementDpEvent(population, int(sample), gaussian)
+
+
+Event = tuple[float, float, int]  # (noise multiplier, cohort size or Poisson probability, population or POISSON)
+
+
+def _key(noise_multiplier: float, sample: float, population: int) -> Event:
+    population = int(population)
+    return float(noise_multiplier), float(sample) if population == POISSON else int(sample), population
 
 
 class RunAccountant:
-    """ε(δ) of the rounds so far. `rounds` maps (noise multiplier, cohort, population) to how many rounds ran with
-    it; it is the accountant's whole state (checkpoints keep it)."""
+    """ε(δ) of the rounds so far. `rounds` maps each kind of round, (noise multiplier, cohort, population) or
+    (noise multiplier, q, POISSON), to how many rounds ran with it; it is the accountant's whole state (checkpoints
+    keep it). One accountant holds one kind of sampling: the two use different neighbouring relations."""
 
-    def __init__(self, delta: float, rounds: Mapping[tuple[float, int, int], int] | None = None):
+    def __init__(self, delta: float, rounds: Mapping[Event, int] | None = None):
         self.delta = delta
-        self.rounds: dict[tuple[float, int, int], int] = dict(rounds or {})
-        self._rdp: dict[tuple[float, int, int], np.ndarray] = {}
+        self.rounds: dict[Event, int] = {}
+        self._rdp: dict[Event, np.ndarray] = {}
         self._orders: np.ndarray | None = None
+        for key, count in (rounds or {}).items():
+            self.add(*key, count=count)
 
-    def add(self, noise_multiplier: float, sample: int, population: int, count: int = 1) -> None:
-        key = (float(noise_multiplier), int(sample), int(population))
+    def add(self, noise_multiplier: float, sample: float, population: int, count: int = 1) -> None:
+        key = _key(noise_multiplier, sample, population)
+        if self.rounds and (next(iter(self.rounds))[2] == POISSON) != (key[2] == POISSON):
+            raise ValueError("one accountant holds rounds of one kind of sampling (Poisson or fixed-size)")
         self.rounds[key] = self.rounds.get(key, 0) + count
 
-    def epsilon(self, extra: Mapping[tuple[float, int, int], int] | None = None) -> float:
+    def epsilon(self, extra: Mapping[Event, int] | None = None) -> float:
         """ε at the run's δ for the rounds so far (plus `extra` rounds not yet run); inf when a round carried no
         noise, 0 before any round."""
         rounds = dict(self.rounds)
         for key, count in (extra or {}).items():
+            key = _key(*key)
             rounds[key] = rounds.get(key, 0) + count
         if not rounds:
             return 0.0
@@ -74,9 +96,9 @@ class RunAccountant:
         epsilon, _ = _library()[1].compute_epsilon(self._orders, total, self.delta)
         return float(epsilon)
 
-    def rounds_within(self, target: float, noise_multiplier: float, sample: int, population: int, limit: int) -> int:
+    def rounds_within(self, target: float, noise_multiplier: float, sample: float, population: int, limit: int) -> int:
         """How many more rounds of this kind fit in ε ≤ target (at most `limit`), by bisection on the library's ε."""
-        key = (float(noise_multiplier), int(sample), int(population))
+        key = _key(noise_multiplier, sample, population)
         low, high = 0, limit
         while low < high:
             mid = (low + high + 1) // 2
@@ -87,17 +109,19 @@ class RunAccountant:
         return low
 
     def state(self) -> list[list[float]]:
-        """The rounds as [noise multiplier, cohort, population, count] rows (checkpoint-friendly)."""
+        """The rounds as [noise multiplier, cohort or q, population or POISSON, count] rows (checkpoint-friendly)."""
         return [[*key, count] for key, count in sorted(self.rounds.items())]
 
     @classmethod
     def from_state(cls, delta: float, rows) -> RunAccountant:
-        return cls(delta, {(float(s), int(m), int(n)): int(c) for s, m, n, c in rows})
+        return cls(delta, {(s, m, n): int(c) for s, m, n, c in rows})
 
-    def _event_rdp(self, key: tuple[float, int, int]) -> np.ndarray:
+    def _event_rdp(self, key: Event) -> np.ndarray:
         if key not in self._rdp:
             dp_accounting, rdp = _library()
-            accountant = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+            relation = dp_accounting.NeighboringRelation
+            neighbours = relation.ADD_OR_REMOVE_ONE if key[2] == POISSON else relation.REPLACE_ONE
+            accountant = rdp.RdpAccountant(neighboring_relation=neighbours)
             accountant.compose(round_event(*key))  # the library's default orders
             self._rdp[key], self._orders = accountant.rdp, accountant.orders
         return self._rdp[key]

@@ -9,10 +9,17 @@ from typing import Any
 from fedsuite.privacy import accountant
 
 
+def expected_cohort(values: Mapping[str, Any]) -> float:
+    """The clients a round expects: clients-per-round, or participation × num-clients with sampling='bernoulli'."""
+    if values["sampling"] == "bernoulli":
+        return float(values["participation"]) * int(values["num-clients"])
+    return float(values["clients-per-round"])
+
+
 def count_noise(values: Mapping[str, Any]) -> float:
-    """σ_b of adaptive clipping: dp-count-noise, or clients-per-round / 20 when it is 0."""
+    """σ_b of adaptive clipping: dp-count-noise, or the expected cohort / 20 when it is 0."""
     given = float(values["dp-count-noise"])
-    return given if given > 0 else int(values["clients-per-round"]) / 20.0
+    return given if given > 0 else expected_cohort(values) / 20.0
 
 
 def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
@@ -33,10 +40,16 @@ def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     if v.get("local-steps") == 0:
         errors.append(f"{mode} needs local-steps > 0: in epoch mode a reply's step count reveals the client's data "
                       "size, which the noise does not cover")  # fmt: skip
-    if v.get("sampling") == "bernoulli":
-        errors.append(f"{mode} is accounted for fixed-size cohorts: use sampling='fixed' (Poisson sampling needs "
-                      "the noise on empty cohorts and a fixed denominator, not built yet)")  # fmt: skip
-    needed = ("dp-noise", "dp-count-noise", "dp-delta", "dp-target-epsilon", "clients-per-round", "num-clients")
+    if v.get("sampling") == "bernoulli" and v["dp"] == "clients":
+        errors.append(f"{mode} needs sampling='fixed': with Poisson sampling (bernoulli) the cohort size is "
+                      "random, so the clients' noise shares cannot add up to σ·C; use dp='server' for Poisson "
+                      "sampling")  # fmt: skip
+    if v.get("sampling") == "bernoulli" and v.get("dual-storage") == "server":
+        errors.append(f"{mode} with sampling='bernoulli' needs dual-storage='client': a round that drew nobody "
+                      "releases noise alone, which a table of per-client duals on the server has no row "
+                      "for")  # fmt: skip
+    needed = ("dp-noise", "dp-count-noise", "dp-delta", "dp-target-epsilon", "clients-per-round", "num-clients",
+              "sampling", "participation")  # fmt: skip
     if any(key not in v for key in needed):  # a key that failed its own check is reported already
         return errors
     sigma = float(v["dp-noise"])
@@ -47,10 +60,15 @@ def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     target = float(v["dp-target-epsilon"])
     if target > 0 and not errors:
         first = accountant.RunAccountant(float(v["dp-delta"]))
-        first.add(sigma, int(v["clients-per-round"]), int(v["num-clients"]))
+        if v["sampling"] == "bernoulli":
+            first.add(sigma, float(v["participation"]), accountant.POISSON)
+            drawn = f"each of {v['num-clients']} clients with probability {v['participation']}"
+        else:
+            first.add(sigma, int(v["clients-per-round"]), int(v["num-clients"]))
+            drawn = f"{v['clients-per-round']} of {v['num-clients']} clients"
         epsilon = first.epsilon()
         if epsilon > target:
             errors.append(f"dp-target-epsilon={target:g}: one round already spends ε={epsilon:.4g} at dp-delta="
-                          f"{float(v['dp-delta']):g} (dp-noise={sigma:g}, {v['clients-per-round']} of "
-                          f"{v['num-clients']} clients); raise dp-noise or the target")  # fmt: skip
+                          f"{float(v['dp-delta']):g} (dp-noise={sigma:g}, {drawn}); raise dp-noise or the "
+                          "target")  # fmt: skip
     return errors

@@ -161,7 +161,7 @@ def for_client(node, server_round: int) -> DpSgd | None:
                          "(GroupNorm or LayerNorm, e.g. resnet18-gn)")  # fmt: skip
     n, batch_size = len(node.data), node.cfg.local.batch_size
     batch = n if batch_size <= 0 else min(batch_size, n)
-    sampler = Sampler.from_settings(node.cfg.sampling)
+    sampler = Sampler.of_run(node.cfg)
     return DpSgd(settings.noise, settings.clip, batch, n, settings.delta, sampler, node.partition_id, server_round)
 
 

@@ -173,6 +173,8 @@ class RuleStrategy(Strategy):
         self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)
         if query is not None:
             self.rounds.queried(server_round, query[0], query[1], query[2])
+        if not cohort:  # Poisson sampling drew nobody (client-level DP only): Flower will not call aggregate_fit,
+            self.aggregate_fit(server_round, [], [])  # but the round still releases its noise
         return instructions
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
@@ -202,7 +204,9 @@ class RuleStrategy(Strategy):
         verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
         self._stop_if(server_round, verdict)
         self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"], start_loss(replies)))
-        if not replies:
+        if not replies and self.privacy is not None and self.privacy.noise_only(server_round):
+            replies = [self.privacy.noise_carrier(server_round, self.rule, self.rule.local_lr(server_round))]
+        elif not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             self.rule.empty_round(server_round)
             return None, {}
@@ -219,7 +223,8 @@ class RuleStrategy(Strategy):
         if self.averaged is not None:
             self.averaged.average(replies)
         for reply in replies:
-            self.accepted[reply.partition_id] = server_round
+            if reply.partition_id >= 0:  # not the noise carrier of a round without replies (client-level DP)
+                self.accepted[reply.partition_id] = server_round
         for observer in self.observers:
             observer.aggregated(server_round, self, x_before, replies)
         return ndarrays_to_parameters([self.rule.x]), {}

@@ -55,7 +55,10 @@ def server_privacy(cfg, rule, buffers: np.ndarray | None) -> ServerPrivacy | Non
     if rule.query is not None:
         raise ConfigError(f"dp={privacy.mode!r}: algorithm={cfg.algorithm!r} asks its clients a query before "
                           "training, an upload the joint clip does not bound")  # fmt: skip
-    return ServerPrivacy(privacy, cfg.num_clients, cfg.sampling.clients_per_round, cfg.seed, count_noise(cfg))
+    sampling = cfg.sampling
+    poisson = sampling.participation if sampling.mode == "bernoulli" else None
+    return ServerPrivacy(privacy, cfg.num_clients, sampling.clients_per_round, cfg.seed, count_noise(cfg), poisson,
+                         cfg.local.steps)  # fmt: skip
 
 
 def compose_strategy(

@@ -57,7 +57,7 @@ class RunGuard:
         )
 
     def replies(self, server_round: int, valid: int, cohort: int, rejected: int, diverged: int, failed: int) -> Verdict:
-        needed = max(1, math.ceil(self.min_replies * cohort)) if self.min_replies > 0 else 0
+        needed = max(1, math.ceil(self.min_replies * cohort)) if self.min_replies > 0 and cohort else 0
         if valid >= needed:
             return None
         status = "diverged" if diverged * 2 > cohort - valid else "failed"

@@ -17,9 +17,11 @@ from fedsuite.sampling import Sampler
 def rule_settings(cfg, initial_x: np.ndarray) -> RuleSettings:
     """What a server rule reads from the run config `cfg` (a fedsuite.config.Config), starting from `initial_x`: the
     one place both the suite's ServerApp and fedsuite.app build it."""
-    return RuleSettings(initial_x=initial_x, sampler=Sampler.from_settings(cfg.sampling), lr=cfg.local.lr,
+    poisson_dp = cfg.privacy.on and cfg.sampling.mode == "bernoulli"
+    expected = cfg.sampling.participation * cfg.sampling.num_clients if poisson_dp else None
+    return RuleSettings(initial_x=initial_x, sampler=Sampler.of_run(cfg), lr=cfg.local.lr,
                         lr_decay=cfg.local.lr_decay, weighting=cfg.aggregation.weighting,
-                        agg_scale=cfg.aggregation.agg_scale)  # fmt: skip
+                        agg_scale=cfg.aggregation.agg_scale, expected_cohort=expected)  # fmt: skip
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.privacy.accountant import RunAccountant
+from fedsuite.privacy.accountant import POISSON, RunAccountant
 from fedsuite.privacy.release import BELOW_CLIP, CLIP_KEY, COHORT_KEY, update_noise
 from fedsuite.rounds import Reply
 
@@ -23,10 +23,13 @@ BUDGET_SPENT = "budget-spent"  # the run's status when dp-target-epsilon stopped
 
 
 class ServerPrivacy:
-    def __init__(self, privacy, num_clients: int, clients_per_round: int, seed: int, count_noise: float):
-        """`privacy`: the run's fedsuite.config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping."""
+    def __init__(self, privacy, num_clients: int, clients_per_round: int, seed: int, count_noise: float,
+                 poisson_rate: float | None = None, local_steps: int = 1):  # fmt: skip
+        """`privacy`: the run's fedsuite.config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping;
+        `poisson_rate`: p of Poisson sampling (sampling='bernoulli'), None for fixed-size cohorts."""
         self.privacy, self.seed, self.count_noise = privacy, seed, count_noise
         self.num_clients, self.clients_per_round = num_clients, clients_per_round
+        self.poisson_rate, self.local_steps = poisson_rate, local_steps
         self.adaptive = privacy.clip_mode == "adaptive"
         self.clip = privacy.clip  # C_t
         self.accountant = RunAccountant(privacy.delta)
@@ -47,7 +50,7 @@ class ServerPrivacy:
         if target <= 0:
             return None
         spent = self.accountant.epsilon()
-        after = self.accountant.epsilon({(self.privacy.noise, self.clients_per_round, self.num_clients): 1})
+        after = self.accountant.epsilon({self._event(self.privacy.noise, self.clients_per_round): 1})
         if after <= target:
             return None
         return (f"dp-target-epsilon={target:g} reached: ε={spent:.4g} after round {server_round - 1}, round "
@@ -57,6 +60,23 @@ class ServerPrivacy:
         """What every sampled client needs: the round's clip and the cohort size its noise share is sized to."""
         self._cohort[server_round] = cohort
         return {CLIP_KEY: float(self.clip), COHORT_KEY: int(cohort)}
+
+    def noise_only(self, server_round: int) -> bool:
+        """Whether a round without a valid reply still releases noise: under Poisson sampling, where whether anyone
+        took part must not show (an empty cohort, or every reply lost)."""
+        return self.poisson_rate is not None
+
+    def noise_carrier(self, server_round: int, rule, lr: float) -> Reply:
+        """A reply of zeros for every array the rule expects, from no client (partition −1): the round's noise is
+        added to it, so the rule moves the model by the noise alone."""
+        names = (*rule.uplink, *rule.uplink_some)
+        arrays = {name: np.zeros(rule.dim, np.float64) for name in names}
+        return Reply(partition_id=-1, num_examples=1, steps=self.local_steps, lr=lr, arrays=arrays)
+
+    def _event(self, sigma: float, cohort: int) -> tuple[float, float, int]:
+        if self.poisson_rate is not None:
+            return sigma, self.poisson_rate, POISSON
+        return sigma, cohort, self.num_clients
 
     def release(self, server_round: int, replies: Sequence[Reply]) -> dict[str, Any]:
         """Add the server's noise (dp='server') to the validated replies in place, move C (adaptive), account the
@@ -75,9 +95,10 @@ class ServerPrivacy:
             unclipped = sum(float(r.metrics.get(BELOW_CLIP, 0.0)) for r in replies)
             if self.privacy.mode == "server":
                 unclipped += float(rng.normal(0.0, self.count_noise))
-            self.clip = clip * math.exp(-self.privacy.clip_lr * (unclipped / len(replies) - self.privacy.quantile))
+            counted = len(replies) if self.poisson_rate is None else self.poisson_rate * self.num_clients
+            self.clip = clip * math.exp(-self.privacy.clip_lr * (unclipped / counted - self.privacy.quantile))
         if replies:  # the noise the sum carried: with dp='clients' only the replies' shares arrived
             carried = sigma if self.privacy.mode == "server" else sigma * math.sqrt(len(replies) / cohort)
-            self.accountant.add(carried, cohort, self.num_clients)
+            self.accountant.add(*self._event(carried, cohort))
         epsilon = self.accountant.epsilon()
         return {"dp_epsilon": epsilon if math.isfinite(epsilon) else None, "dp_clip": float(clip)}
