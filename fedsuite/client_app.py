@@ -12,7 +12,8 @@ it instead of a partition of the run's dataset), `client-state-dir` (where on-di
 `run-<key>` subfolder: the state key the server sends, the id of the run that started the experiment, which a run
 resumed after a SuperLink crash keeps; Flower's run id for a message without one) and `allowed-modules` (the
 modules whose import-path models and loaders this node runs,
-fedsuite.node_trust; a run naming another is refused before anything is imported, with an error reply).
+fedsuite.node_trust; a run naming another is refused before anything is imported, with an error reply) and
+`dp-noise-secret` (mixed into the seed of the node's DP noise shares, docs/privacy.md).
 """
 
 from __future__ import annotations
