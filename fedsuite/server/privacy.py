@@ -98,7 +98,7 @@ class ServerPrivacy:
             counted = len(replies) if self.poisson_rate is None else self.poisson_rate * self.num_clients
             self.clip = clip * math.exp(-self.privacy.clip_lr * (unclipped / counted - self.privacy.quantile))
         if replies:  # the noise the sum carried: with dp='clients' only the replies' shares arrived
-            carried = sigma if self.privacy.mode == "server" else sigma * math.sqrt(len(replies) / cohort)
+            carried = sigma if self.privacy.mode == "server" else sigma * math.sqrt(len(replies) / max(cohort, 1))
             self.accountant.add(*self._event(carried, cohort))
         epsilon = self.accountant.epsilon()
         return {"dp_epsilon": epsilon if math.isfinite(epsilon) else None, "dp_clip": float(clip)}
