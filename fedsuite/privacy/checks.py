@@ -4,6 +4,7 @@ Which options each algorithm allows). Run by fedsuite.config.resolve."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from fedsuite.privacy import accountant
@@ -20,6 +21,13 @@ def count_noise(values: Mapping[str, Any]) -> float:
     """σ_b of adaptive clipping: dp-count-noise, or the expected cohort / 20 when it is 0."""
     given = float(values["dp-count-noise"])
     return given if given > 0 else expected_cohort(values) / 20.0
+
+
+@cache
+def one_round_epsilon(sigma: float, sample: float, population: int, delta: float) -> float:
+    """ε after one round of this kind (every process resolves the run config, each client message too: computed
+    once per process)."""
+    return accountant.RunAccountant(delta, {(sigma, sample, population): 1}).epsilon()
 
 
 def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
@@ -59,14 +67,13 @@ def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
                       "dp-count-noise or lower dp-noise")  # fmt: skip
     target = float(v["dp-target-epsilon"])
     if target > 0 and not errors:
-        first = accountant.RunAccountant(float(v["dp-delta"]))
         if v["sampling"] == "bernoulli":
-            first.add(sigma, float(v["participation"]), accountant.POISSON)
+            event = (sigma, float(v["participation"]), accountant.POISSON)
             drawn = f"each of {v['num-clients']} clients with probability {v['participation']}"
         else:
-            first.add(sigma, int(v["clients-per-round"]), int(v["num-clients"]))
+            event = (sigma, int(v["clients-per-round"]), int(v["num-clients"]))
             drawn = f"{v['clients-per-round']} of {v['num-clients']} clients"
-        epsilon = first.epsilon()
+        epsilon = one_round_epsilon(*event, float(v["dp-delta"]))
         if epsilon > target:
             errors.append(f"dp-target-epsilon={target:g}: one round already spends ε={epsilon:.4g} at dp-delta="
                           f"{float(v['dp-delta']):g} (dp-noise={sigma:g}, {drawn}); raise dp-noise or the "
