@@ -130,11 +130,15 @@ def _secagg_needs(what: str, when: Callable[[Mapping[str, Any]], bool], why: str
 
 
 _SECAGG_SERVER_DUALS = _secagg_needs(
-    "dual-storage='server'", lambda v: v.get("dual-storage") == "server",
-    "the server adds each client's Δ_i to its own row of a per-client table; use dual-storage='client'")
+    "dual-storage='server'",
+    lambda v: v.get("dual-storage") == "server",
+    "the server adds each client's Δ_i to its own row of a per-client table; use dual-storage='client'",
+)
 _SECAGG_STEPS = _secagg_needs(
-    "local-steps=0", lambda v: v.get("local-steps") == 0,
-    "the server averages Δ_i / K_i with each client's own step count K_i, which a sum cannot give; set local-steps")
+    "local-steps=0",
+    lambda v: v.get("local-steps") == 0,
+    "the server averages Δ_i / K_i with each client's own step count K_i, which a sum cannot give; set local-steps",
+)
 _SECAGG_TRACKING = ("uploads delta_y from the tracking subset only: the cohort's uploads differ in shape, and the "
                     "server needs the sum over that subset")  # fmt: skip
 

@@ -52,6 +52,11 @@ class SecAggSettings:
         (the client adds r to its float32 value before scaling)."""
         return self.step + float(np.spacing(np.float32(2 * self.clip_range))) / 2
 
+    def reconstruction_threshold(self, cohort: int) -> int:
+        """The shares SecAggPlusWorkflow needs to unmask a cohort of `cohort` clients (at least 2)."""
+        shares = self.shares or cohort
+        return self.threshold or max(round(2 / 3 * shares), 2)
+
     def workflow_args(self) -> tuple[tuple[int | float, int | float], dict[str, Any]]:
         """The arguments of Flower's SecAggPlusWorkflow: (num_shares, reconstruction_threshold) and the keywords."""
         shares: int | float = self.shares if self.shares else 1.0  # 1.0: every sampled client
@@ -89,8 +94,9 @@ def secagg_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     if cohort < 2:
         errors.append(f"secagg=true needs clients-per-round >= 2 (it is {cohort}): SecAgg+ sums at least two uploads")
     if shares and (shares < 3 or shares > cohort or shares % 2 == 0):
-        errors.append(f"secagg-shares={shares}: must be 0 (the whole cohort) or odd, from 3 to clients-per-round="
-                      f"{cohort}")
+        errors.append(
+            f"secagg-shares={shares}: must be 0 (the whole cohort) or odd, from 3 to clients-per-round={cohort}"
+        )
     if threshold == 1:
         errors.append("secagg-threshold=1: must be 0 (two thirds of the shares) or at least 2")
     elif threshold > cohort:
@@ -99,8 +105,9 @@ def secagg_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     elif shares and threshold >= shares:
         errors.append(f"secagg-threshold={threshold}: must be fewer than secagg-shares={shares}")
     if cohort * int(v["secagg-quantization"]) >= MODULUS:
+        most = (MODULUS - 1) // cohort
         errors.append(f"secagg-quantization={v['secagg-quantization']}: clients-per-round × levels must stay below "
-                      f"2**32, the masks' modulus (at most {(MODULUS - 1) // cohort} for {cohort} clients)")  # fmt: skip
+                      f"2**32, the masks' modulus (at most {most} for {cohort} clients)")  # fmt: skip
     return errors
 
 
