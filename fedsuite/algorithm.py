@@ -31,6 +31,9 @@ class Algorithm:
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
     # why client-level DP (run-config key dp) cannot cover what this algorithm uploads; '' = it can (docs/privacy.md)
     dp_refusal: str = ""
+    # why secure aggregation (run-config key secagg) cannot serve this algorithm: its server needs more than the
+    # cohort's sums of the uploads; '' = it can (docs/privacy-secagg.md). Config-dependent refusals are `checks`.
+    secagg_refusal: str = ""
     keys: tuple[Key, ...] = ()  # run-config keys the algorithm adds to the schema (its hyper-parameters)
     # what simulation.tune searches: run-config key -> LogRange or a tuple of values (fedsuite.tunable); every
     # algorithm declares at least `lr`, and every value lies inside its key's schema range

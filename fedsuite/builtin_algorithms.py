@@ -117,6 +117,31 @@ def _fedmim_weights(values: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _secagg_needs(what: str, when: Callable[[Mapping[str, Any]], bool], why: str):
+    """A config-dependent refusal of secure aggregation (secagg=true, docs/privacy-secagg.md): under `what` the
+    server needs more than the cohort's sums of the uploads, because `why`."""
+
+    def check(values: Mapping[str, Any]) -> str | None:
+        if values.get("secagg") and when(values):
+            return f"secagg=true with {what}: {why}"
+        return None
+
+    return check
+
+
+_SECAGG_SERVER_DUALS = _secagg_needs(
+    "dual-storage='server'",
+    lambda v: v.get("dual-storage") == "server",
+    "the server adds each client's Δ_i to its own row of a per-client table; use dual-storage='client'",
+)
+_SECAGG_STEPS = _secagg_needs(
+    "local-steps=0",
+    lambda v: v.get("local-steps") == 0,
+    "the server averages Δ_i / K_i with each client's own step count K_i, which a sum cannot give; set local-steps",
+)
+_SECAGG_TRACKING = ("uploads delta_y from the tracking subset only: the cohort's uploads differ in shape, and the "
+                    "server needs the sum over that subset")  # fmt: skip
+
 _SCAFFOLD_OPTION_1 = _full_gradient_in_mean_scale("scaffold-option=1", lambda v: v.get("scaffold-option") == 1)
 _MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True)
 
@@ -178,7 +203,8 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("feddyn", "fedsuite.strategies.feddyn:FedDyn", "fedsuite.clients.feddyn:FedDynClient",
            "docs/algorithms/feddyn.md",
            "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
-           {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, tunable=_FEDDYN_TUNED),
+           {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, checks=(_SECAGG_SERVER_DUALS,),
+           tunable=_FEDDYN_TUNED),
     _entry("fedadmm", "fedsuite.strategies.fedadmm:FedADMM", "fedsuite.clients.fedadmm:FedADMMClient",
            "docs/algorithms/fedadmm.md",
            "primal-dual: step g + λ_i + ρ(x − x^t); consensus (wang) or gong",
@@ -187,7 +213,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("fedcm", "fedsuite.strategies.fedcm:FedCM", "fedsuite.clients.fedcm:FedCMClient",
            "docs/algorithms/fedcm.md",
            "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"},
-           tunable=_FEDCM_TUNED),
+           checks=(_SECAGG_STEPS,), tunable=_FEDCM_TUNED),
     _entry("fedsam", "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedsam:FedSAMClient",
            "docs/algorithms/fedsam.md",
            "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"},
@@ -195,13 +221,13 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("mofedsam", "fedsuite.strategies.fedcm:FedCM", "fedsuite.clients.fedsam:MoFedSAMClient",
            "docs/algorithms/mofedsam.md",
            "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
-           {"alpha": "fedcm-alpha", "rho": "sam-rho"}, tunable=_FEDCM_TUNED),
+           {"alpha": "fedcm-alpha", "rho": "sam-rho"}, checks=(_SECAGG_STEPS,), tunable=_FEDCM_TUNED),
     _entry("fedspeed", "fedsuite.strategies.fedspeed:FedSpeed", "fedsuite.clients.fedspeed:FedSpeedClient",
            "docs/algorithms/fedspeed.md",
            "FedDyn's correction + prox with a normalised SAM gradient",
            {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
            {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
-           tunable=_FEDSPEED_TUNED),
+           checks=(_SECAGG_SERVER_DUALS,), tunable=_FEDSPEED_TUNED),
     _entry("fedspeed-ing", "fedsuite.strategies.fedspeed:FedSpeedIng",
            "fedsuite.clients.fedspeed_ing:FedSpeedIngClient",
            "docs/algorithms/fedspeed-ing.md",
@@ -220,21 +246,24 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("fadamet", "fedsuite.strategies.fadam:FAdam", "fedsuite.clients.fadamet:FAdamETClient",
            "docs/algorithms/fadamet.md",
            "LocalAdam + tracking y − y_i added after the Adam moments; Y^t ⊆ S^t refresh y_i", _TRACKING,
-           _ADAM, tunable=_ADAM_TUNED),
+           _ADAM, tunable=_ADAM_TUNED, secagg_refusal=_SECAGG_TRACKING),
     _entry("fadamgt", "fedsuite.strategies.fadam:FAdam", "fedsuite.clients.fadamgt:FAdamGTClient",
            "docs/algorithms/fadamgt.md",
            "LocalAdam + tracking y − y_i added to the gradient before the Adam moments", _TRACKING,
-           _ADAM, tunable=_ADAM_TUNED),
+           _ADAM, tunable=_ADAM_TUNED, secagg_refusal=_SECAGG_TRACKING),
     _entry("fedlada", "fedsuite.strategies.fedlada:FedLADA", "fedsuite.clients.fedlada:FedLADAClient",
            "docs/algorithms/fedlada.md",
            "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed from the paper)",
-           {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, tunable=_FEDLADA_TUNED),
+           {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, checks=(_SECAGG_STEPS,),
+           tunable=_FEDLADA_TUNED),
     _entry("mimesvrg", "fedsuite.strategies.mimesvrg:MimeSVRG", "fedsuite.clients.mimesvrg:MimeSVRGClient",
            "docs/algorithms/mimesvrg.md",
            "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
            sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD,
            dp_refusal="sends each client's full local gradient to the server before training (its query), a second "
-                      "upload per round that the joint clip does not bound"),
+                      "upload per round that the joint clip does not bound",
+           secagg_refusal="sends each client's full local gradient to the server before training (its query), one "
+                          "client at a time, outside any secure sum"),
     _entry("losac", "fedsuite.strategies.losac:LoSAC", "fedsuite.clients.losac:LoSACClient",
            "docs/algorithms/losac.md",
            "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",

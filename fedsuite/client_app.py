@@ -30,6 +30,7 @@ from fedsuite.data import with_data_clients
 from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
+from fedsuite.privacy.secagg_client import SecureUploadRefused, is_secure, secagg_mod, secure_reply
 from fedsuite.state import DiskStore, StateFolderTaken, check_owner
 from fedsuite.state_plan import state_plan
 
@@ -139,7 +140,11 @@ class Worker(NumPyClient):
             NodeRefused,
             NodeConfigError,
         ) as err:  # an error reply, as a failed fit: the server logs it and writes clients.log
+            if is_secure(self.context.run_config):  # no error reply can go into a secure sum
+                raise SecureUploadRefused(f"{type(err).__name__}: {err}") from None
             return [], 0, {"partition-id": self._partition(config), "error": f"{type(err).__name__}: {err}"}
+        if is_secure(self.context.run_config):  # its upload goes into a secure sum: checked here, refused by raising
+            return secure_reply(client.node, config, *client.fit(parameters, config))
         return client.fit(parameters, config)
 
     def evaluate(self, parameters, config):
@@ -154,4 +159,5 @@ def client_fn(context: Context):
     return Worker(context).to_client()
 
 
-app = ClientApp(client_fn=client_fn)
+# secagg_mod hands every message that is not part of a SecAgg+ round on untouched (docs/privacy-secagg.md)
+app = ClientApp(client_fn=client_fn, mods=[secagg_mod])

@@ -112,6 +112,7 @@ APP_RESULTS = "use strategy(results=...)"
 APP_TRACKING = "pass round observers with strategy(observers=...)"
 APP_STATE = "use client(state_dir=...)"
 APP_CHECKPOINT = "fedsuite.app runs do not checkpoint"
+APP_SECAGG = "fedsuite.app aggregates in the clear; SecAgg+ runs in the suite's own apps"
 
 COMMON_KEYS: tuple[Key, ...] = (
     Key("algorithm", "fedavg", "federated optimiser (see the algorithm table)",
@@ -289,6 +290,18 @@ COMMON_KEYS: tuple[Key, ...] = (
         "gradients (0 = no noise: ε is infinite)", low=0.0, client=True, tunable=False),
     Key("dp-sgd-clip", 1.0, "C_s, the L2 norm every per-record gradient is clipped to (DP-SGD)", low=0.0,
         low_open=True, client=True, tunable=False),
+    # --- secure aggregation (SecAgg+)
+    Key("secagg", False, "secure aggregation with Flower's SecAgg+ (docs/privacy-secagg.md): the server learns only "
+        "the cohort's mean of each uploaded array, never one client's; needs client-mapping='fixed'", client=True,
+        tunable=False, app=APP_SECAGG),
+    Key("secagg-shares", 0, "SecAgg+: the neighbours each client's secrets are shared among (odd, at least 3); 0 = "
+        "the whole cohort", low=0, tunable=False, app=APP_SECAGG),
+    Key("secagg-threshold", 0, "SecAgg+: shares that reconstruct a dropped client's secrets (at least 2, fewer than "
+        "secagg-shares); 0 = two thirds of the shares, at least 2", low=0, tunable=False, app=APP_SECAGG),
+    Key("secagg-clip-range", 8.0, "SecAgg+: every uploaded value is clipped to [−r, r] before quantisation",
+        low=0.0, low_open=True, tunable=False, app=APP_SECAGG),
+    Key("secagg-quantization", 4194304, "SecAgg+: integer levels over [−r, r] (2**22); the masks live modulo 2**32, "
+        "so clients-per-round × this must stay below 2**32", low=2, tunable=False, app=APP_SECAGG),
 )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """Flower ServerApp: resolve the run config → build dataset, evaluator, sampler, results folder → the algorithm's
 server rule (registry) → the Flower strategy made from it (fedsuite.server.adapter) → Flower's round loop
-(fedsuite.server.loop)."""
+(fedsuite.server.loop), whose fit exchange is Flower's SecAgg+ workflow when the run aggregates securely
+(secagg=true, fedsuite.server.secure)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from fedsuite.data_checks import check_evaluation_data
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
+from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.compose import compose_strategy, run_plan
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
+from fedsuite.server.secure import SecureServer
 from fedsuite.state_plan import StatePlan, state_plan
 from fedsuite.tracking import launch_group, tracking_observers
 
@@ -153,8 +156,10 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
 
 def build_strategy(cfg: Config, plan: RunPlan, observers: list[RoundObserver] | tuple = ()) -> RuleStrategy:
     """The algorithm's server rule as a Flower strategy for `plan`, set to the checkpoint's state when the run
-    resumes."""
-    return compose_strategy(cfg, plan, observers, averaged_buffers(cfg, server_dataset(cfg)))
+    resumes; under secure aggregation (secagg=true) it takes every FitRes as holding the cohort's mean."""
+    strategy = compose_strategy(cfg, plan, observers, averaged_buffers(cfg, server_dataset(cfg)))
+    strategy.secure = bool(cfg["secagg"])
+    return strategy
 
 
 def resume_folder(cfg: Config) -> Path:
@@ -227,8 +232,14 @@ def server_fn(context: Context) -> ServerAppComponents:
     # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
     strategy = build_strategy(cfg, plan, trackers)
+    secagg = SecAggSettings.from_values(cfg)
+    server = (
+        SecureServer(strategy, plan.recorder, secagg, context)
+        if secagg.on
+        else RecordingServer(strategy, plan.recorder)
+    )
     return ServerAppComponents(
-        server=RecordingServer(strategy, plan.recorder),
+        server=server,
         config=ServerConfig(num_rounds=cfg.run_control.num_rounds, round_timeout=cfg.run_control.round_timeout or None),
     )
 

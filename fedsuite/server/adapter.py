@@ -16,6 +16,12 @@ The strategy's state for checkpoints is the rule's declared state, the acceptanc
 
 Model buffers (BatchNorm statistics, buffers='average') travel and are averaged beside the rule, never in it
 (fedsuite.server.buffers).
+
+Under secure aggregation (`secure`, secagg=true; fedsuite/server/secure.py) every FitRes holds the cohort's mean
+instead of the client's own arrays: each reply is validated as usual (now on the mean: names, shapes, finite) and
+the rule gets one reply per client that entered the sum, each holding the mean, so its means and sums come out as
+from the single replies (docs/privacy-secagg.md). A reply the server or an observer rejects is inside the sum and
+cannot be taken out: then the whole round is rejected.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class RuleStrategy(Strategy):
         half of client-level DP (fedsuite.server.privacy), or None."""
         super().__init__()
         self.privacy = privacy
+        self.secure = False  # secagg=true: every FitRes holds the cohort's mean (fedsuite.server.secure)
         self.averaged = None if buffers is None else AveragedBuffers(buffers, weighting)
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
@@ -190,6 +197,10 @@ class RuleStrategy(Strategy):
                 rejected += 1
                 diverged += err.diverged
                 self._client_problem(server_round, self.router.who(proxy, res), f"rejected: {err}", err.details)
+        if self.secure and rejected and replies:  # the rejected upload is in the sum: nothing of it can be used
+            log.warning("round %d: a rejected reply is inside the secure sum; the round's %d other replies are "
+                        "rejected with it", server_round, len(replies))  # fmt: skip
+            rejected, replies = rejected + len(replies), []
         answered = {_partition_of(res) for _, res in results}
         silent = sorted(self._sampled - answered)  # who the failures without a sender can be
         for failure in failures:
@@ -197,6 +208,8 @@ class RuleStrategy(Strategy):
             who = self.router.who(proxy) if proxy is not None else self.router.unanswered(silent)
             self._client_problem(server_round, who, f"failed: {describe_failure(failure)}", failure_details(failure))
         stats = self.rounds.received(server_round, replies, rejected, len(failures), private=self.privacy is not None)
+        if self.secure:  # no figure from single replies' arrays: every reply holds the mean
+            self.rounds.note(server_round, {"local_consistency": None})
         self.rounds.settle_query(server_round)
         dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
         self._stop_if(server_round, self.guard.lost_workers(server_round, dead))
