@@ -147,6 +147,7 @@ def test_failed_run_exits_nonzero(tmp_path, flwr_home):
     assert "cifar-10-batches-py" in proc.stdout  # the ServerApp's error reached the log
 
 
+@pytest.mark.slow  # the main suite's Ray run of a stateful algorithm: test_many_partitions_…[feddyn-disk]
 def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_home, monkeypatch):
     """SCAFFOLD keeps c_i in per-partition files; had they been lost between rounds, c_i would restart at 0 and
     the trajectory would differ from the in-process run (clients train 3 of 4 per round, so they repeat)."""
@@ -193,11 +194,13 @@ def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
     assert report["train_loss_max_abs_diff"] < 1e-3  # both paths did the same local work
 
 
-def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home, capsys):
-    """simulation.compare: FedAvg and SCAFFOLD, 2 Ray runs of 2 rounds, then the same command again reuses both."""
+@pytest.mark.parametrize("engine", [pytest.param("flwr", marks=pytest.mark.slow), "inprocess"])
+def test_compare_short_run_writes_table_and_plot(engine, tmp_path, flwr_home, capsys):
+    """simulation.compare: FedAvg and SCAFFOLD, 2 runs of 2 rounds, then the same command again reuses both. The
+    Ray runs (engine flwr, the default) are in the slow set; every other Ray test covers the launch they share."""
     from simulation import compare
 
-    rc = compare.main(["--algorithms", "fedavg,scaffold", "-c",
+    rc = compare.main(["--algorithms", "fedavg,scaffold", "--engine", engine, "-c",
                        "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 lr=0.02",
                        "--out", str(tmp_path)])  # fmt: skip
     assert rc == 0
@@ -205,7 +208,7 @@ def test_compare_short_run_writes_table_and_plot(tmp_path, flwr_home, capsys):
     assert "| fedavg |" in table and "| scaffold |" in table and "| 4.0 |" in table  # SCAFFOLD: 2 down + 2 up
     assert (tmp_path / "comparison.png").stat().st_size > 1000
     table_before = (tmp_path / "comparison.md").read_text()
-    rc = compare.main(["--algorithms", "fedavg,scaffold", "--skip-finished", "-c",
+    rc = compare.main(["--algorithms", "fedavg,scaffold", "--engine", engine, "--skip-finished", "-c",
                        "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 lr=0.02",
                        "--out", str(tmp_path)])  # fmt: skip
     assert rc == 0 and capsys.readouterr().out.count("reused") == 2  # resumable: finished runs are not redone
