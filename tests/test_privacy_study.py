@@ -19,7 +19,7 @@ def _run(root, algorithm, sigma, seed, accuracy, epsilon, status="completed"):
         "dp": "off" if sigma is None else "server",
         "dp-noise": 1.0 if sigma is None else sigma,
     }
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps({"run_config": config}))  # as a results folder holds it
     (folder / "summary.json").write_text(json.dumps({"status": status, "final_accuracy": accuracy,
                                                      "rounds_completed": 1}))  # fmt: skip
     row = {"round": 1} if sigma is None else {"round": 1, "dp_epsilon": epsilon}

@@ -31,7 +31,7 @@ def runs(folder: Path) -> list[dict]:
     out = []
     for summary_file in sorted((folder / "runs").glob("*/*/seed-*/summary.json")):
         run = summary_file.parent
-        config = json.loads((run / "config.json").read_text())
+        config = json.loads((run / "config.json").read_text())["run_config"]
         summary = report.read_summary(run)
         rows = report.read_rows(run)
         epsilons = [r["dp_epsilon"] for r in rows if "dp_epsilon" in r]
