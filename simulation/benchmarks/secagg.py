@@ -28,7 +28,8 @@ FEDERATION = {"dataset": "synthetic-lsq", "algorithm": "fedavg", "client-mapping
 def steady_round(overrides: dict, out_dir: Path, name: str) -> tuple[float, float]:
     """(steady seconds per round, wall seconds of the launch) of one `flwr run`."""
     start = time.perf_counter()
-    folder = run({**overrides, "out-dir": str(out_dir), "run-name": name}, quiet=True)
+    # the benchmark's own runs: a second invocation with the same --out-dir replaces them
+    folder = run({**overrides, "out-dir": str(out_dir), "run-name": name, "overwrite": True}, quiet=True)
     wall = time.perf_counter() - start
     rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
     return float(steady_seconds(rows, skip_last=True)), wall
