@@ -31,6 +31,9 @@ class Algorithm:
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
     # why client-level DP (run-config key dp) cannot cover what this algorithm uploads; '' = it can (docs/privacy.md)
     dp_refusal: str = ""
+    # why DP-SGD (run-config key dp-sgd) cannot account for this algorithm: its clients release gradients of their
+    # records outside the private local steps, or train on fixed blocks; '' = it can (docs/privacy-dp-sgd.md)
+    dp_sgd_refusal: str = ""
     # why secure aggregation (run-config key secagg) cannot serve this algorithm: its server needs more than the
     # cohort's sums of the uploads; '' = it can (docs/privacy-secagg.md). Config-dependent refusals are `checks`.
     secagg_refusal: str = ""

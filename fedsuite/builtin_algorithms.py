@@ -143,6 +143,15 @@ _SECAGG_TRACKING = ("uploads delta_y from the tracking subset only: the cohort's
                     "server needs the sum over that subset")  # fmt: skip
 
 _SCAFFOLD_OPTION_1 = _full_gradient_in_mean_scale("scaffold-option=1", lambda v: v.get("scaffold-option") == 1)
+_DP_SGD_BLOCKS = "its steps train on fixed data blocks and keep their gradients in a table"
+
+
+def _scaffold_option_1_under_dp_sgd(values: Mapping[str, Any]) -> str | None:
+    if values.get("dp-sgd") is True and values.get("scaffold-option") == 1:
+        return "dp-sgd=true: scaffold-option=1 uploads a full local gradient without noise; use scaffold-option=2"
+    return None
+
+
 _MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True)
 
 
@@ -199,7 +208,8 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("scaffold", "fedsuite.strategies.scaffold:Scaffold", "fedsuite.clients.scaffold:ScaffoldClient",
            "docs/algorithms/scaffold.md",
            "control variates: step g − c_i + c; client keeps c_i", {"server_lr": "server-lr"},
-           {"option": "scaffold-option"}, sum_scale=True, checks=(_SCAFFOLD_OPTION_1,), tunable=_SGD),
+           {"option": "scaffold-option"}, sum_scale=True, checks=(_SCAFFOLD_OPTION_1, _scaffold_option_1_under_dp_sgd),
+           tunable=_SGD),
     _entry("feddyn", "fedsuite.strategies.feddyn:FedDyn", "fedsuite.clients.feddyn:FedDynClient",
            "docs/algorithms/feddyn.md",
            "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
@@ -262,23 +272,24 @@ BUILT_IN: tuple[Algorithm, ...] = (
            sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD,
            dp_refusal="sends each client's full local gradient to the server before training (its query), a second "
                       "upload per round that the joint clip does not bound",
+           dp_sgd_refusal="its server query uploads the full local gradient without noise",
            secagg_refusal="sends each client's full local gradient to the server before training (its query), one "
                           "client at a time, outside any secure sum"),
     _entry("losac", "fedsuite.strategies.losac:LoSAC", "fedsuite.clients.losac:LoSACClient",
            "docs/algorithms/losac.md",
            "per-block gradient table y_ij + global estimate ϕ: step G_j + ϕ/N − y_ij",
-           _LOSAC, sum_scale=True, tunable=_SGD),
+           _LOSAC, sum_scale=True, tunable=_SGD, dp_sgd_refusal=_DP_SGD_BLOCKS),
     _entry("fedsaga", "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedsaga:FedSagaClient",
            "docs/algorithms/fedsaga.md",
            "LoSAC's loop with the local table only: step G_j − y_ij + mean_j y_ij",
-           {"server_lr": "server-lr"}, sum_scale=True, tunable=_SGD),
+           {"server_lr": "server-lr"}, sum_scale=True, tunable=_SGD, dp_sgd_refusal=_DP_SGD_BLOCKS),
     _entry("losac-prox", "fedsuite.strategies.losac:LoSAC", "fedsuite.clients.losac_prox:LoSACProxClient",
            "docs/algorithms/losac-prox.md",
            "LoSAC + proximal step prox_ηΨ (ℓ1 or nuclear norm) after each move",
-           _LOSAC, reads=_PROX_KEYS, sum_scale=True, tunable=_PROX_TUNED),
+           _LOSAC, reads=_PROX_KEYS, sum_scale=True, tunable=_PROX_TUNED, dp_sgd_refusal=_DP_SGD_BLOCKS),
     _entry("scaffold-prox", "fedsuite.strategies.scaffold:Scaffold",
            "fedsuite.clients.scaffold_prox:ScaffoldProxClient",
            "docs/algorithms/scaffold-prox.md", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
-           {"option": "scaffold-option"}, reads=_PROX_KEYS, sum_scale=True, checks=(_SCAFFOLD_OPTION_1,),
-           tunable=_PROX_TUNED),
+           {"option": "scaffold-option"}, reads=_PROX_KEYS, sum_scale=True,
+           checks=(_SCAFFOLD_OPTION_1, _scaffold_option_1_under_dp_sgd), tunable=_PROX_TUNED),
 )  # fmt: skip

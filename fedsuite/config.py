@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Self, get_type_hints
 
 from fedsuite.presets import apply_preset, preset_error
-from fedsuite.privacy.dp_sgd_checks import config_errors as dp_sgd_errors
 from fedsuite.registry import ALGORITHMS as ALGORITHMS_REGISTRY
 from fedsuite.registry import BUILT_IN_SCHEMA, active_schema, algorithm_errors
 from fedsuite.schema import (
@@ -646,7 +645,6 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors += algorithm_errors(v)
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
-    errors += dp_sgd_errors(v)
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:
