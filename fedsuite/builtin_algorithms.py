@@ -134,6 +134,24 @@ _SECAGG_SERVER_DUALS = _secagg_needs(
     lambda v: v.get("dual-storage") == "server",
     "the server adds each client's Δ_i to its own row of a per-client table; use dual-storage='client'",
 )
+
+
+def _poisson_dp_server_duals(values: Mapping[str, Any]) -> str | None:
+    """Client-level DP with Poisson sampling (docs/privacy.md) moves the model by noise alone in a round that drew
+    nobody, which a per-client table of duals on the server has no row for."""
+    if (
+        values.get("dp", "off") != "off"
+        and values.get("sampling") == "bernoulli"
+        and values.get("dual-storage") == "server"
+    ):
+        return (
+            f"dp={values['dp']!r} with sampling='bernoulli' needs dual-storage='client': a round that drew "
+            "nobody releases noise alone, which a table of per-client duals on the server has no row for"
+        )
+    return None
+
+
+_SERVER_DUALS = (_SECAGG_SERVER_DUALS, _poisson_dp_server_duals)  # FedDyn's and FedSpeed's dual-storage='server'
 _SECAGG_STEPS = _secagg_needs(
     "local-steps=0",
     lambda v: v.get("local-steps") == 0,
@@ -213,8 +231,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("feddyn", "fedsuite.strategies.feddyn:FedDyn", "fedsuite.clients.feddyn:FedDynClient",
            "docs/algorithms/feddyn.md",
            "dynamic regulariser: step g − ∇L_i + α(x − x^t)", {"dual_storage": "dual-storage"},
-           {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, checks=(_SECAGG_SERVER_DUALS,),
-           tunable=_FEDDYN_TUNED),
+           {"alpha": "feddyn-alpha", "dual_storage": "dual-storage"}, checks=_SERVER_DUALS, tunable=_FEDDYN_TUNED),
     _entry("fedadmm", "fedsuite.strategies.fedadmm:FedADMM", "fedsuite.clients.fedadmm:FedADMMClient",
            "docs/algorithms/fedadmm.md",
            "primal-dual: step g + λ_i + ρ(x − x^t); consensus (wang) or gong",
@@ -237,7 +254,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
            "FedDyn's correction + prox with a normalised SAM gradient",
            {"dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
            {**_SPEED_CLIENT, "dual_storage": "dual-storage", "dual_agg": "fedspeed-dual-agg"},
-           checks=(_SECAGG_SERVER_DUALS,), tunable=_FEDSPEED_TUNED),
+           checks=_SERVER_DUALS, tunable=_FEDSPEED_TUNED),
     _entry("fedspeed-ing", "fedsuite.strategies.fedspeed:FedSpeedIng",
            "fedsuite.clients.fedspeed_ing:FedSpeedIngClient",
            "docs/algorithms/fedspeed-ing.md",

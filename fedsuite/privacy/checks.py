@@ -52,10 +52,6 @@ def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
         errors.append(f"{mode} needs sampling='fixed': with Poisson sampling (bernoulli) the cohort size is "
                       "random, so the clients' noise shares cannot add up to σ·C; use dp='server' for Poisson "
                       "sampling")  # fmt: skip
-    if v.get("sampling") == "bernoulli" and v.get("dual-storage") == "server":
-        errors.append(f"{mode} with sampling='bernoulli' needs dual-storage='client': a round that drew nobody "
-                      "releases noise alone, which a table of per-client duals on the server has no row "
-                      "for")  # fmt: skip
     needed = ("dp-noise", "dp-count-noise", "dp-delta", "dp-target-epsilon", "clients-per-round", "num-clients",
               "sampling", "participation")  # fmt: skip
     if any(key not in v for key in needed):  # a key that failed its own check is reported already
