@@ -25,6 +25,9 @@ from typing import Any
 
 # Final statuses, with the exit code simulation.run gives each (interrupted: 128 + the signal's number).
 STATUSES = {"completed": 0, "budget-spent": 0, "failed": 1, "diverged": 3, "interrupted": 130}
+# Runs that ended as their config asked: every round, or as many as dp-target-epsilon allowed (docs/privacy.md).
+# Studies average them, reuse them and exit 0 for them.
+FINISHED = ("completed", "budget-spent")
 RUN_MARKER = ".fedsuite-run"
 RUN_TOKEN_ENV = "FEDSUITE_RUN_TOKEN"  # set by simulation.run for every process of one launch
 RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log", "flwr.log")

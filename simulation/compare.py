@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsuite.config import ALGORITHMS, ConfigError
+from fedsuite.results import FINISHED
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation.experiment import report
@@ -69,7 +70,7 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
             "client compute s/round", "× FedAvg compute", "vectors/client/round", "MB/client/round"]  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", *report.markdown_table(head, [])]
     for r in results:
-        if r["status"] != "completed":
+        if r["status"] not in FINISHED:
             lines.append(f"| {r['algorithm']} | {r['status']} |" + " |" * (len(head) - 2))
             continue
         compute = r["client_compute_s_per_round"]
@@ -114,7 +115,7 @@ def write_report(out: Path, results: list[dict], targets: list[float], command: 
 
 
 def print_result(r: dict) -> None:
-    if r["status"] != "completed":
+    if r["status"] not in FINISHED:
         return
     quality = f"acc {report.fmt(r['final_acc'], '.4f')}" + (
         f", ‖x−x*‖/‖x*‖ {r['final_rel_err']:.3e}" if r["final_rel_err"] is not None else ""
@@ -197,7 +198,7 @@ class Comparison(Study):
         return write_report(plan.out, results, plan.cfg.targets, self.reproduce(plan), title)
 
     def exit_code(self, plan: Plan, results: list[dict], rerun: str) -> int:
-        return 0 if all(r["status"] == "completed" for r in results) else 1
+        return 0 if all(r["status"] in FINISHED for r in results) else 1
 
 
 main = Comparison(__doc__).main

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsuite.config import ALGORITHMS, ConfigError
+from fedsuite.results import FINISHED
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation.experiment import report
 from simulation.experiment.engines import ENGINES
 from simulation.experiment.flags import grid_tag, parse_grid, parse_list
 from simulation.experiment.fresh_runs import refuse_resume
-from simulation.experiment.jobs import Job, resolved, reusable, validate
+from simulation.experiment.jobs import SETTLED, Job, resolved, reusable, validate
 from simulation.experiment.runner import run_jobs
 from simulation.experiment.study import Study
 from simulation.launcher.overrides import parse_overrides
@@ -66,7 +67,7 @@ def aggregate(jobs: list[Job], targets: list[float]) -> list[dict]:
     for job in jobs:
         status = report.run_status(job.folder)
         try:
-            run = report.run_summary(job.folder, targets) if status == "completed" else {"status": status}
+            run = report.run_summary(job.folder, targets) if status in FINISHED else {"status": status}
         except report.DamagedRun as err:  # counted as a seed that did not complete, and named
             print(f"   {job.label}: {err}", file=sys.stderr, flush=True)
             run = {"status": "damaged"}
@@ -194,7 +195,7 @@ class Sweep(Study):
         return write_report(plan.out, aggregate(plan.jobs, cfg.targets), cfg.targets, self.reproduce(plan), title)
 
     def exit_code(self, plan: Plan, outcomes: list[Outcome], rerun: str) -> int:
-        if any(o.status not in ("completed", "diverged") for o in outcomes):  # a diverged run is reused as it is
+        if any(o.status not in SETTLED for o in outcomes):  # a diverged run is reused as it is
             print(f"rerun to try the failed runs again: {rerun}", file=sys.stderr)
         return 0 if all(o.completed for o in outcomes) else 1
 

@@ -273,3 +273,23 @@ def test_poisson_sampling_divides_by_the_expected_cohort_and_releases_noise_in_e
     assert empty and sorted(moves.norms) == empty and all(norm > 0 for norm in moves.norms.values())
     assert noisy.privacy.accountant.rounds == {(1.0, 0.2, POISSON): 12}
     assert rows[-1]["dp_epsilon"] == pytest.approx(RunAccountant(1e-5, {(1.0, 0.2, POISSON): 12}).epsilon())
+
+
+def test_a_run_that_spent_its_budget_ended_as_asked_for_the_launcher_and_the_studies(tmp_path, capsys):
+    """budget-spent is an ending the run config asked for: the launcher's outcome accepts it (Flower says
+    finished:completed), and a sweep averages such a run, exits 0 and reuses it on a rerun."""
+    from simulation import sweep
+    from simulation.launcher.outcome import outcome
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "budget-spent", "reason": "dp-target-epsilon"}))
+    assert outcome(tmp_path, "1", "finished:completed") == tmp_path
+    setting = ("dataset='synthetic-lsq' num-clients=6 clients-per-round=3 local-steps=3 num-server-rounds=12 "
+               "dp='server' dp-noise=3.0 dp-clip=0.5 dp-target-epsilon=8.0")  # fmt: skip
+    argv = ["--algorithms", "fedavg", "--seeds", "0", "-c", setting, "--engine", "inprocess", "--out",
+            str(tmp_path / "sweep")]  # fmt: skip
+    assert sweep.main(argv) == 0
+    summary = json.loads((tmp_path / "sweep" / "runs" / "fedavg" / "default" / "seed-0" / "summary.json").read_text())
+    assert summary["status"] == "budget-spent" and summary["rounds_completed"] < 12
+    assert "| fedavg | default | 1/1 |" in (tmp_path / "sweep" / "sweep.md").read_text()
+    capsys.readouterr()
+    assert sweep.main(argv) == 0 and "1 ended earlier" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from typing import Any
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.presets import describe as describe_config
 from fedsuite.presets import expand as expand_preset
+from fedsuite.results import FINISHED
 from fedsuite.tracking import tracking_errors
 from simulation.experiment.report import damage, run_status
 from simulation.launcher.project import pyproject_defaults
@@ -37,14 +38,15 @@ class Job:
 @dataclass
 class Outcome:
     job: Job
-    status: str  # completed, failed, diverged (or interrupted)
+    status: str  # completed, budget-spent, failed, diverged (or interrupted)
     message: str = ""  # why it did not complete
     value: Any = None  # what the job's `work` returned
     reused: bool = False  # completed (or diverged) earlier with the same settings: not run again
 
     @property
     def completed(self) -> bool:
-        return self.status == "completed"
+        """Ended as its config asked: every round, or as many as its privacy budget allowed."""
+        return self.status in FINISHED
 
 
 def resolved(settings: dict) -> Config:
@@ -68,7 +70,7 @@ def validate(jobs: Sequence[Job]) -> list[Config]:
     return configs
 
 
-SETTLED = ("completed", "diverged")  # outcomes a rerun with the same seed and settings would repeat
+SETTLED = (*FINISHED, "diverged")  # outcomes a rerun with the same seed and settings would repeat
 
 
 def ended_as(folder: Path, explicit: dict) -> str | None:
@@ -87,7 +89,7 @@ def ended_as(folder: Path, explicit: dict) -> str | None:
 
 def finished(folder: Path, explicit: dict) -> bool:
     """The run in `folder` completed, and every setting given explicitly now is the one it ran with."""
-    return ended_as(folder, explicit) == "completed"
+    return ended_as(folder, explicit) in FINISHED
 
 
 def reusable(job: Job) -> str | None:
@@ -97,7 +99,7 @@ def reusable(job: Job) -> str | None:
 
 def is_finished(job: Job) -> bool:
     """A job whose folder holds a completed run with the same explicit settings (preset keys included)."""
-    return reusable(job) == "completed"
+    return reusable(job) in FINISHED
 
 
 def planned_rounds(job: Job) -> int | None:

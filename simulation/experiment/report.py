@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.results import steady_seconds  # the one definition (summary.json, reports, benchmark)
+from fedsuite.results import FINISHED, steady_seconds  # the one definition (summary.json, reports, benchmark)
 
 # --- one run ------------------------------------------------------------------------------------------------------
 
@@ -127,7 +127,7 @@ def over_seeds(runs: Sequence[dict], targets: Sequence[float], metrics: Sequence
     "k/n" (completed/all), every metric a (mean, std) or None, `rounds_to_<t>` (mean ± std over the completed seeds
     that reached t, how many did, how many completed), and the completed seeds' curves. A failed or diverged seed
     counts in n and is never averaged in."""
-    done = [r for r in runs if r.get("status") == "completed"]
+    done = [r for r in runs if r.get("status") in FINISHED]  # a budget-spent run ended as its config asked
     row: dict = {"seeds": f"{len(done)}/{len(runs)}"}
     for key in metrics:
         row[key] = mean_std([r[key] for r in done if r.get(key) is not None])

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from fedsuite.config import ConfigError
+from fedsuite.results import FINISHED
 from simulation.experiment import engines
 from simulation.experiment.jobs import Job, Outcome, damaged_earlier, planned_rounds, reusable
 from simulation.experiment.progress import StudyProgress
@@ -76,7 +77,7 @@ def _run_children(jobs: Sequence[Job], todo: list[int], engine: str, parallel: i
                 job = jobs[index]
                 status = run_status(job.folder) if proc.returncode in (0, 1, 3) else "failed"
                 print(f"── done {job.label}: {status} ──", flush=True)
-                done(index, Outcome(job, status, "" if status == "completed" else f"exit code {proc.returncode}"))
+                done(index, Outcome(job, status, "" if status in FINISHED else f"exit code {proc.returncode}"))
             time.sleep(0.5)
     except (Interrupted, KeyboardInterrupt) as err:
         ignore_signals()
