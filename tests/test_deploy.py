@@ -51,6 +51,12 @@ CRASH = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk",
 MIDROUND = {**LSQ, "clients-per-round": 2, "num-server-rounds": 4, "min-replies": 0.5}
 # above the first round (app install and imports, ≈ 25 s), below the SuperLink's heartbeat expiry (≈ 55-60 s)
 TIMEOUT = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
+# SCAFFOLD through SecAgg+ with client-level DP whose noise shares each node draws with its own dp-noise-secret:
+# the server's rule gets only the cohort's noisy mean (docs/privacy-secagg.md); checkpoint-every=2 keeps the final model
+SECURE = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk", "client-mapping": "fixed", "secagg": True,
+          "dp": "clients", "dp-noise": 0.5, "dp-clip": 1.0, "clients-per-round": 2, "num-server-rounds": 2,
+          "eval-every": 2, "checkpoint-every": 2, "seed": 3}  # fmt: skip
+NOISE_SECRETS = (90_210_573_311, 4_021_886_907)  # each node's own, unknown to the server (node config dp-noise-secret)
 
 
 def write_node_data(root) -> list[dict]:
@@ -67,7 +73,9 @@ def write_node_data(root) -> list[dict]:
             x = rng.normal(size=(n, 3)) + y[:, None]
             frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "label": y})
             frame.to_csv(folder / f"{split}.csv", index=False)
-        configs.append({"partition-id": i, "num-partitions": 2, "data-dir": str(folder)})
+        configs.append(
+            {"partition-id": i, "num-partitions": 2, "data-dir": str(folder), "dp-noise-secret": NOISE_SECRETS[i]}
+        )
     configs[1]["allowed-modules"] = ALLOWED
     return configs
 
@@ -95,7 +103,8 @@ def bed(tmp_path_factory):
 def start_node(tb: Testbed, i: int) -> subprocess.Popen:
     state, own = tb.root / f"state-{i}", tb.node_configs[i]
     allow = f" allowed-modules='{own['allowed-modules']}'" if "allowed-modules" in own else ""
-    node_config = f"partition-id={i} num-partitions=2 client-state-dir='{state}' data-dir='{own['data-dir']}'{allow}"
+    node_config = (f"partition-id={i} num-partitions=2 client-state-dir='{state}' data-dir='{own['data-dir']}'"
+                   f" dp-noise-secret={own['dp-noise-secret']}{allow}")  # fmt: skip
     return tb.start_supernode(f"node{i}", tb.hosts[i], node_config, f"node{i}")
 
 
@@ -275,6 +284,30 @@ def test_round_timeout_ends_a_round_waiting_on_a_frozen_supernode(bed):
     reference = _run_losing(TIMEOUT, {2}, bed.root / "ref-timeout")
     assert final_error(bed, "timeout") == pytest.approx(error_of(reference), rel=1e-6)
     print(f"round 2 took {got[2]['round_seconds']:.1f} s (round-timeout {TIMEOUT['round-timeout']} s)")
+
+
+def test_scaffold_with_secagg_and_node_noise_equals_the_inprocess_run(bed):
+    """SCAFFOLD with SecAgg+ and client-level DP, each node adding its noise share drawn with its own
+    dp-noise-secret, over TLS with node authentication: the rows and the final model bytes equal the in-process run
+    of SecAgg+'s arithmetic with the same node configs. Two negative controls (in process) show the comparison
+    would notice the protocol missing (the plain sum ends elsewhere, by the quantisation) and a server that guessed
+    the nodes' noise without their secrets."""
+    name, started = "secure", time.monotonic()
+    proc = start_run(bed, SECURE, name)
+    finish(bed, proc, name)
+    got = rows(bed, name)
+    assert [r["replies"] for r in got[1:]] == [2, 2] and all(r["failures"] == 0 for r in got[1:])
+    assert all(r["dp_epsilon"] > 0 and r["train_loss"] is None for r in got[1:])  # private clients report no loss
+    reference, reference_rows = inprocess_nodes(SECURE, bed.node_configs, bed.root / "ref-secure")
+    assert untimed(got) == untimed(reference_rows)
+    final = np.asarray(checkpoint.load(bed.root / "results" / name).state["rule"]["x"])
+    assert final.tobytes() == reference.x.tobytes()
+    plain, _ = inprocess_nodes({**SECURE, "secagg": False}, bed.node_configs, bed.root / "ref-secure-plain")
+    assert plain.x.tobytes() != final.tobytes()
+    secretless = [{k: v for k, v in c.items() if k != "dp-noise-secret"} for c in bed.node_configs]
+    guessed, _ = inprocess_nodes(SECURE, secretless, bed.root / "ref-secure-guessed")
+    assert not np.allclose(guessed.x, final, atol=1e-3)
+    print(f"SCAFFOLD with SecAgg+ and node noise: {time.monotonic() - started:.0f} s")
 
 
 def _clientapp_running(tb: Testbed, role: str) -> int | None:
