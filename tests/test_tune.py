@@ -36,6 +36,7 @@ class FakeEngine:
 
     def __init__(self, accuracies, stop_after: int | None = None):
         self.accuracies, self.stop_after, self.launches, self.groups = accuracies, stop_after, [], []
+        self.spent = lambda settings: False  # runs that stop early on their target ε (status budget-spent)
 
     def __call__(self, overrides: dict, engine: str, *rest, **kwargs) -> Path:
         if self.stop_after is not None and len(self.launches) >= self.stop_after:
@@ -55,7 +56,8 @@ class FakeEngine:
         rows = [{"round": r, "accuracy": test - 0.1 / (r + 1), "round_seconds": 0.1,
                  **({"val_accuracy": val - 0.1 / (r + 1)} if has_val else {})} for r in range(4)]  # fmt: skip
         (folder / "rounds.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-        (folder / "summary.json").write_text(json.dumps({"status": "completed", "rounds_completed": 3,
+        status = "budget-spent" if self.spent(overrides) else "completed"
+        (folder / "summary.json").write_text(json.dumps({"status": status, "rounds_completed": 3,
                                                          "final_accuracy": rows[-1]["accuracy"],
                                                          "best_accuracy": rows[-1]["accuracy"]}))  # fmt: skip
         return folder
@@ -186,6 +188,18 @@ def test_a_diverged_trial_is_listed_with_its_status_and_never_chosen(tmp_path, f
     assert rows[0.5]["seed_0"] != "" and rows[0.5]["seed_1"] == ""
     assert rows[0.158]["chosen"] == "True" and tuned.read(tmp_path / "tuned.toml")["fedavg"] == {"lr": 0.158}
     assert "| 5 | 0.5 | 0.9639 | – | – | diverged |  |" in (tmp_path / "search" / "fedavg.md").read_text()
+
+
+def test_a_trial_that_spent_its_privacy_budget_is_scored_and_can_be_chosen(tmp_path, fake):
+    """A run stopped by its target ε ended as its config asked (budget-spent): its trial is scored like a completed
+    one, so with a target ε the best point is still found."""
+    engine = fake(lambda settings: (0.5 + settings["lr"], 0.5))
+    engine.spent = lambda settings: settings["lr"] >= 0.158 and settings["seed"] == 0
+    assert tune.main(tune_args(tmp_path)) == 0
+    rows = {float(r["lr"]): r for r in read_csv(tmp_path / "search" / "fedavg.csv")}
+    assert rows[0.5]["status"] == "budget-spent" and rows[0.5]["mean_score"] != "" and rows[0.5]["chosen"] == "True"
+    assert rows[0.05]["status"] == "completed"
+    assert tuned.read(tmp_path / "tuned.toml")["fedavg"] == {"lr": 0.5}
 
 
 def test_the_best_is_the_highest_accuracy_or_the_lowest_loss_first_of_equals():

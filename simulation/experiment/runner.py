@@ -37,7 +37,8 @@ def _run_here(job: Job, engine: str) -> Outcome:
         if job.work is not None:
             return Outcome(job, "completed", value=job.work())
         engines.launch(job.overrides(), engine, job.group)
-        return Outcome(job, "completed")
+        status = run_status(job.folder)  # a run that ended normally: completed, or budget-spent (its target ε)
+        return Outcome(job, status if status in FINISHED else "completed")
     except RunFailed as err:
         return Outcome(job, err.status, str(err))
     except (Interrupted, KeyboardInterrupt) as err:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedsuite.config import Scalar
+from fedsuite.results import FINISHED
 from fedsuite.tunable import LogRange, Search, rounded
 from simulation import sweep
 from simulation.experiment import report
@@ -43,20 +44,23 @@ class Trial:
     algorithm: str
     point: Point
     seeds: Sequence[int]
-    statuses: Sequence[str]  # per seed: completed, failed, diverged …
-    scores: Sequence[float | None]  # per seed: the validation score of a completed run, else None
+    statuses: Sequence[str]  # per seed: completed, budget-spent, failed, diverged …
+    scores: Sequence[float | None]  # per seed: the validation score of a finished run, else None
 
     @property
     def status(self) -> str:
-        """completed when every seed completed; else diverged if a seed diverged, else the first other status."""
+        """completed when every seed completed; budget-spent when every seed finished (completed, or stopped by its
+        target ε) and one spent its budget; else diverged if a seed diverged, else the first other status."""
         if all(s == "completed" for s in self.statuses):
             return "completed"
-        return "diverged" if "diverged" in self.statuses else next(s for s in self.statuses if s != "completed")
+        if all(s in FINISHED for s in self.statuses):
+            return "budget-spent"
+        return "diverged" if "diverged" in self.statuses else next(s for s in self.statuses if s not in FINISHED)
 
     @property
     def score(self) -> float | None:
-        """The mean score over the seeds; None unless every seed completed with a finite score."""
-        if self.status != "completed" or any(s is None or not math.isfinite(s) for s in self.scores):
+        """The mean score over the seeds; None unless every seed finished with a finite score."""
+        if self.status not in FINISHED or any(s is None or not math.isfinite(s) for s in self.scores):
             return None
         return sum(self.scores) / len(self.scores)
 
@@ -109,9 +113,9 @@ def trials_from(setting: Setting, algorithm: str, points: Sequence[Point], statu
 
 
 def _scored(setting: Setting, folder: Path, status: str) -> tuple[str, float | None]:
-    """One seed's status and validation score (None unless it completed); a run whose rounds.jsonl is damaged is
-    named and has none (its trial is never chosen; a rerun of the tuning runs it again)."""
-    if status != "completed":
+    """One seed's status and validation score (None unless it finished: completed, or stopped by its target ε); a
+    run whose rounds.jsonl is damaged is named and has none (its trial is never chosen; a rerun runs it again)."""
+    if status not in FINISHED:
         return status, None
     try:
         return status, validation_score(folder, setting.column, setting.last)
