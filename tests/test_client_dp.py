@@ -207,7 +207,8 @@ def _released(algorithm: str) -> tuple[list[str], list[str]]:
 
 def test_the_privacy_pages_say_what_each_algorithm_releases():
     """docs/privacy.md's table and each algorithm page's Privacy section name exactly the arrays the algorithm's
-    rule declares as uploaded, the client state its client half declares, and whether dp allows it."""
+    rule declares as uploaded, the client state its client half declares, and whether dp, dp-sgd and secagg allow
+    it (each registry entry's refusal, word for word on the page)."""
     from pathlib import Path
 
     from fedsuite import costs, registry
@@ -215,20 +216,29 @@ def test_the_privacy_pages_say_what_each_algorithm_releases():
     rows = {}
     for line in Path("docs/privacy.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0] in ALGORITHMS:
+        if len(cells) == 6 and cells[0] in ALGORITHMS:
             rows[cells[0]] = cells
     assert set(rows) == set(ALGORITHMS)
     for name, algo in registry.ALGORITHMS.items():
         uplink, some = _released(name)
-        _, released, kept, allowed = rows[name]
+        _, released, kept, allowed, dp_sgd, secagg = rows[name]
         assert re.findall(r"`([^`]+)`", released) == uplink + some, name
         state = [spec.name for spec in costs.client_state(name)]
         if "block table" not in kept:
             assert re.findall(r"`([^`]+)`", kept) == state, name
         assert allowed.startswith("no" if algo.dp_refusal else "yes"), name
+        assert dp_sgd.startswith("no" if algo.dp_sgd_refusal else "yes"), name
+        assert secagg.startswith("no" if algo.secagg_refusal else "yes"), name
         page = Path(algo.section).read_text()
         section = page.split("## Privacy", 1)[1].split("\n## ", 1)[0]
         assert all(f"`{array}`" in section for array in uplink + some) or algo.dp_refusal, name
+        said = " ".join(section.split())  # the page's DP-SGD and SecAgg+ sentences, unwrapped
+        dp_sgd_said = said.split("[DP-SGD](../privacy-dp-sgd.md)", 1)[1].split("[SecAgg+]", 1)[0]
+        secagg_said = said.split("[SecAgg+](../privacy-secagg.md)", 1)[1]
+        assert ("refused: " + algo.dp_sgd_refusal in dp_sgd_said) if algo.dp_sgd_refusal else "accepted" in dp_sgd_said
+        assert (
+            ("refused: it " + algo.secagg_refusal in secagg_said) if algo.secagg_refusal else "accepted" in secagg_said
+        )
 
 
 class FixedDenominator(RoundObserver):
