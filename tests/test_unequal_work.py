@@ -1,8 +1,11 @@
 """Unequal local work (docs/running/systems.md): the keys and their refusals, the seeded K_i the server's system model
 sends, the rows that show them, the rows and numbers untouched when it is off, and what each algorithm converges to
-when the clients take different K_i, checked against numpy on a heterogeneous least-squares federation."""
+when the clients take different K_i, checked against numpy on a heterogeneous least-squares federation; and a Ray run
+that sends the same K_i as the in-process engine."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -13,7 +16,10 @@ from fedsuite.config import ConfigError, resolve
 from fedsuite.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 from fedsuite.systems import STEPS_KEY, LocalWork, SystemModel
+from simulation.launcher import launch
+from simulation.launcher.processes import tagged_processes
 from simulation.run import main as run_main
+from tests.conftest import SESSION
 
 # The kit's least-squares federation (5 clients, all in every round, full-batch local gradient descent), each
 # client taking its own K_i in [1, 20], fixed per client.
@@ -224,3 +230,24 @@ def test_fednova_converges_to_x_star_up_to_its_client_drift(federation):
 def test_drift_free_methods_still_reach_x_star_with_unequal_k_i(algorithm, extra, mode):
     run = kit.run_algorithm(algorithm, {**UNEQUAL, "local-work": mode, "num-server-rounds": 250, **extra})
     assert kit.least_squares(UNEQUAL).relative_error(run.x) < 1e-5
+
+
+# ---- under Ray: the same K_i, the same numbers -----------------------------------------------------------------------
+def test_per_round_work_under_ray_equals_the_inprocess_run(tmp_path, monkeypatch):
+    """The K_i travel in the fit config whatever carries it: a `flwr run` (Ray) of SCAFFOLD with per-round K_i ends
+    where the in-process run ends, and its rows show the same K_i."""
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    cfg = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 4, "clients-per-round": 3,
+           "num-server-rounds": 3, "local-work": "per-round", "local-steps-min": 1, "local-steps": 6,
+           "batch-size": 10, "lr": 0.02, "run-name": "unequal"}  # fmt: skip
+    try:
+        folder = launch.run({**cfg, "out-dir": str(tmp_path)}, quiet=True)
+    finally:
+        assert not tagged_processes(env=SESSION), "simulation.run left processes of its run running"
+    rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    seen = StepsSeen()
+    strategy = run_inprocess(cfg, observers=[seen])
+    assert rows[-1]["relative_error"] == pytest.approx(strategy.plan.evaluate(strategy.x)["relative_error"], rel=1e-6)
+    for row in rows[1:]:
+        ks = list(seen.steps[row["round"]].values())
+        assert (row["steps_min"], row["steps_max"]) == (min(ks), max(ks))
