@@ -134,6 +134,11 @@ def test_k_max_for_every_client_equals_equal_work_with_local_steps():
     assert kit.identical(equal.x, pinned.x)
 
 
+def test_a_resumed_run_draws_the_same_k_i_and_ends_bit_identical(tmp_path):
+    per_round = {"local-work": "per-round", "local-steps-min": 1, "local-steps": 5}
+    kit.check_checkpoint_round_trip("scaffold", tmp_path, per_round, stop_after=2, rounds=4)
+
+
 # ---- every algorithm runs under unequal work -----------------------------------------------------------------------
 @pytest.mark.parametrize("algorithm", registry.ALGORITHMS.built_in)
 def test_every_built_in_trains_with_per_round_k_i(algorithm):
