@@ -157,6 +157,13 @@ _SECAGG_STEPS = _secagg_needs(
     lambda v: v.get("local-steps") == 0,
     "the server averages Δ_i / K_i with each client's own step count K_i, which a sum cannot give; set local-steps",
 )
+_SECAGG_UNEQUAL_WORK = _secagg_needs(
+    "local-work='uniform' or 'per-round'",
+    lambda v: v.get("local-work", "equal") != "equal",
+    "the server weighs each Δ_i by its own step count K_i, which a sum cannot give; use local-work='equal'",
+)
+# the server divides each Δ_i by the client's own K_i (FedCM, MoFedSAM, FedLADA, FedNova): K_i must be equal
+_SECAGG_OWN_STEPS = (_SECAGG_STEPS, _SECAGG_UNEQUAL_WORK)
 _SECAGG_TRACKING = ("uploads delta_y from the tracking subset only: the cohort's uploads differ in shape, and the "
                     "server needs the sum over that subset")  # fmt: skip
 
@@ -240,7 +247,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("fedcm", "fedsuite.strategies.fedcm:FedCM", "fedsuite.clients.fedcm:FedCMClient",
            "docs/algorithms/fedcm.md",
            "client-level momentum: step α g + (1 − α) D", {"server_lr": "server-lr"}, {"alpha": "fedcm-alpha"},
-           checks=(_SECAGG_STEPS,), tunable=_FEDCM_TUNED),
+           checks=_SECAGG_OWN_STEPS, tunable=_FEDCM_TUNED),
     _entry("fedsam", "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedsam:FedSAMClient",
            "docs/algorithms/fedsam.md",
            "FedAvg with the gradient at the SAM point", {"server_lr": "server-lr"}, {"rho": "sam-rho"},
@@ -248,7 +255,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("mofedsam", "fedsuite.strategies.fedcm:FedCM", "fedsuite.clients.fedsam:MoFedSAMClient",
            "docs/algorithms/mofedsam.md",
            "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
-           {"alpha": "fedcm-alpha", "rho": "sam-rho"}, checks=(_SECAGG_STEPS,), tunable=_FEDCM_TUNED),
+           {"alpha": "fedcm-alpha", "rho": "sam-rho"}, checks=_SECAGG_OWN_STEPS, tunable=_FEDCM_TUNED),
     _entry("fedspeed", "fedsuite.strategies.fedspeed:FedSpeed", "fedsuite.clients.fedspeed:FedSpeedClient",
            "docs/algorithms/fedspeed.md",
            "FedDyn's correction + prox with a normalised SAM gradient",
@@ -281,7 +288,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("fedlada", "fedsuite.strategies.fedlada:FedLADA", "fedsuite.clients.fedlada:FedLADAClient",
            "docs/algorithms/fedlada.md",
            "local Adam from the mean v̄, move α·Adam + (1 − α)·g_a (reconstructed from the paper)",
-           {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, checks=(_SECAGG_STEPS,),
+           {"server_lr": "server-lr"}, {"alpha": "fedlada-alpha", **_ADAM}, checks=_SECAGG_OWN_STEPS,
            tunable=_FEDLADA_TUNED),
     _entry("mimesvrg", "fedsuite.strategies.mimesvrg:MimeSVRG", "fedsuite.clients.mimesvrg:MimeSVRGClient",
            "docs/algorithms/mimesvrg.md",
@@ -309,4 +316,8 @@ BUILT_IN: tuple[Algorithm, ...] = (
            "docs/algorithms/scaffold-prox.md", "SCAFFOLD + the same proximal step", {"server_lr": "server-lr"},
            {"option": "scaffold-option"}, reads=_PROX_KEYS, sum_scale=True,
            checks=(_SCAFFOLD_OPTION_1, _scaffold_option_1_under_dp_sgd), tunable=_PROX_TUNED),
+    _entry("fednova", "fedsuite.strategies.fednova:FedNova", "fedsuite.clients.fedavg:FedAvgClient",
+           "docs/algorithms/fednova.md",
+           "FedAvg with each Δ_i normalised by its K_i, rescaled by τ_eff = Σ p_i K_i", {"server_lr": "server-lr"},
+           checks=_SECAGG_OWN_STEPS, tunable=_SGD),
 )  # fmt: skip

@@ -43,12 +43,13 @@ from fedsuite.privacy import dp_sgd
 from fedsuite.privacy.checks import count_noise
 from fedsuite.privacy.release import CLIP_KEY, COHORT_KEY, client_release, noise_generator
 from fedsuite.rounds import PHASE_KEY
+from fedsuite.systems.work import STEPS_KEY
 
 MAX_TRACEBACK_CHARS = 8000
 # Fit-config entries the adapter decodes or reads itself; the others are the server rule's (RoundContext.scalars).
 DECODED_KEYS = frozenset(
     {"round", "lr", PHASE_KEY, TRACKING_KEY, ARRAYS_KEY, STATE_ACCEPTED, PARTITION_KEY, STATE_KEY, ALGORITHM_KEY}
-    | {CLIP_KEY, COHORT_KEY}
+    | {CLIP_KEY, COHORT_KEY, STEPS_KEY}
 )
 
 
@@ -135,7 +136,7 @@ class RuleClient(NumPyClient):
             clip_norm=local.clip_norm,
             loss_reduction=local.loss_reduction,
             epochs=local.epochs,
-            steps=local.steps,
+            steps=int(config.get(STEPS_KEY, local.steps)),  # K_i sent by the server's system model, if any
             batch_size=local.batch_size,
             generator=node.generator(ctx.round),
             private=private,

@@ -41,6 +41,7 @@ from fedsuite.schema import (
     parse_pairs,
     similar_keys,
 )
+from fedsuite.systems.checks import local_work_errors
 
 SCHEMA = BUILT_IN_SCHEMA  # the built-ins' schema (fedsuite/registry.py); a run resolves against active_schema()
 ALGORITHMS = ALGORITHMS_REGISTRY.built_in  # the built-in algorithm names, in the registry's order
@@ -179,6 +180,9 @@ class LocalLoop(Settings):
 
     epochs (local-epochs): E, local epochs, used when steps = 0.
     steps (local-steps): K, fixed local steps per round; 0 = epoch mode.
+    work (local-work): 'equal', 'uniform' or 'per-round': whose K_i the server's system model sends
+        (fedsuite/systems/work.py; the largest is local-steps).
+    steps_min (local-steps-min): the smallest K_i of local-work 'uniform' / 'per-round'; 0 = unset.
     batch_size (batch-size): B; 0 = the full local batch.
     lr (lr): η_l^0, the local learning rate of round 1.
     lr_decay (lr-decay): γ, η_l^t = η_l^0 γ^t.
@@ -195,6 +199,8 @@ class LocalLoop(Settings):
 
     epochs: int = _key("local-epochs")
     steps: int = _key("local-steps")
+    work: str = _key("local-work")
+    steps_min: int = _key("local-steps-min")
     batch_size: int = _key("batch-size")
     lr: float = _key("lr")
     lr_decay: float = _key("lr-decay")
@@ -645,6 +651,7 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors += algorithm_errors(v)
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
+    errors += local_work_errors(v)
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:

@@ -171,6 +171,11 @@ COMMON_KEYS: tuple[Key, ...] = (
         "round)", low=1, high=MAX_ROUNDS, resumable=True),
     Key("local-epochs", 2, "E, local epochs (used when local-steps = 0)", low=1, client=True),
     Key("local-steps", 0, "K, fixed local steps per round; 0 = epoch mode", low=0, client=True),
+    Key("local-work", "equal", "each client's local steps K_i (docs/running/systems.md): equal = local-steps for "
+        "every client (epoch mode: E·⌈n_i/B⌉); uniform = K_i drawn once per client from [local-steps-min, "
+        "local-steps]; per-round = drawn again every round; both seeded by seed", ("equal", "uniform", "per-round")),
+    Key("local-steps-min", 0, "local-work uniform/per-round: the smallest K_i drawn (at least 1); local-steps is the "
+        "largest; 0 = unset (local-work='equal')", low=0),
     Key("batch-size", 50, "B; 0 = full local batch", low=0, client=True),
     Key("lr", 0.05, "η_l^0, local learning rate", low=0.0, low_open=True),
     Key("lr-decay", 1.0, "γ, per-round local lr decay: η_l = η_l^0 γ^(t−1) in round t", low=0.0, high=1.0,

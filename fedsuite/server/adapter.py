@@ -60,6 +60,7 @@ from fedsuite.server.query import ask
 from fedsuite.server.replies import LOST_WORKER, RejectedReply, describe_failure, failure_details, validate
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
+from fedsuite.systems import SystemModel
 
 log = logging.getLogger("flwr.fedsuite")
 ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state)
@@ -82,6 +83,7 @@ class RuleStrategy(Strategy):
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.rounds = RoundLog()
+        self.systems = SystemModel.from_run_config(plan.run_config)  # each client's local work (fedsuite/systems)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
@@ -174,7 +176,8 @@ class RuleStrategy(Strategy):
                 arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
                 params = ndarrays_to_parameters(arrays)
             fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
-                          STATE_KEY: str(self.plan.state_key)}  # fmt: skip
+                          STATE_KEY: str(self.plan.state_key),
+                          **self.systems.fit_config(server_round, pid)}  # this client's K_i, if unequal  # fmt: skip
             instructions.append((nodes[pid], FitIns(params, fit_config)))
             sizes.append((nbytes(arrays) - buffer_bytes, len(arrays) - len(buffers)))
         self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)
@@ -208,6 +211,8 @@ class RuleStrategy(Strategy):
             who = self.router.who(proxy) if proxy is not None else self.router.unanswered(silent)
             self._client_problem(server_round, who, f"failed: {describe_failure(failure)}", failure_details(failure))
         stats = self.rounds.received(server_round, replies, rejected, len(failures), private=self.privacy is not None)
+        if self.systems.on:  # the K_i the replies took (docs/running/systems.md); off: the rows are as before
+            self.rounds.note(server_round, self.systems.round_figures(replies))
         if self.secure:  # no figure from single replies' arrays: every reply holds the mean
             self.rounds.note(server_round, {"local_consistency": None})
         self.rounds.settle_query(server_round)

@@ -1,0 +1,19 @@
+"""The server's model of the clients' systems (docs/running/systems.md): what each sampled client can do in a round.
+
+One `SystemModel` per run, built from the run config and the seed (`SystemModel.from_run_config`), is asked by the
+server's strategy (fedsuite/server/adapter.py) for every client of a round's cohort; what it decides travels in
+that client's fit config, and the shared local loop follows it. Every engine (`flwr run`, the in-process engine,
+`fedsuite.app`) goes through that one strategy.
+
+- `fedsuite.systems.work`: how many local steps K_i each client takes (`local-work`);
+- `fedsuite.systems.checks`: the run-config rules of these keys, one line each;
+- `fedsuite.systems.model`: the `SystemModel` itself and the figures it adds to a round's row.
+
+With every system key at its default the model decides nothing: no fit config entry, no row column, every run's
+numbers as without it.
+"""
+
+from fedsuite.systems.model import SystemModel
+from fedsuite.systems.work import STEPS_KEY, LocalWork
+
+__all__ = ["STEPS_KEY", "LocalWork", "SystemModel"]
