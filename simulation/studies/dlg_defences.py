@@ -9,7 +9,8 @@ taking one local step on a batch of one record, so an undefended upload is the g
 defence of `fedsuite.dlg_defences.DEFENCES` trains in process (real strategy, clients, DP and SecAgg+ code); what
 the server's rule received for client `--client` in rounds 1..`--rounds` is attacked with DLG (L-BFGS with a
 line search, `--seeds` dummy draws) and with the closed form x = ∇W_k/∇b_k (fedsuite.dlg_analytic). The error is
-‖X̂ − X‖/‖X‖ against the client's record, and its best match over the records of the round's cohort.
+‖X̂ − X‖/‖X‖ against the client's record (also at the best scale of X̂), and its best match over the records of the
+round's cohort.
 Writes <out>/: table.md, table.csv, errors.png, records.png, rows.csv (per-iteration errors), settings.json.
 """
 
@@ -71,6 +72,12 @@ def relative_error(estimate: np.ndarray, record: np.ndarray) -> float:
     return float(np.linalg.norm(estimate - record) / np.linalg.norm(record))
 
 
+def scale_free_error(estimate: np.ndarray, record: np.ndarray) -> float:
+    """min over s of ‖s·X̂ − X‖/‖X‖ = the sine of the angle between them: the error of the shape alone."""
+    cosine = float(np.dot(estimate.ravel(), record.ravel()) / (np.linalg.norm(estimate) * np.linalg.norm(record)))
+    return float(np.sqrt(max(0.0, 1.0 - cosine**2))) if np.isfinite(cosine) else float("nan")
+
+
 def best_match(estimates: np.ndarray, records: np.ndarray) -> float:
     """The smallest relative error of any estimate (row) against any record (row)."""
     return min(relative_error(e, r) for e in estimates for r in records)
@@ -112,7 +119,8 @@ def attack_observation(obs: Observation, run_config: dict, args) -> tuple[list[A
         norm = float(np.linalg.norm(flat_truth))
         errors = [e / norm for e in trace.errors]
         client, best = relative_error(estimate, flat_truth), best_match(estimate, cohort)
-        attacks.append(Attack(obs.server_round, seed, errors, trace.distances[-1], client, best, estimate[0]))
+        shape = scale_free_error(estimate, flat_truth)
+        attacks.append(Attack(obs.server_round, seed, errors, trace.distances[-1], client, shape, best, estimate[0]))
     kept = min(attacks, key=lambda a: a.distance if np.isfinite(a.distance) else np.inf)
     kept.kept = True  # the attacker keeps the restart that matches best
     guess = dlg_analytic.reconstruct(obs.gradient, ds.num_classes)

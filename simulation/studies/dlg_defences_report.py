@@ -24,6 +24,7 @@ class Attack:
     errors: list[float]  # ‖X' − X‖/‖X‖ before the first iteration (index 0) and after each
     distance: float  # the final matching loss D
     client: float  # final relative error against the attacked client's record
+    client_scaled: float  # the same at the best scale of X̂ (the error of the shape alone)
     cohort: float  # the best relative error against any record of the round's cohort
     reconstruction: np.ndarray  # the final X' of the attacked client's first record, flat
     kept: bool = False  # the restart with the smallest D of its upload: the attacker's reconstruction
@@ -71,6 +72,7 @@ def summary(r: DefenceResult) -> dict:
         "restarts": len(r.attacks),
         **stats("observed_norm", r.observed_norms),
         **stats("dlg_client", [a.client for a in r.kept()]),
+        **stats("dlg_client_best_scale", [a.client_scaled for a in r.kept()]),
         **stats("dlg_cohort", [a.cohort for a in r.kept()]),
         **stats("dlg_client_every_restart", [a.client for a in r.attacks]),
         **stats("closed_form_client", r.closed_form),
@@ -81,15 +83,16 @@ def summary(r: DefenceResult) -> dict:
 
 
 def markdown(results: Sequence[DefenceResult]) -> str:
-    head = ["defence", "the server observes", "‖observed‖", "DLG: client 1's record", "DLG: best over cohort",
-            "closed form: client 1's record", "closed form: best over classes and cohort", "DLG's final D",
-            "note"]  # fmt: skip
+    head = ["defence", "the server observes", "‖observed‖", "DLG: client 1's record", "DLG: at the best scale",
+            "DLG: best over cohort", "closed form: client 1's record", "closed form: best over classes and cohort",
+            "DLG's final D", "note"]  # fmt: skip
     rows = (
         [
             r.name,
             r.observes,
             spread(r.observed_norms),
             spread([a.client for a in r.kept()]),
+            spread([a.client_scaled for a in r.kept()]),
             spread([a.cohort for a in r.kept()]),
             spread(r.closed_form),
             spread(r.closed_form_best),
