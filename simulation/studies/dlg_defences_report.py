@@ -4,6 +4,7 @@ grid of the attacked record beside its reconstructions."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,16 +121,17 @@ def plot_records(path: Path, results: Sequence[DefenceResult], record: np.ndarra
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from PIL import Image
 
     shown = [r for r in results if r.image_dlg is not None]
     fig, axes = plt.subplots(2, len(shown) + 1, figsize=(1.1 * (len(shown) + 1), 2.6), squeeze=False)
     scale = {"cmap": "gray", "vmin": float(record.min()), "vmax": float(record.max())}
     columns = [("record", record, None), *((r.name, r.image_dlg, r.image_closed_form) for r in shown)]
     for col, (title, top, bottom) in enumerate(columns):
-        axes[0][col].imshow(top.reshape(side, side), **scale)
+        axes[0][col].imshow(top.reshape(side, side), interpolation="nearest", **scale)
         axes[0][col].set_title(title, fontsize=6)
         if bottom is not None:
-            axes[1][col].imshow(np.nan_to_num(bottom).reshape(side, side), **scale)
+            axes[1][col].imshow(np.nan_to_num(bottom).reshape(side, side), interpolation="nearest", **scale)
         for row in (0, 1):
             axes[row][col].set_xticks([])
             axes[row][col].set_yticks([])
@@ -137,22 +139,24 @@ def plot_records(path: Path, results: Sequence[DefenceResult], record: np.ndarra
     axes[0][0].set_ylabel("DLG", fontsize=6)
     axes[1][0].set_ylabel("closed form", fontsize=6)
     fig.tight_layout(pad=0.3)
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=100, format="png")
     plt.close(fig)
+    Image.open(buffer).convert("L").save(path, optimize=True)  # grey levels only: one byte a pixel
 
 
 def write_all(out: Path, results: Sequence[DefenceResult], record: np.ndarray, settings_md: str) -> None:
-    """table.md, table.csv, errors.png, records.png and rows.csv (every restart's error per iteration) in `out`."""
+    """table.md, table.csv, errors.png, records.png and rows.csv (the kept restart's error per iteration) in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     report.write_csv(out / "table.csv", [summary(r) for r in results])
     title = "# DLG against each privacy defence: ‖X̂ − X‖/‖X‖, median [min, max] over the attacked uploads"
     (out / "table.md").write_text(f"{title}\n\n{settings_md}\n\n{markdown(results)}")
     raw = [
-        {"defence": r.name, "round": a.server_round, "seed": a.seed, "kept": int(a.kept), "iteration": i, "error": e}
+        {"defence": r.name, "round": a.server_round, "seed": a.seed, "iteration": i, "error": f"{e:.6g}"}
         for r in results
-        for a in r.attacks
+        for a in r.kept()
         for i, e in enumerate(a.errors)
     ]
-    report.write_csv(out / "rows.csv", raw, ("defence", "round", "seed", "kept", "iteration", "error"))
+    report.write_csv(out / "rows.csv", raw, ("defence", "round", "seed", "iteration", "error"))
     plot_errors(out / "errors.png", results)
     plot_records(out / "records.png", results, record)
