@@ -99,8 +99,10 @@ def dlg_attack(
     lr: float = 1e-3,
     optimizer: str = "gd",
     seed: int = 0,
+    line_search: str | None = None,
 ) -> AttackTrace:
-    """Run the attack against `observed` (the revealed gradient at model x); `true_inputs` only scores it."""
+    """Run the attack against `observed` (the revealed gradient at model x); `true_inputs` only scores it.
+    `line_search`: L-BFGS's line search (None: fixed steps of `lr`, as the DLG code; "strong_wolfe")."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={optimizer!r}: allowed values are {', '.join(OPTIMIZERS)}")
     x = x.detach().double()
@@ -129,7 +131,8 @@ def dlg_attack(
                 dummy.sub_(lr * g_inputs)
                 logits.sub_(lr * g_logits)
     else:  # as the DLG code: one L-BFGS step (up to 20 inner evaluations) per iteration
-        opt = torch.optim.LBFGS([dummy, logits], lr=lr, tolerance_grad=1e-12, tolerance_change=1e-15)
+        opt = torch.optim.LBFGS([dummy, logits], lr=lr, tolerance_grad=1e-12, tolerance_change=1e-15,
+                                line_search_fn=line_search)  # fmt: skip
 
         def closure() -> torch.Tensor:
             opt.zero_grad()
