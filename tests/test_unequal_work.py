@@ -222,22 +222,32 @@ def test_fednova_converges_to_x_star_up_to_its_client_drift(federation):
     assert errors[0] / errors[1] == pytest.approx(2, rel=0.15) and errors[1] / errors[2] == pytest.approx(2, rel=0.15)
 
 
-@pytest.mark.parametrize("mode", ["uniform", "per-round"])
+DRIFT_FREE = [
+    ("scaffold", {}),
+    ("feddyn", {"feddyn-alpha": 0.3}),
+    ("fedadmm", {"fedadmm-rho": 0.3}),
+    ("fedspeed", {"fedspeed-rho": 0.0, "fedspeed-mu": 0.3}),
+    ("losac", {"local-batches": "blocks", "losac-blocks": 1}),  # full block gradients: LoSAC's exact table
+]
+
+
+# The main suite runs every method with K_i fixed per client and SCAFFOLD with K_i redrawn each round; the other
+# per-round runs are slow.
 @pytest.mark.parametrize(
-    "algorithm,extra",
-    [
-        ("scaffold", {}),
-        ("feddyn", {"feddyn-alpha": 0.3}),
-        ("fedadmm", {"fedadmm-rho": 0.3}),
-        ("fedspeed", {"fedspeed-rho": 0.0, "fedspeed-mu": 0.3}),
-    ],
-)
+    "algorithm,extra,mode",
+    [(a, extra, "uniform") for a, extra in DRIFT_FREE]
+    + [(a, extra, "per-round") if a == "scaffold" else pytest.param(a, extra, "per-round", marks=pytest.mark.slow)
+       for a, extra in DRIFT_FREE],
+)  # fmt: skip
 def test_drift_free_methods_still_reach_x_star_with_unequal_k_i(algorithm, extra, mode):
     run = kit.run_algorithm(algorithm, {**UNEQUAL, "local-work": mode, "num-server-rounds": 250, **extra})
     assert kit.least_squares(UNEQUAL).relative_error(run.x) < 1e-5
 
 
 # ---- under Ray: the same K_i, the same numbers -----------------------------------------------------------------------
+# Slow: the main suite's short version is tests/test_flwr_run.py::test_many_partitions_on_two_supernodes_…[feddyn-disk],
+# which runs with per-round K_i under Ray against the in-process run.
+@pytest.mark.slow
 def test_per_round_work_under_ray_equals_the_inprocess_run(tmp_path, monkeypatch):
     """The K_i travel in the fit config whatever carries it: a `flwr run` (Ray) of SCAFFOLD with per-round K_i ends
     where the in-process run ends, and its rows show the same K_i."""
