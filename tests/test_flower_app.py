@@ -366,4 +366,7 @@ def test_client_settings_check_covers_every_local_loop_key():
     from fedsuite.app.settings import _CLIENT_READS
     from fedsuite.config import LocalLoop
 
-    assert set(LocalLoop.keys().values()) - set(_CLIENT_READS) == {"lr", "lr-decay", "client-threads"}
+    # lr and each client's K_i under unequal work (local-work, local-steps-min) come in the fit config
+    assert set(LocalLoop.keys().values()) - set(_CLIENT_READS) == {
+        "lr", "lr-decay", "client-threads", "local-work", "local-steps-min"
+    }  # fmt: skip
