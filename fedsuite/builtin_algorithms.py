@@ -162,8 +162,14 @@ _SECAGG_UNEQUAL_WORK = _secagg_needs(
     lambda v: v.get("local-work", "equal") != "equal",
     "the server weighs each Δ_i by its own step count K_i, which a sum cannot give; use local-work='equal'",
 )
+_SECAGG_PARTIAL_DEADLINE = _secagg_needs(
+    "round-deadline > 0 and deadline-policy='partial'",
+    lambda v: v.get("round-deadline", 0) > 0 and v.get("deadline-policy", "partial") == "partial",
+    "a straggler takes the steps that fit, and the server weighs each Δ_i by its own step count K_i, which a sum "
+    "cannot give; use deadline-policy='drop' (docs/running/systems.md)",
+)
 # the server divides each Δ_i by the client's own K_i (FedCM, MoFedSAM, FedLADA, FedNova): K_i must be equal
-_SECAGG_OWN_STEPS = (_SECAGG_STEPS, _SECAGG_UNEQUAL_WORK)
+_SECAGG_OWN_STEPS = (_SECAGG_STEPS, _SECAGG_UNEQUAL_WORK, _SECAGG_PARTIAL_DEADLINE)
 _SECAGG_TRACKING = ("uploads delta_y from the tracking subset only: the cohort's uploads differ in shape, and the "
                     "server needs the sum over that subset")  # fmt: skip
 

@@ -41,7 +41,7 @@ from fedsuite.schema import (
     parse_pairs,
     similar_keys,
 )
-from fedsuite.systems.checks import local_work_errors
+from fedsuite.systems.checks import system_errors
 
 SCHEMA = BUILT_IN_SCHEMA  # the built-ins' schema (fedsuite/registry.py); a run resolves against active_schema()
 ALGORITHMS = ALGORITHMS_REGISTRY.built_in  # the built-in algorithm names, in the registry's order
@@ -651,7 +651,7 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors += algorithm_errors(v)
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
-    errors += local_work_errors(v)
+    errors += system_errors(v)  # local work, deadline, availability, and client-level DP with them
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:

@@ -176,6 +176,25 @@ COMMON_KEYS: tuple[Key, ...] = (
         "local-steps]; per-round = drawn again every round; both seeded by seed", ("equal", "uniform", "per-round")),
     Key("local-steps-min", 0, "local-work uniform/per-round: the smallest K_i drawn (at least 1); local-steps is the "
         "largest; 0 = unset (local-work='equal')", low=0),
+    Key("dropout-rate", 0.0, "p: each sampled client drops out of a round with probability p, seeded by seed; it gets "
+        "no instruction and counts as a failure (docs/running/systems.md)", low=0.0, high=1.0, high_open=True),
+    Key("client-speed", "equal", "client speeds s_i against round-deadline: equal = 1 for every client; uniform = "
+        "drawn once per client, log-uniformly on [1/speed-spread, 1], seeded by seed", ("equal", "uniform")),
+    Key("speed-spread", 1.0, "client-speed='uniform': the slowest client's speed is 1/speed-spread", low=1.0),
+    Key("round-deadline", 0, "D, in local steps a speed-1 client completes: client i can do floor(s_i·D) steps a "
+        "round; 0 = no deadline (docs/running/systems.md)", low=0),
+    Key("deadline-policy", "partial", "a client whose K_i does not fit round-deadline: partial = takes the steps that "
+        "fit (at least one); drop = gets no instruction and counts as late", ("partial", "drop")),
+    Key("availability", "always", "which clients can be sampled in a round: always; markov = each client on/off by "
+        "a 2-state Markov chain; cycle = on for a fraction of each period at a seeded phase "
+        "(docs/running/systems.md)", ("always", "markov", "cycle")),
+    Key("availability-p-off", 0.2, "availability='markov': an available client's chance to go off the next round",
+        low=0.0, high=1.0, low_open=True),
+    Key("availability-p-on", 0.5, "availability='markov': an unavailable client's chance to come back the next round",
+        low=0.0, high=1.0, low_open=True),
+    Key("availability-period", 10, "availability='cycle': the cycle's length in rounds", low=1),
+    Key("availability-fraction", 0.5, "availability='cycle': the share of each period a client is available "
+        "(⌈fraction·period⌉ rounds)", low=0.0, high=1.0, low_open=True),
     Key("batch-size", 50, "B; 0 = full local batch", low=0, client=True),
     Key("lr", 0.05, "η_l^0, local learning rate", low=0.0, low_open=True),
     Key("lr-decay", 1.0, "γ, per-round local lr decay: η_l = η_l^0 γ^(t−1) in round t", low=0.0, high=1.0,

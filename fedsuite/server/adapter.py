@@ -83,7 +83,7 @@ class RuleStrategy(Strategy):
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.rounds = RoundLog()
-        self.systems = SystemModel.from_run_config(plan.run_config)  # each client's local work (fedsuite/systems)
+        self.systems = SystemModel.from_run_config(plan.run_config)  # work, drop-outs, deadline (fedsuite/systems)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
@@ -141,8 +141,11 @@ class RuleStrategy(Strategy):
             self._end_run(BUDGET_SPENT, spent)
         self.rounds.started(server_round)
         cohort = self.plan.sampler.cohort(server_round)
-        nodes = self.router.route(cohort, client_manager)
-        missing = [pid for pid in cohort if pid not in nodes]
+        absent = self.systems.absent(server_round, cohort)  # dropped or late (fedsuite/systems): sent nothing
+        for pid, reason in absent.items():
+            self._client_problem(server_round, f"client {pid}", f"failed: {reason}")
+        nodes = self.router.route([pid for pid in cohort if pid not in absent], client_manager)
+        missing = [pid for pid in cohort if pid not in nodes and pid not in absent]
         if missing:
             log.warning("round %d: partitions %s have no connected node; counted as failures", server_round, missing)
         query = None
@@ -177,14 +180,18 @@ class RuleStrategy(Strategy):
                 params = ndarrays_to_parameters(arrays)
             fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
                           STATE_KEY: str(self.plan.state_key),
-                          **self.systems.fit_config(server_round, pid)}  # this client's K_i, if unequal  # fmt: skip
+                          **self.systems.fit_config(server_round, pid)}  # this client's K_i, if decided  # fmt: skip
             instructions.append((nodes[pid], FitIns(params, fit_config)))
             sizes.append((nbytes(arrays) - buffer_bytes, len(arrays) - len(buffers)))
-        self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)
+        self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)  # absent ones: failures
+        if self.systems.on:
+            self.rounds.note(server_round, self.systems.cohort_figures(server_round, absent))
         if query is not None:
             self.rounds.queried(server_round, query[0], query[1], query[2])
-        if not cohort:  # Poisson sampling drew nobody (client-level DP only): Flower will not call aggregate_fit,
-            self.aggregate_fit(server_round, [], [])  # but the round still releases its noise
+        if not cohort or (absent and not instructions):  # Poisson sampling drew nobody (client-level DP only), or
+            # every client dropped out: Flower will not call aggregate_fit, but the round still releases its noise,
+            # and the run guard judges a round that lost its whole cohort
+            self.aggregate_fit(server_round, [], [])
         return instructions
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):

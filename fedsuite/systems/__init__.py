@@ -6,11 +6,15 @@ that client's fit config, and the shared local loop follows it. Every engine (`f
 `fedsuite.app`) goes through that one strategy.
 
 - `fedsuite.systems.work`: how many local steps K_i each client takes (`local-work`);
+- `fedsuite.systems.dropout`: which sampled clients drop out of a round (`dropout-rate`);
+- `fedsuite.systems.deadline`: client speeds and the round deadline, what a straggler does (`round-deadline`);
+- `fedsuite.systems.availability`: which clients can be sampled in a round (`availability`; read by the sampler,
+  fedsuite/sampling.py);
 - `fedsuite.systems.checks`: the run-config rules of these keys, one line each;
 - `fedsuite.systems.model`: the `SystemModel` itself and the figures it adds to a round's row.
 
-With every system key at its default the model decides nothing: no fit config entry, no row column, every run's
-numbers as without it.
+With every system key at its default the model decides nothing: every client of the cohort gets its instruction,
+no fit config entry, no row column, every cohort and every run's numbers as without it.
 """
 
 from fedsuite.systems.model import SystemModel
