@@ -68,6 +68,11 @@ class StepsSeen(RoundObserver):
     ],
 )  # fmt: skip
 def test_a_bad_local_work_setting_is_refused_in_one_line_naming_the_key(keys, message):
+    assert_refused(keys, message)
+
+
+def assert_refused(keys: dict, message: str) -> None:
+    """Resolving `keys` fails with one line (of the error's list) that starts with `message`."""
     with pytest.raises(ConfigError) as caught:
         resolve(keys)
     lines = str(caught.value).splitlines()[1:]
