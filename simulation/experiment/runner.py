@@ -38,7 +38,7 @@ def _run_here(job: Job, engine: str) -> Outcome:
             return Outcome(job, "completed", value=job.work())
         engines.launch(job.overrides(), engine, job.group)
         status = run_status(job.folder)  # a run that ended normally: completed, or budget-spent (its target ε)
-        return Outcome(job, status if status in FINISHED else "completed")
+        return Outcome(job, status, "" if status in FINISHED else f"the run returned, but its summary says {status}")
     except RunFailed as err:
         return Outcome(job, err.status, str(err))
     except (Interrupted, KeyboardInterrupt) as err:
