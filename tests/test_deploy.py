@@ -25,7 +25,7 @@ import pytest
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
 from fedsuite import checkpoint
-from fedsuite.inprocess import InProcessProxy, run_inprocess
+from fedsuite.inprocess import InProcessProxy, client_store, remove_client_state, run_inprocess
 from tests.deploy_testbed import DEPLOY, Testbed, available
 from tests.observing import Rows
 
@@ -140,9 +140,10 @@ def finish(tb: Testbed, proc: subprocess.Popen, name: str, timeout: float = 300,
     return summary
 
 
-def inprocess(config: dict, state_dir):
-    """The same federation in this process (client state in a fresh folder of its own)."""
-    return run_inprocess({**config, "client-state-dir": str(state_dir)})
+def inprocess(config: dict, state_dir, keep_client_state: bool = False):
+    """The same federation in this process (client state in a fresh folder of its own, kept after the run if
+    asked)."""
+    return run_inprocess({**config, "client-state-dir": str(state_dir)}, keep_client_state=keep_client_state)
 
 
 def inprocess_nodes(config: dict, node_configs: list[dict], state_dir, **keys) -> tuple:
@@ -286,6 +287,72 @@ def test_round_timeout_ends_a_round_waiting_on_a_frozen_supernode(bed):
     print(f"round 2 took {got[2]['round_seconds']:.1f} s (round-timeout {TIMEOUT['round-timeout']} s)")
 
 
+def test_slow_supernode_misses_the_round_deadline_and_rejoins_consistent(bed):
+    """A slow SuperNode under `round-timeout`: every ClientApp process of node 0 is held (SIGSTOP on those processes
+    only, each new one as its SuperExec starts it) while round 2 runs, so the SuperNode stays connected and keeps
+    its heartbeat but its work does not arrive in time. Round 2 ends at the timeout with node 1's reply alone.
+    Released, the held ClientApps find their task given up (Flower revokes a task whose ClientApp stopped
+    answering), so whatever they did, nothing of round 2 counts. In round 3 node 0 trains from the state the server
+    accepted (round 1's), so both the end point and node 0's final control variate equal those of an in-process run
+    that lost node 0's round-2 reply (docs/running/systems.md)."""
+    name, node_state = "slow", bed.root / "state-0"
+    before = set(node_state.glob("run-*"))
+    proc = start_run(bed, TIMEOUT, name)
+    wait_for(lambda: len(rows(bed, name)) >= 2, proc, bed, f"run-{name}")
+    held: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while len(rows(bed, name)) < 3:  # hold every ClientApp of node 0 until round 2 is recorded
+            assert time.monotonic() < deadline and proc.poll() is None, bed.log(f"run-{name}")[-4000:]
+            for pid in set(_clientapps(bed, "node0")) - held:
+                os.kill(pid, signal.SIGSTOP)
+                held.add(pid)
+            time.sleep(0.05)
+        assert held and all(pid in held or _running(pid) for pid in bed.processes("node0"))  # the SuperNode went on
+    finally:
+        for pid in held:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    finish(bed, proc, name)
+    got = rows(bed, name)
+    assert got[1]["replies"] == 2, "round 1 took longer than round-timeout"
+    assert got[2]["replies"] == 1 and got[2]["failures"] == 1
+    assert got[2]["round_seconds"] < TIMEOUT["round-timeout"] + 8  # the deadline ended the round
+    assert got[3]["replies"] == 2 and got[3]["failures"] == 0  # node 0 is back
+    reference = _run_losing(TIMEOUT, {2}, bed.root / "ref-slow", keep_client_state=True)
+    assert final_error(bed, name) == pytest.approx(error_of(reference), rel=1e-6)
+    (run_folder,) = set(node_state.glob("run-*")) - before
+    node_c = np.load(run_folder / "partition-000000.npz")["c_i"]
+    reference_c = client_store(reference, 0)["c_i"]
+    assert np.allclose(node_c, reference_c, rtol=1e-5, atol=1e-7), np.abs(node_c - reference_c).max()
+    remove_client_state(reference)
+    print(f"round 2 took {got[2]['round_seconds']:.1f} s (round-timeout {TIMEOUT['round-timeout']} s), "
+          f"{len(held)} ClientApp processes held")  # fmt: skip
+
+
+def _clientapps(tb: Testbed, role: str) -> list[int]:
+    """The PIDs of `role`'s flwr-clientapp processes (one per message it handles)."""
+    found = []
+    for pid in tb.processes(role):
+        try:
+            if b"flwr-clientapp" in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` is running (not stopped, not a zombie)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("T", "t", "Z")
+
+
 def test_scaffold_with_secagg_and_node_noise_equals_the_inprocess_run(bed):
     """SCAFFOLD with SecAgg+ and client-level DP, each node adding its noise share drawn with its own
     dp-noise-secret, over TLS with node authentication: the rows and the final model bytes equal the in-process run
@@ -321,7 +388,7 @@ def _clientapp_running(tb: Testbed, role: str) -> int | None:
     return None
 
 
-def _run_losing(config: dict, lost_rounds: set[int], state_dir):
+def _run_losing(config: dict, lost_rounds: set[int], state_dir, keep_client_state: bool = False):
     """In-process run in which partition 0's reply never arrives in `lost_rounds` (it did not train)."""
     fit = InProcessProxy.fit
 
@@ -332,7 +399,7 @@ def _run_losing(config: dict, lost_rounds: set[int], state_dir):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(InProcessProxy, "fit", lossy)
-        return inprocess(config, state_dir)
+        return inprocess(config, state_dir, keep_client_state)
 
 
 def test_superlink_killed_mid_run_resumes_from_its_checkpoint(bed):
