@@ -275,14 +275,16 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
     """40 partitions, 20 per round, on 2 SuperNodes (10 messages per node per round, run by 2 workers at once):
     the stateful runs equal the in-process run to 1e-6 and keep their invariants (no client state may
     live in a shared node's Context, which Flower writes back last-write-wins). The main suite's case also draws
-    each client's K_i per round (docs/running/systems.md), which the fit config carries through Ray."""
+    each client's K_i per round, which the fit config carries through Ray, drops clients and samples only the
+    available ones (docs/running/systems.md): the same events as in process."""
     from fedsuite import checkpoint
 
     cfg = {"dataset": "synthetic-lsq", "algorithm": algorithm, "num-clients": 40, "clients-per-round": 20,
            "num-server-rounds": 3, "local-steps": 3, "batch-size": 10, "lr": 0.02, "synthetic-samples": 20,
            "client-state": mode, "eval-every": 1000}  # fmt: skip
-    if (algorithm, mode) == MANY_ON_TWO[0]:
-        cfg.update({"local-work": "per-round", "local-steps-min": 1})
+    if (algorithm, mode) == MANY_ON_TWO[0]:  # and the other system models: drop-outs, Markov availability
+        cfg.update({"local-work": "per-round", "local-steps-min": 1, "dropout-rate": 0.2, "availability": "markov",
+                    "availability-p-off": 0.3, "availability-p-on": 0.5, "min-replies": 0.25})  # fmt: skip
     if mode == "disk":
         cfg["client-state-dir"] = str(tmp_path / "state")
     folder = launch.run({**cfg, "out-dir": str(tmp_path), "run-name": "r", "checkpoint-every": 3}, quiet=True,
@@ -297,3 +299,4 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
     if "local-work" in cfg:  # the clients took different K_i, and the rows say so
         rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
         assert all(1 <= r["steps_min"] < r["steps_max"] <= 3 for r in rows[1:])
+        assert sum(r["dropped"] for r in rows[1:]) > 0 and all(r["unavailable"] > 0 for r in rows[1:])
