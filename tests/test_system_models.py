@@ -301,3 +301,15 @@ def test_secure_aggregation_refuses_a_partial_deadline_where_the_server_divides_
     with pytest.raises(ConfigError, match="secagg=true with round-deadline > 0 and deadline-policy='partial'"):
         resolve(keys)
     resolve({**keys, "algorithm": "fedavg"})  # a mean of the Δ_i needs only their sum
+
+
+def test_cost_benchmark_runs_the_same_work_with_the_models_on(capsys):
+    """simulation.benchmarks.systems: with every system model on in a setting that changes no work, the final model
+    is byte-equal to the plain run's, and the ratio is printed last."""
+    from simulation.benchmarks import systems as benchmark
+
+    assert benchmark.main(["--model", "logreg", "--rounds", "4", "--options", "systems"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "systems: steady round" in lines[-2] and lines[-2].endswith("same_model yes")
+    name, value = lines[-1].split()
+    assert name == "systems_ratio" and float(value) > 0
