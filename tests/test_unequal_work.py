@@ -233,6 +233,7 @@ DRIFT_FREE = [
     ("fedadmm", {"fedadmm-rho": 0.3}),
     ("fedspeed", {"fedspeed-rho": 0.0, "fedspeed-mu": 0.3}),
     ("losac", {"local-batches": "blocks", "losac-blocks": 1}),  # full block gradients: LoSAC's exact table
+    ("mimesvrg", {}),  # at x*, each client's direction g(x) − g(x^t) + c is zero whatever its K_i
 ]
 
 
