@@ -413,7 +413,9 @@ class RunRecorder:
         err = [(r["round"], r["relative_error"]) for r in self.rows if r.get("relative_error") is not None]
         clients = next((r for r in reversed(self.rows) if r.get("fed_client_accuracy")), None)
         curves = [(points, label) for points, label in ((acc, "central test"), (fed, "federated")) if points]
-        panels = [kind for kind, have in (("accuracy", curves), ("error", err), ("clients", clients)) if have]
+        systems = any(k in r for r in self.rows for k in SYSTEM_COLUMNS)
+        panels = [kind for kind, have in (("accuracy", curves), ("error", err), ("clients", clients),
+                                          ("systems", systems)) if have]  # fmt: skip
         if not panels:
             return
         fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
@@ -427,9 +429,11 @@ class RunRecorder:
             elif kind == "error":
                 ax.plot(*zip(*err, strict=True), marker="o", markersize=3)
                 ax.set(xlabel="round", ylabel="‖x − x*‖ / ‖x*‖", yscale="log")
-            else:
+            elif kind == "clients":
                 ax.hist(list(clients["fed_client_accuracy"].values()), bins=10, range=(0.0, 1.0))
                 ax.set(xlabel=f"client accuracy (round {clients['round']})", ylabel="clients")
+            else:
+                _plot_systems(ax, self.rows)
             if kind != "clients":
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
             ax.grid(alpha=0.3)
@@ -439,6 +443,30 @@ class RunRecorder:
         fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
         write_atomic(self.folder / "accuracy.png", png.getvalue())
+
+
+SYSTEM_COLUMNS = ("steps_mean", "dropped", "late", "unavailable")  # the system models' row columns
+
+
+def _plot_systems(ax, rows: list[dict[str, Any]]) -> None:
+    """What the system models did each round (docs/running/systems.md): the replies' K_i (mean, min–max band) and,
+    on a second axis, the clients dropped, late and unavailable."""
+    trained = [r for r in rows if r["round"] > 0]
+    steps = [r for r in trained if r.get("steps_mean") is not None]
+    if steps:
+        t = [r["round"] for r in steps]
+        ax.plot(t, [r["steps_mean"] for r in steps], color="C0", label="mean K_i")
+        ax.fill_between(t, [r["steps_min"] for r in steps], [r["steps_max"] for r in steps], color="C0", alpha=0.2)
+        ax.set_ylabel("local steps K_i (min–max band)")
+    counts = [key for key in ("dropped", "late", "unavailable") if any(key in r for r in trained)]
+    if counts:
+        other = ax.twinx() if steps else ax
+        for n, key in enumerate(counts, 1):
+            other.step([r["round"] for r in trained], [r.get(key, 0) for r in trained], where="mid",
+                       color=f"C{n}", label=key)  # fmt: skip
+        other.set_ylabel("clients")
+        other.legend(loc="upper right", fontsize=8)
+    ax.set_xlabel("round")
 
 
 def strict_json(value: Any, **kwargs) -> str:

@@ -313,3 +313,17 @@ def test_cost_benchmark_runs_the_same_work_with_the_models_on(capsys):
     assert "systems: steady round" in lines[-2] and lines[-2].endswith("same_model yes")
     name, value = lines[-1].split()
     assert name == "systems_ratio" and float(value) > 0
+
+
+def test_the_run_plot_shows_what_the_system_models_did(tmp_path):
+    """accuracy.png gains a panel with the K_i band and the dropped / unavailable counts when a system model is on,
+    and is unchanged without one."""
+    from matplotlib.image import imread
+
+    widths = {}
+    for name, keys in (("plain", {}), ("systems", {"local-work": "uniform", "local-steps-min": 1, "dropout-rate": 0.3,
+                                                   "availability": "markov"})):  # fmt: skip
+        run_inprocess({**LSQ, "num-server-rounds": 3, "eval-every": 1, **keys, "out-dir": str(tmp_path),
+                       "run-name": name}, record=True)  # fmt: skip
+        widths[name] = imread(tmp_path / name / "accuracy.png").shape[1]
+    assert widths["systems"] == pytest.approx(2 * widths["plain"], rel=0.05)
