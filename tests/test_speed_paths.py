@@ -76,3 +76,95 @@ def run_digest(extra: dict) -> str:
 def test_final_models_and_figures_are_those_of_before(case):
     """Faster wire, reply checks and round figures: the same model, buffers and rows, bit for bit."""
     assert run_digest(PINNED_RUNS[case]) == PINNED_HASHES[case]
+
+
+def stacked_consistency(deltas: list[np.ndarray]) -> float:
+    """The expression the round figure was computed with before (fedsuite/server/consistency.py)."""
+    stacked = np.stack(deltas)
+    return float(np.mean(np.sum((stacked - stacked.mean(axis=0)) ** 2, axis=1)))
+
+
+@pytest.mark.parametrize("dim,clients", [(1, 1), (7, 3), (LEAF, 4), (LEAF + 1, 2), (3 * LEAF + 13, 5), (300_007, 10)])
+def test_blockwise_local_consistency_is_the_stacked_expression_bit_for_bit(dim, clients):
+    rng = np.random.default_rng(dim)
+    deltas = [rng.standard_normal(dim) * 10.0 ** rng.uniform(-6, 6, dim) for _ in range(clients)]
+    assert local_consistency(deltas) == stacked_consistency(deltas)
+
+
+WIRE_CASES = {
+    "float32 vector": np.arange(11, dtype=np.float32) / 3,
+    "empty": np.zeros(0, np.float32),
+    "scalar": np.float64(2.5) * np.ones(()),
+    "matrix": np.arange(12.0).reshape(3, 4),
+    "fortran order": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    "strided view": np.arange(10.0)[::2],
+    "big-endian ints": np.arange(5, dtype=">i4"),
+    "booleans": np.array([True, False]),
+    "strings": np.array(["ab", "c"]),
+}
+
+
+@pytest.mark.parametrize("case", WIRE_CASES)
+def test_wire_writes_flowers_bytes_and_reads_its_values(case):
+    array = WIRE_CASES[case]
+    flower = ndarrays_to_parameters([array])
+    assert to_parameters([array]) == flower
+    for read in (arrays_of(flower)[0], writable_arrays_of(flower)[0]):
+        expected = parameters_to_ndarrays(flower)[0]
+        assert read.dtype == expected.dtype and read.shape == expected.shape and np.array_equal(read, expected)
+    assert writable_arrays_of(flower)[0].flags.writeable
+
+
+def test_wire_refuses_a_truncated_array_as_numpy_does():
+    tensor = ndarrays_to_parameters([np.arange(8.0)]).tensors[0][:-8]
+    with pytest.raises(ValueError, match="EOF"):
+        arrays_of(Parameters([tensor], "numpy.ndarray"))
+
+
+def test_an_in_process_fit_returns_what_flowers_wrapper_returns():
+    """The direct call gives the client writable arrays of the sent values and returns the wrapper's FitRes."""
+    from flwr.client import NumPyClient
+
+    from fedsuite.server import direct_calls
+
+    class Doubler(NumPyClient):
+        def fit(self, parameters, config):
+            parameters[0] *= 2  # writable, as np.load's arrays are
+            return [parameters[0], parameters[1] + 1], 7, {"k": config["k"]}
+
+    ins = FitIns(ndarrays_to_parameters([np.arange(5, dtype=np.float32), np.ones(3)]), {"k": 1})
+    direct, flower = direct_calls.fit(Doubler().to_client(), ins), Doubler().to_client().fit(ins)
+    assert direct.parameters == flower.parameters and direct.num_examples == flower.num_examples == 7
+    assert direct.metrics == flower.metrics and direct.status == flower.status
+
+
+def test_the_reply_check_still_finds_non_finite_values_where_the_sum_overflows():
+    from fedsuite.server.replies import all_finite
+
+    huge = np.full(4, np.finfo(np.float64).max)
+    assert not np.isfinite(np.sum(huge)) and all_finite(huge)  # finite terms, an overflowing sum
+    assert not all_finite(np.array([1.0, np.nan])) and not all_finite(np.array([np.inf, -np.inf, 1.0]))
+
+
+def test_a_node_resolves_an_equal_run_config_once():
+    from fedsuite.config import resolve, resolve_cached
+    from fedsuite.schema import ConfigError
+
+    run_config = {"algorithm": "fedavg", "seed": 3}
+    cfg = resolve_cached(run_config)
+    assert resolve_cached(dict(run_config)) is cfg and dict(cfg) == dict(resolve(run_config))
+    assert resolve_cached({**run_config, "seed": 4}) is not cfg
+    resolve_cached({**run_config, "secagg": False})
+    with pytest.raises(ConfigError, match="secagg"):  # 0 == False, but 0 is no bool: refused, never the cached one
+        resolve_cached({**run_config, "secagg": 0})
+
+
+def test_fit_results_from_the_wire_unchanged_in_a_rejected_reply():
+    """A reply that fails validation is rejected for the same reason as before (the arrays are views now)."""
+    from fedsuite.server.replies import RejectedReply, validate
+
+    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([np.array([1.0, np.nan], np.float32)]), 3,
+                 {"fedsuite.arrays": "delta", "partition-id": 0, "steps": 1})  # fmt: skip
+    with pytest.raises(RejectedReply, match="non-finite") as err:
+        validate(res, lambda pid: ("delta",), {0}, 2)
+    assert err.value.diverged
