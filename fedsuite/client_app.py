@@ -19,13 +19,14 @@ fedsuite.node_trust; a run naming another is refused before anything is imported
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import replace
 
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Context
 
 from fedsuite.client_adapter import client_for
-from fedsuite.config import resolve
+from fedsuite.config import Config, resolve_cached
 from fedsuite.data import with_data_clients
 from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
@@ -41,9 +42,9 @@ NOISE_SECRET_KEY = "dp-noise-secret"  # node config: the node's secret for its D
 def node_for(context: Context, partition_id: int | None = None, state_key: str | None = None) -> ClientNode:
     """The node of `partition_id` (default: the one in the node config) with its client-state store; node-held
     state (node config client-state-dir) is in the `run-<state_key>` subfolder (default: Flower's run id)."""
-    nc, cfg = context.node_config, resolve(context.run_config)
+    nc, cfg = context.node_config, resolve_cached(context.run_config)  # the same run config in every message
     check(cfg, nc)  # the operator's allow-list, before any of the run's code or data is touched
-    cfg = with_data_clients(cfg)
+    cfg = _with_data_clients(cfg)
     if partition_id is None:
         if "partition-id" not in nc or "num-partitions" not in nc:
             raise KeyError("node config needs partition-id and num-partitions (SuperNode --node-config)")
@@ -71,6 +72,24 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         _checked(root, str(key), "node config client-state-dir" if node_dir else "client-state-dir")
         node.store = DiskStore(root, node.partition_id, owner_key=str(key))  # claims the folder at its first write
     return node
+
+
+_DATA_CLIENTS: dict[int, tuple[Config, Config]] = {}  # id of a resolved Config → (it, with its data's clients)
+_DATA_CLIENTS_SLOTS = 16
+_DATA_CLIENTS_LOCK = threading.Lock()
+
+
+def _with_data_clients(cfg: Config) -> Config:
+    """`with_data_clients(cfg)` (partition='natural' counts the data's groups), once per resolved run config."""
+    found = _DATA_CLIENTS.get(id(cfg))
+    if found is not None and found[0] is cfg:
+        return found[1]
+    result = with_data_clients(cfg)
+    with _DATA_CLIENTS_LOCK:
+        _DATA_CLIENTS[id(cfg)] = (cfg, result)  # holding cfg keeps its id from being reused
+        while len(_DATA_CLIENTS) > _DATA_CLIENTS_SLOTS:
+            _DATA_CLIENTS.pop(next(iter(_DATA_CLIENTS)))
+    return result
 
 
 def noise_secret(node_config) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -531,6 +532,43 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(errors))
     explicit = frozenset(k for k in run_config if k in schema and run_config[k] != schema[k].default)
     return Config(values, explicit)
+
+
+_RESOLVED: dict[tuple, Config] = {}  # run config (and the registry it was resolved against) → its Config
+_RESOLVED_SLOTS = 16
+_RESOLVED_LOCK = threading.Lock()
+
+
+def run_config_key(run_config: Mapping[str, Any]) -> tuple | None:
+    """What a resolved run config depends on: its keys, values and their types (1, 1.0 and True resolve
+    differently) and the algorithms registered in this process (their keys and checks); None when a value cannot be
+    a key (not hashable)."""
+    try:
+        given = tuple(sorted((str(k), type(v).__name__, v) for k, v in run_config.items()))
+        key = (given, tuple((name, id(algorithm)) for name, algorithm in ALGORITHMS_REGISTRY.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def resolve_cached(run_config: Mapping[str, Any] | None = None) -> Config:
+    """`resolve(run_config)`, the same read-only Config again for an equal run config: a node resolves the run config
+    of every message it gets, and it is the same for the whole run. A run config that fails is resolved (and
+    refused) again each time."""
+    key = run_config_key(run_config or {})
+    if key is None:
+        return resolve(run_config)
+    with _RESOLVED_LOCK:
+        found = _RESOLVED.get(key)
+    if found is not None:
+        return found
+    cfg = resolve(run_config)
+    with _RESOLVED_LOCK:
+        _RESOLVED[key] = cfg
+        while len(_RESOLVED) > _RESOLVED_SLOTS:
+            _RESOLVED.pop(next(iter(_RESOLVED)))
+    return cfg
 
 
 def unpack_plugin_config(run_config: dict[str, Any], errors: list[str]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Run a federation in this process, through the same ClientApp `client_fn`, Strategy and NumPyClient
-objects and Flower's own `Server` round loop that `flwr run` uses, minus Ray and messaging. For tests and
+objects and Flower's own `Server` round loop that `flwr run` uses, minus Ray and messaging (a NumPyClient's arrays
+are encoded and decoded as Flower's wrapper does it, in fewer copies: fedsuite/server/direct_calls.py). For tests and
 debugging. As in a simulation, a few nodes (2 by default, Flower's default federation) carry the cohort's
 messages, each naming its partition; with client-mapping='fixed' there is one node per partition. Client state is
 in the run's per-partition files (`client_store` reads them); `keep_client_state` keeps a per-run folder after the
@@ -31,6 +32,7 @@ from fedsuite.client_app import client_fn, noise_secret
 from fedsuite.config import resolve
 from fedsuite.data import with_data_clients
 from fedsuite.privacy.secagg import SecAggSettings, quantize_upload, rounding_seed, secure_mean
+from fedsuite.server import direct_calls
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
@@ -63,10 +65,10 @@ class InProcessProxy(ClientProxy):
         return client_fn(self.context).get_parameters(ins)
 
     def fit(self, ins, timeout, group_id):
-        return client_fn(self.context).fit(ins)
+        return direct_calls.fit(client_fn(self.context), ins)
 
     def evaluate(self, ins, timeout, group_id):
-        return client_fn(self.context).evaluate(ins)
+        return direct_calls.evaluate(client_fn(self.context), ins)
 
     def reconnect(self, ins, timeout, group_id):
         return GetPropertiesRes(Status(Code.OK, ""), {})

@@ -8,6 +8,7 @@ Arrays are stripped by name, never by position, so an algorithm adds an extra wi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,6 +22,7 @@ PARTITION_KEY = "fedsuite.partition-id"
 # A string: Flower's run ids are unsigned 64-bit, config integers signed.
 STATE_KEY = "fedsuite.state-key"
 ALGORITHM_KEY = "fedsuite.algorithm"  # fit config: the server's algorithm, checked by the client
+T = TypeVar("T")
 
 
 class PayloadError(ValueError):
@@ -49,9 +51,10 @@ def nbytes(arrays: Sequence[np.ndarray]) -> int:
     return int(sum(a.nbytes for a in arrays))
 
 
-def split_off(arrays: Sequence[np.ndarray], names: str, name: str) -> tuple[list[np.ndarray], str, np.ndarray | None]:
+def split_off(arrays: Sequence[T], names: str, name: str) -> tuple[list[T], str, T | None]:
     """(the other arrays, their names, the array called `name` or None): how the model's buffers, which travel beside
-    an algorithm's arrays, are taken out before the algorithm's reply is validated."""
+    an algorithm's arrays, are taken out before the algorithm's reply is validated. The arrays may be a message's
+    encoded tensors, which then stay as they came."""
     named = unpack(arrays, names)
     extra = named.pop(name, None)
     return list(named.values()), ",".join(named), extra

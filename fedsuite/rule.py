@@ -127,9 +127,9 @@ class ServerRule:
             return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
         w = np.array([r.num_examples if self.settings.weighting == "samples" else 1.0 for r in replies], np.float64)
         w /= w.sum()
-        out = np.zeros(self.dim, np.float64)
+        out, term = np.zeros(self.dim, np.float64), np.empty(self.dim, np.float64)  # one temporary for all terms
         for weight, r in zip(w, replies, strict=True):
-            out += weight * get(r)
+            out += np.multiply(weight, get(r), out=term)
         return out
 
     def cohort_size(self, replies: Sequence[Reply]) -> float:

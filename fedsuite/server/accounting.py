@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from fedsuite.rounds import Reply
+from fedsuite.server.consistency import local_consistency
 
 
 class RoundLog:
@@ -99,8 +100,7 @@ def _local_consistency(replies: Sequence[Reply]) -> float | None:
     """FedMIM's (1/S) Σ_i ‖x_{i,K} − mean_S x_{j,K}‖², from the displacements when they are sent."""
     if not replies or "delta" not in replies[0].arrays:
         return None
-    deltas = np.stack([r.arrays["delta"] for r in replies])
-    return float(np.mean(np.sum((deltas - deltas.mean(axis=0)) ** 2, axis=1)))
+    return local_consistency([r.arrays["delta"] for r in replies])
 
 
 def start_loss(replies: Sequence[Reply]) -> float | None:

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters
+from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
@@ -57,9 +57,17 @@ from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
 from fedsuite.server.privacy import BUDGET_SPENT, ServerPrivacy
 from fedsuite.server.query import ask
-from fedsuite.server.replies import LOST_WORKER, RejectedReply, describe_failure, failure_details, validate
+from fedsuite.server.replies import (
+    LOST_WORKER,
+    RejectedReply,
+    all_finite,
+    describe_failure,
+    failure_details,
+    validate,
+)
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
+from fedsuite.server.wire import to_parameters
 from fedsuite.systems import SystemModel
 
 log = logging.getLogger("flwr.fedsuite")
@@ -133,7 +141,7 @@ class RuleStrategy(Strategy):
 
     # ---- Flower Strategy API ---------------------------------------------------------------------
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        return ndarrays_to_parameters([self.rule.x])
+        return to_parameters([self.rule.x])
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         rule = self.rule
@@ -168,7 +176,7 @@ class RuleStrategy(Strategy):
             observer.sent(server_round, rule.x, downlink)
         buffers = {} if self.averaged is None else self.averaged.downlink()
         shared_arrays, shared_names = pack({"model": rule.x, **downlink, **buffers})
-        shared_params = ndarrays_to_parameters(shared_arrays)
+        shared_params = to_parameters(shared_arrays)
         buffer_bytes = nbytes(list(buffers.values()))  # communication figures count the federated vectors only
         instructions, sizes = [], []
         for pid in sorted(self._sampled):
@@ -177,7 +185,7 @@ class RuleStrategy(Strategy):
             if own:
                 own_arrays, own_names = pack(own)
                 arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
-                params = ndarrays_to_parameters(arrays)
+                params = to_parameters(arrays)
             fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
                           STATE_KEY: str(self.plan.state_key),
                           **self.systems.fit_config(server_round, pid)}  # this client's K_i, if decided  # fmt: skip
@@ -243,7 +251,7 @@ class RuleStrategy(Strategy):
         x_before = self.rule.x
         returned = self.rule.aggregate(server_round, replies)
         new_x = new_model(self.plan.algorithm, self.rule, server_round, returned)  # float32, shapes checked
-        self._stop_if(server_round, self.guard.model(server_round, bool(np.all(np.isfinite(new_x)))))
+        self._stop_if(server_round, self.guard.model(server_round, all_finite(new_x)))
         self.rule.x = new_x
         if self.averaged is not None:
             self.averaged.average(replies)
@@ -252,7 +260,7 @@ class RuleStrategy(Strategy):
                 self.accepted[reply.partition_id] = server_round
         for observer in self.observers:
             observer.aggregated(server_round, self, x_before, replies)
-        return ndarrays_to_parameters([self.rule.x]), {}
+        return to_parameters([self.rule.x]), {}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         """Federated evaluation (evaluation federated/both) in due rounds: the model (and averaged buffers) to each
@@ -270,7 +278,7 @@ class RuleStrategy(Strategy):
         self._metrics.setdefault(server_round, {}).update(federated_metrics([], 0, len(missing)))
         buffers = {} if self.averaged is None else self.averaged.downlink()
         arrays, names = pack({"model": self.rule.x, **buffers})
-        params = ndarrays_to_parameters(arrays)
+        params = to_parameters(arrays)
         config = {
             "round": server_round,
             ALGORITHM_KEY: plan.algorithm,

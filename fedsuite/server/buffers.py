@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from flwr.common import FitRes, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import FitRes, Parameters
 
 from fedsuite.declared import BUFFERS
 from fedsuite.payload import ARRAYS_KEY, PayloadError, split_off, weighted_mean
 from fedsuite.rounds import Reply
 from fedsuite.server.replies import RejectedReply
+from fedsuite.server.wire import array_view
 
 
 class AveragedBuffers:
@@ -37,19 +38,19 @@ class AveragedBuffers:
         metrics = dict(res.metrics or {})
         if "error" in metrics:
             return res, None
-        try:
-            arrays, names, buffers = split_off(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")),
-                                               BUFFERS.name)  # fmt: skip
+        try:  # the arrays' bytes stay as they came: the reply is not encoded again without its buffers
+            tensors, names, buffers = split_off(res.parameters.tensors, str(metrics.get(ARRAYS_KEY, "")), BUFFERS.name)
         except PayloadError as err:
             raise RejectedReply(str(err)) from err
+        buffers = None if buffers is None else array_view(buffers)
         if buffers is None or buffers.shape != self.vector.shape:
             got = "none" if buffers is None else f"shape {buffers.shape}"
             raise RejectedReply(f"array 'buffers': expected the model's {self.vector.shape} buffers, got {got}")
         if not np.all(np.isfinite(buffers)):
             raise RejectedReply("array 'buffers' has non-finite values", diverged=True)
         metrics[ARRAYS_KEY] = names
-        stripped = FitRes(res.status, ndarrays_to_parameters(arrays), res.num_examples, metrics)
-        return stripped, np.asarray(buffers, np.float32)
+        stripped = FitRes(res.status, Parameters(list(tensors), res.parameters.tensor_type), res.num_examples, metrics)
+        return stripped, np.array(buffers, np.float32)  # a writable copy
 
     def keep(self, partition_id: int, buffers: np.ndarray | None) -> None:
         if buffers is not None:

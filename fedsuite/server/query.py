@@ -8,11 +8,12 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from flwr.common import Code, FitIns, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import Code, FitIns
 from flwr.server.client_proxy import ClientProxy
 
 from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, STATE_KEY, nbytes, pack, unpack
 from fedsuite.rounds import PHASE_KEY, Answer, Query
+from fedsuite.server.wire import arrays_of, to_parameters
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -23,7 +24,7 @@ def ask(
     """{partition: Answer} of the clients whose answer is valid, in partition order. `state_key` names the folder
     of node-held client state (the run that started the experiment, kept across resumes)."""
     arrays, names = pack({"model": x})
-    params = ndarrays_to_parameters(arrays)
+    params = to_parameters(arrays)
     config = {"round": server_round, PHASE_KEY: query.phase, ARRAYS_KEY: names, STATE_KEY: str(state_key)}
 
     def one(pid: int) -> tuple[int, Answer | None]:
@@ -33,7 +34,7 @@ def ask(
                 raise ValueError(str(res.metrics["error"]))
             if res.status.code != Code.OK or int(res.metrics.get("partition-id", -1)) != pid:
                 raise ValueError(f"status {res.status.code}, partition-id {res.metrics.get('partition-id')}")
-            got = unpack(parameters_to_ndarrays(res.parameters), str(res.metrics.get(ARRAYS_KEY, "")))
+            got = unpack(arrays_of(res.parameters), str(res.metrics.get(ARRAYS_KEY, "")))
             vector = got.get(query.answer)
             if vector is None or vector.shape != x.shape or not np.all(np.isfinite(vector)) or res.num_examples <= 0:
                 raise ValueError(f"{query.answer} missing, of the wrong shape or not finite")

@@ -8,10 +8,11 @@ import traceback
 from collections.abc import Callable, Collection
 
 import numpy as np
-from flwr.common import FitRes, parameters_to_ndarrays
+from flwr.common import FitRes
 
 from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
 from fedsuite.rounds import Reply
+from fedsuite.server.wire import arrays_of
 
 # Client errors (fedsuite/client_adapter.py sends "<ExceptionName>: message") that mean local training diverged.
 DIVERGENCE_ERRORS = ("FloatingPointError",)
@@ -33,17 +34,19 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
         error = str(metrics["error"])
         raise RejectedReply(error, error.startswith(DIVERGENCE_ERRORS), str(metrics.get("traceback", "")))
     try:
-        arrays = unpack(parameters_to_ndarrays(res.parameters), str(metrics.get(ARRAYS_KEY, "")))
+        arrays = unpack(arrays_of(res.parameters), str(metrics.get(ARRAYS_KEY, "")))  # views of the bytes
     except PayloadError as err:
         raise RejectedReply(str(err)) from err
     pid = int(metrics.get("partition-id", -1))
     wanted = expected(pid)
     if set(arrays) != set(wanted):
         raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
+    wide = {}  # the float64 copies the rule aggregates
     for name, a in arrays.items():
         if a.shape != (dim,):
             raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({dim},)")
-        if not np.all(np.isfinite(a)):
+        wide[name] = a.astype(np.float64)
+        if not all_finite(wide[name]):
             raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
     if pid not in sampled:
         raise RejectedReply(f"partition-id {pid} was not sampled this round")
@@ -64,10 +67,18 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
         num_examples=int(res.num_examples),
         steps=int(metrics["steps"]),
         lr=float(metrics.get("lr", 0.0)),
-        arrays={k: v.astype(np.float64) for k, v in arrays.items()},
+        arrays=wide,
         metrics=metrics,
         uplink_bytes=nbytes(list(arrays.values())),
     )
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """`np.all(np.isfinite(a))` in one pass where it can be: a sum is finite only if every term is; a sum that
+    overflows (finite terms near the float's limit) is checked term by term."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a NaN or an overflow in the sum is an answer, not a warning
+        total = np.sum(a)
+    return bool(np.isfinite(total)) or bool(np.all(np.isfinite(a)))
 
 
 def describe_failure(failure) -> str:

@@ -1,0 +1,248 @@
+"""A round of the reference workload on one device: the whole suite against a bare loop doing the same work.
+
+    python -m simulation.benchmarks.gpu_round                       # ResNet-18-GN, 10 clients × 50 steps of batch 50
+    python -m simulation.benchmarks.gpu_round --model cnn --clients 2 --steps 2 --rounds 2 --device cpu   # a check
+
+All paths run in this process on one device, on the same CIFAR-10-shaped data (random files written to a temporary
+folder unless --data-dir names a folder holding cifar-10-batches-py/), the same partition, initial model, cohorts
+(every client every round), minibatch order and learning-rate schedule (lr 0.01, weight decay 1e-3, clipping at 10):
+
+- suite: `fedsuite.inprocess.run_inprocess` (the ServerApp's strategy, the ClientApp's clients, Flower's round
+  loop), one client at a time, each algorithm of --algorithms;
+- batched: the same with run-config batch-clients=true, where this fedsuite has that key;
+- bare: the loop of simulation/benchmarks/local_loop.py (`fedsuite.local.train_local`, no Flower) for each client,
+  then the mean of the clients' models on the device (FedAvg's aggregate, in float64 as the server forms it). It
+  runs the SGD rule, or the SAM rule (two gradients per step) for the two-gradient algorithms; for FedAvg it does
+  exactly the suite's work, so their training losses agree (`train_loss_max_abs_diff`).
+
+A round is timed from the end of the previous round's aggregation to the end of its own, so the central evaluation
+of round 0 and of the last round is not counted; the steady figure is the median of rounds 2..R (round 1 warms up).
+Prints each path's seconds per round and peak device memory, the ratios suite/bare and batched/suite, the card and
+torch version; the last line is `gpu_suite_ratio <x>`, the worst algorithm's suite/bare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedsuite.config import resolve
+from fedsuite.data import load_dataset
+from fedsuite.inprocess import run_inprocess
+from fedsuite.local import SharpnessAware, UpdateRule, train_local
+from fedsuite.node import ClientNode
+from fedsuite.schema import ConfigError
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server_app import initial_model
+from simulation.benchmarks.fake_cifar import write_fake_cifar10
+
+TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing"})  # the SAM rule's cost
+SAM_RHO = 0.1  # as simulation/benchmarks/local_loop.py
+BATCHED = {"batch-clients": True}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reference_config(args, algorithm: str, data_dir: str) -> dict:
+    """The run config of the suite's path (the bare path reads the same)."""
+    return {
+        "algorithm": algorithm, "dataset": "cifar10", "data-dir": data_dir, "model": args.model,
+        "num-clients": args.clients, "sampling": "fixed", "clients-per-round": args.clients,
+        "local-steps": args.steps, "batch-size": args.batch, "lr": 0.01, "weight-decay": 1e-3, "clip-norm": 10.0,
+        "num-server-rounds": args.rounds, "eval-every": args.rounds + 1, "device": args.device,
+        "client-threads": torch.get_num_threads(), "seed": 0,
+    }  # fmt: skip
+
+
+class RoundClock(RoundObserver):
+    """Each round's seconds (end of the previous aggregation → end of this one) and its training loss."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.seconds, self.losses = device, [], []
+        self._last = time.perf_counter()
+
+    def aggregated(self, server_round, strategy, x_before, replies) -> None:
+        sync(self.device)
+        now = time.perf_counter()
+        self.seconds.append(now - self._last)
+        self._last = now
+
+    def recorded(self, row: dict) -> None:
+        if row["round"] > 0:
+            self.losses.append(row.get("train_loss"))
+        self._last = time.perf_counter() if row["round"] == 0 else self._last
+
+
+def steady(seconds: list[float]) -> float:
+    """The median of rounds 2..R (all rounds when there is only one)."""
+    return statistics.median(seconds[1:] or seconds)
+
+
+def peak_mib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def suite_path(run_config: dict, device: torch.device) -> dict:
+    reset_peak(device)
+    clock = RoundClock(device)
+    run_inprocess(run_config, observers=[clock])
+    return {"seconds": clock.seconds, "losses": clock.losses, "steady_s": steady(clock.seconds),
+            "peak_mib": peak_mib(device)}  # fmt: skip
+
+
+def bare_path(run_config: dict, two_gradients: bool, device: torch.device) -> dict:
+    """The local loop for every client, then the float64 mean of their displacements on the device; in a worker
+    thread with the clients' torch threads, as the suite's clients train in Flower's worker thread."""
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(_bare_rounds, run_config, two_gradients, device).result()
+
+
+def _bare_rounds(run_config: dict, two_gradients: bool, device: torch.device) -> dict:
+    cfg = resolve(run_config)
+    local, count = cfg.local, cfg.num_clients
+    torch.set_num_threads(local.client_threads)
+    x = torch.as_tensor(initial_model(cfg, load_dataset(cfg)), device=device)
+    nodes = [ClientNode(cfg, pid, count) for pid in range(count)]
+    model, loss_fn = nodes[0].model, nodes[0].loss_fn
+    for node in nodes:  # the clients' data on the device, as the suite's warm-up round leaves it
+        node.data  # noqa: B018
+    sizes = np.array([len(node.data) for node in nodes], np.float64)
+    weights = sizes.copy() if cfg.aggregation.weighting == "samples" else np.ones(count)
+    weights /= weights.sum()  # as fedsuite.rule.ServerRule.cohort_mean
+    reset_peak(device)
+    seconds, losses = [], []
+    for server_round in range(1, cfg.run_control.num_rounds + 1):
+        sync(device)
+        start = time.perf_counter()
+        lr = local.lr * local.lr_decay ** (server_round - 1)
+        total = torch.zeros(x.numel(), dtype=torch.float64, device=device)
+        loss = 0.0
+        for node, weight, size in zip(nodes, weights, sizes, strict=True):
+            rule = UpdateRule(point=SharpnessAware(SAM_RHO)) if two_gradients else UpdateRule()
+            result = train_local(model, x, node.data, loss_fn, rule, lr=lr, weight_decay=local.weight_decay,
+                                 clip_norm=local.clip_norm, epochs=local.epochs, steps=local.steps,
+                                 batch_size=local.batch_size, generator=node.generator(server_round))  # fmt: skip
+            total += (result.x - x).double() * float(weight)
+            loss += size * result.mean_loss
+        x = (x.double() + total).float()
+        sync(device)
+        seconds.append(time.perf_counter() - start)
+        losses.append(loss / sizes.sum())
+    return {"seconds": seconds, "losses": losses, "steady_s": steady(seconds), "peak_mib": peak_mib(device)}
+
+
+def one_line(err: BaseException) -> str:
+    return " ".join(part.strip() for part in str(err).splitlines() if part.strip())
+
+
+def loss_gap(a: list, b: list) -> float | None:
+    if not a or not b or any(v is None for v in (*a, *b)):
+        return None
+    return max(abs(float(p) - float(q)) for p, q in zip(a, b, strict=True))
+
+
+def row(algorithm: str, path: str, result: dict) -> str:
+    peak = "" if result["peak_mib"] is None else f", peak {result['peak_mib']:.0f} MiB"
+    return f"{algorithm:<9} {path}: {result['steady_s']:.3f} s/round{peak}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulation.benchmarks.gpu_round", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--algorithms", default="fedavg,scaffold,fedspeed,fadamgt")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per path; round 1 warms up")
+    parser.add_argument("--clients", type=int, default=10, help="clients, all of them in every round")
+    parser.add_argument("--steps", type=int, default=50, help="local steps per client and round")
+    parser.add_argument("--batch", type=int, default=50, help="batch size")
+    parser.add_argument("--model", default="resnet18-gn", help="a built-in model name or package.module:factory")
+    parser.add_argument("--samples", type=int, default=500, help="training samples per client in the fake data")
+    parser.add_argument("--data-dir", default="", help="a folder holding cifar-10-batches-py/ (default: fake files)")
+    parser.add_argument("--json", default="", help="also write every figure to this file")
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (round 1 warms up)")
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    device = torch.device(args.device)
+    logging.getLogger("flwr").setLevel(logging.WARNING)  # no per-round lines from Flower's loop
+    with tempfile.TemporaryDirectory(prefix="gpu-round-") as tmp:
+        data_dir = args.data_dir or str(write_fake_cifar10(Path(tmp), args.clients * args.samples, 1000))
+        try:
+            for algorithm in algorithms:  # every name and value checked before anything trains
+                resolve(reference_config(args, algorithm, data_dir))
+        except ConfigError as err:
+            parser.error(one_line(err))
+        report = measure(args, algorithms, data_dir, device)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    print(f"gpu_suite_ratio {report['gpu_suite_ratio']:.3f}")
+    return 0
+
+
+def measure(args, algorithms: list[str], data_dir: str, device: torch.device) -> dict:
+    card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    x_dim = None
+    print(f"device {card}, torch {torch.__version__}; model {args.model} on CIFAR-10-shaped data, {args.clients} "
+          f"clients × {args.steps} steps of batch {args.batch}, {args.rounds} rounds (steady: median of rounds "
+          f"2..{args.rounds})", flush=True)  # fmt: skip
+    report: dict = {"device": card, "torch": torch.__version__, "model": args.model, "clients": args.clients,
+                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "algorithms": {}}  # fmt: skip
+    bare: dict[bool, dict] = {}
+    for algorithm in algorithms:
+        run_config = reference_config(args, algorithm, data_dir)
+        if x_dim is None:
+            cfg = resolve(run_config)
+            x_dim = int(initial_model(cfg, load_dataset(cfg)).size)
+            report["d"] = x_dim
+        entry: dict = {"suite": suite_path(run_config, device)}
+        print(row(algorithm, "suite", entry["suite"]), flush=True)
+        try:
+            resolve({**run_config, **BATCHED})
+        except ConfigError as err:
+            entry["batched"] = {"not_available": one_line(err)}
+            print(f"{algorithm:<9} batched: not available ({one_line(err)})", flush=True)
+        else:
+            entry["batched"] = suite_path({**run_config, **BATCHED}, device)
+            print(row(algorithm, "batched", entry["batched"]), flush=True)
+        two = algorithm in TWO_GRADIENTS
+        if two not in bare:
+            bare[two] = bare_path(run_config, two, device)
+        entry["bare"] = {**bare[two], "rule": "sam" if two else "sgd"}
+        print(row(algorithm, f"bare ({entry['bare']['rule']} loop)", entry["bare"]), flush=True)
+        entry["suite_over_bare"] = entry["suite"]["steady_s"] / entry["bare"]["steady_s"]
+        batched = entry["batched"].get("steady_s")
+        entry["batched_over_suite"] = None if batched is None else batched / entry["suite"]["steady_s"]
+        entry["train_loss_max_abs_diff_bare"] = (
+            loss_gap(entry["suite"]["losses"], entry["bare"]["losses"]) if algorithm == "fedavg" else None
+        )
+        entry["train_loss_max_abs_diff_batched"] = loss_gap(entry["suite"]["losses"], entry["batched"].get("losses"))
+        ratio = "n/a" if batched is None else f"{entry['batched_over_suite']:.3f}"
+        gaps = [f"{path} {entry[f'train_loss_max_abs_diff_{path}']:.3g}" for path in ("bare", "batched")
+                if entry[f"train_loss_max_abs_diff_{path}"] is not None]  # fmt: skip
+        same = f"  train_loss_max_abs_diff: {', '.join(gaps)}" if gaps else ""
+        print(f"{algorithm:<9} suite/bare {entry['suite_over_bare']:.3f}  batched/suite {ratio}{same}", flush=True)
+        report["algorithms"][algorithm] = entry
+    report["gpu_suite_ratio"] = max(e["suite_over_bare"] for e in report["algorithms"].values())
+    return report
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""The round benchmarks run on a CPU with tiny settings: every path prints its line, and the paths did the same work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulation.benchmarks import gpu_round, peers
+from simulation.benchmarks.fake_cifar import write_fake_cifar10
+
+TINY = ["--model", "cnn", "--clients", "2", "--steps", "2", "--rounds", "2", "--device", "cpu", "--samples", "60"]
+
+
+def test_gpu_round_prints_every_path_and_the_suite_does_the_bare_loops_work(tmp_path, capsys):
+    out = tmp_path / "round.json"
+    assert gpu_round.main([*TINY, "--algorithms", "fedavg,fedspeed", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("device cpu, torch ")
+    for algorithm, rule in (("fedavg", "sgd"), ("fedspeed", "sam")):
+        assert any(line.startswith(f"{algorithm:<9} suite: ") for line in lines)
+        assert any(line.startswith(f"{algorithm:<9} batched: ") for line in lines)  # measured, or "not available (…)"
+        assert any(line.startswith(f"{algorithm:<9} bare ({rule} loop): ") for line in lines)
+        assert any(line.startswith(f"{algorithm:<9} suite/bare ") for line in lines)
+    report = json.loads(out.read_text())
+    fedavg = report["algorithms"]["fedavg"]
+    assert fedavg["train_loss_max_abs_diff_bare"] < 1e-6  # the same data, order, model and mean: the same losses
+    if "steady_s" in fedavg["batched"]:
+        assert fedavg["train_loss_max_abs_diff_batched"] < 1e-4
+    worst = max(entry["suite_over_bare"] for entry in report["algorithms"].values())
+    assert lines[-1] == f"gpu_suite_ratio {worst:.3f}"
+
+
+def test_gpu_round_reads_a_given_data_folder_and_refuses_a_bad_algorithm(tmp_path, capsys):
+    write_fake_cifar10(tmp_path, train_rows=120, test_rows=20)
+    with pytest.raises(SystemExit) as stop:
+        gpu_round.main([*TINY, "--data-dir", str(tmp_path), "--algorithms", "fedavgg"])
+    assert stop.value.code == 2 and "algorithm" in capsys.readouterr().err
+
+
+def test_peers_prints_both_apps_and_the_ratio(tmp_path, capsys):
+    out = tmp_path / "peers.json"
+    assert peers.main([*TINY, "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("fedsuite: ") for line in lines)
+    assert any(line.startswith("plain Flower (quickstart-style NumPyClient): ") for line in lines)
+    report = json.loads(out.read_text())
+    assert len(report["fedsuite"]["seconds"]) == len(report["plain_flower"]["seconds"]) == 2
+    assert lines[-1] == f"peers_ratio {report['peers_ratio']:.3f}"

@@ -1,0 +1,171 @@
+"""The suite's own per-round work made cheaper without changing a number: the final models and every recorded
+figure of tiny in-process runs are pinned by hashes taken before the change, and each faster path is checked
+against the one it replaces."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from flwr.common import (
+    Code,
+    FitIns,
+    FitRes,
+    Parameters,
+    Status,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+
+from fedsuite import testing as kit
+from fedsuite.inprocess import run_inprocess
+from fedsuite.server.consistency import LEAF, local_consistency
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server.wire import arrays_of, to_parameters, writable_arrays_of
+
+BN_MODEL = "tests.test_flower_app:bn_regressor"
+PINNED_RUNS = {
+    "fedavg": {"algorithm": "fedavg"},
+    "scaffold": {"algorithm": "scaffold"},
+    "fedspeed": {"algorithm": "fedspeed"},
+    "fadamgt": {"algorithm": "fadamgt"},
+    "fedmim": {"algorithm": "fedmim"},
+    "mimesvrg": {"algorithm": "mimesvrg"},  # a query exchange before each round's training
+    "fedavg-batchnorm": {"algorithm": "fedavg", "model": BN_MODEL},  # buffers averaged beside the rule
+    "fedavg-both-evaluations": {"algorithm": "fedavg", "evaluation": "both", "eval-every": 1},
+    "fedavg-secagg": {"algorithm": "fedavg", "secagg": True, "client-mapping": "fixed"},
+}
+# sha256 of each run's final model, buffers and recorded figures, taken with the code before these changes
+# (this project's pinned torch and NumPy on CPU)
+PINNED_HASHES = {
+    "fedavg": "7ba18fd64718a7d02b9a564db8db0672cdad965624089ca6cc376bf2b0888d66",
+    "scaffold": "087da4df3f4a8b3606e2bcabc4e2225dca5b82c548952a13bcb2e320d0ddf3f4",
+    "fedspeed": "53b303c13db4eae73f967e1c11305d297d31f0f3a23da7982708510b1eb6d376",
+    "fadamgt": "ffbca72dc30ee9d359e442179128b3f11588944dcf5ce6ba37cb1cc569a44eb2",
+    "fedmim": "9ac01a01728fb1a0d2bc0c177b04952cb3dad26ccea7a37c7e8931c1351c7177",
+    "mimesvrg": "ce1d25ef8e59556881cebd789996b1b10cd686de27cd9fa81c30bec0a23ee4d0",
+    "fedavg-batchnorm": "dc95b9409e39f83b54f09e5bd2aa6dbd72bf29cd8c095b8f275c87508d312717",
+    "fedavg-both-evaluations": "feed650b49b5ef3ddd96799a466495d3a63b0e5ebbef64d8abd02ce3b5963774",
+    "fedavg-secagg": "e6b23b38fc78c7919dc2394a579982d81ea3dad660bd0dc7fc667b183a08f425",
+}
+
+
+class Rows(RoundObserver):
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def recorded(self, row: dict) -> None:
+        self.rows.append(row)
+
+
+def run_digest(extra: dict) -> str:
+    """sha256 of a tiny run's final model, its averaged buffers and every recorded figure except wall times."""
+    rows = Rows()
+    strategy = run_inprocess({**kit.PARTIAL, **extra}, observers=[rows])
+    digest = hashlib.sha256(np.ascontiguousarray(strategy.x, np.float32).tobytes())
+    if strategy.buffers is not None:
+        digest.update(np.ascontiguousarray(strategy.buffers, np.float32).tobytes())
+    figures = [{k: v for k, v in sorted(row.items()) if "seconds" not in k} for row in rows.rows]
+    digest.update(json.dumps(figures, sort_keys=True, default=repr).encode())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("case", PINNED_RUNS)
+def test_final_models_and_figures_are_those_of_before(case):
+    """Faster wire, reply checks and round figures: the same model, buffers and rows, bit for bit."""
+    assert run_digest(PINNED_RUNS[case]) == PINNED_HASHES[case]
+
+
+def stacked_consistency(deltas: list[np.ndarray]) -> float:
+    """The expression the round figure was computed with before (fedsuite/server/consistency.py)."""
+    stacked = np.stack(deltas)
+    return float(np.mean(np.sum((stacked - stacked.mean(axis=0)) ** 2, axis=1)))
+
+
+@pytest.mark.parametrize("dim,clients", [(1, 1), (7, 3), (LEAF, 4), (LEAF + 1, 2), (3 * LEAF + 13, 5), (300_007, 10)])
+def test_blockwise_local_consistency_is_the_stacked_expression_bit_for_bit(dim, clients):
+    rng = np.random.default_rng(dim)
+    deltas = [rng.standard_normal(dim) * 10.0 ** rng.uniform(-6, 6, dim) for _ in range(clients)]
+    assert local_consistency(deltas) == stacked_consistency(deltas)
+
+
+WIRE_CASES = {
+    "float32 vector": np.arange(11, dtype=np.float32) / 3,
+    "empty": np.zeros(0, np.float32),
+    "scalar": np.float64(2.5) * np.ones(()),
+    "matrix": np.arange(12.0).reshape(3, 4),
+    "fortran order": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    "strided view": np.arange(10.0)[::2],
+    "big-endian ints": np.arange(5, dtype=">i4"),
+    "booleans": np.array([True, False]),
+    "strings": np.array(["ab", "c"]),
+}
+
+
+@pytest.mark.parametrize("case", WIRE_CASES)
+def test_wire_writes_flowers_bytes_and_reads_its_values(case):
+    array = WIRE_CASES[case]
+    flower = ndarrays_to_parameters([array])
+    assert to_parameters([array]) == flower
+    for read in (arrays_of(flower)[0], writable_arrays_of(flower)[0]):
+        expected = parameters_to_ndarrays(flower)[0]
+        assert read.dtype == expected.dtype and read.shape == expected.shape and np.array_equal(read, expected)
+    assert writable_arrays_of(flower)[0].flags.writeable
+
+
+def test_wire_refuses_a_truncated_array_as_numpy_does():
+    tensor = ndarrays_to_parameters([np.arange(8.0)]).tensors[0][:-8]
+    with pytest.raises(ValueError, match="EOF"):
+        arrays_of(Parameters([tensor], "numpy.ndarray"))
+
+
+def test_an_in_process_fit_returns_what_flowers_wrapper_returns():
+    """The direct call gives the client writable arrays of the sent values and returns the wrapper's FitRes."""
+    from flwr.client import NumPyClient
+
+    from fedsuite.server import direct_calls
+
+    class Doubler(NumPyClient):
+        def fit(self, parameters, config):
+            parameters[0] *= 2  # writable, as np.load's arrays are
+            return [parameters[0], parameters[1] + 1], 7, {"k": config["k"]}
+
+    ins = FitIns(ndarrays_to_parameters([np.arange(5, dtype=np.float32), np.ones(3)]), {"k": 1})
+    direct, flower = direct_calls.fit(Doubler().to_client(), ins), Doubler().to_client().fit(ins)
+    assert direct.parameters == flower.parameters and direct.num_examples == flower.num_examples == 7
+    assert direct.metrics == flower.metrics and direct.status == flower.status
+
+
+def test_the_reply_check_still_finds_non_finite_values_where_the_sum_overflows():
+    from fedsuite.server.replies import all_finite
+
+    huge = np.full(4, np.finfo(np.float64).max)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(np.sum(huge)) and all_finite(huge)  # finite terms, an overflowing sum
+    assert not all_finite(np.array([1.0, np.nan])) and not all_finite(np.array([np.inf, -np.inf, 1.0]))
+
+
+def test_a_node_resolves_an_equal_run_config_once():
+    from fedsuite.config import resolve, resolve_cached
+    from fedsuite.schema import ConfigError
+
+    run_config = {"algorithm": "fedavg", "seed": 3}
+    cfg = resolve_cached(run_config)
+    assert resolve_cached(dict(run_config)) is cfg and dict(cfg) == dict(resolve(run_config))
+    assert resolve_cached({**run_config, "seed": 4}) is not cfg
+    resolve_cached({**run_config, "secagg": False})
+    with pytest.raises(ConfigError, match="secagg"):  # 0 == False, but 0 is no bool: refused, never the cached one
+        resolve_cached({**run_config, "secagg": 0})
+
+
+def test_fit_results_from_the_wire_unchanged_in_a_rejected_reply():
+    """A reply that fails validation is rejected for the same reason as before (the arrays are views now)."""
+    from fedsuite.server.replies import RejectedReply, validate
+
+    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([np.array([1.0, np.nan], np.float32)]), 3,
+                 {"fedsuite.arrays": "delta", "partition-id": 0, "steps": 1})  # fmt: skip
+    with pytest.raises(RejectedReply, match="non-finite") as err:
+        validate(res, lambda pid: ("delta",), {0}, 2)
+    assert err.value.diverged
