@@ -236,7 +236,8 @@ def minibatches(
             yield _batch(data, None if perm is None else perm[start : start + b], generator)
 
 
-def _plain_batches(data: LocalData, epochs: int, steps: int, batch_size: int, generator: torch.Generator):
+def plain_batches(data: LocalData, epochs: int, steps: int, batch_size: int, generator: torch.Generator):
+    """The default batch source: `minibatches` with no fixed block."""
     for inputs, targets in minibatches(data, epochs, steps, batch_size, generator):
         yield inputs, targets, None
 
@@ -294,7 +295,7 @@ def train_local(
     loss_sum = torch.zeros((), device=x.device)
     first_loss = None
     k = 0
-    source = rule.batches or _plain_batches
+    source = rule.batches or plain_batches
     oracle_model = model if private is None else private.bind(model, rule, generator)
     for inputs, targets, block in source(data, epochs, steps, batch_size, generator):
         ctx.step, ctx.block = k, block
