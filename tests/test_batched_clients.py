@@ -26,6 +26,7 @@ from fedsuite import testing as kit
 from fedsuite.adaptive import AdamStep
 from fedsuite.batched import dispatch
 from fedsuite.batched.loop import train_stacked
+from fedsuite.batched.model import StackedModel
 from fedsuite.batched.notice import say_unbatched
 from fedsuite.batched.stacking import NotStackable, stack_rules
 from fedsuite.config import resolve
@@ -170,10 +171,15 @@ def test_a_client_failing_to_prepare_is_one_failure_and_the_rest_batch(monkeypat
 
 
 def test_a_group_whose_stacked_training_raises_trains_one_at_a_time(monkeypatch, caplog):
-    def broken(*args, **kwargs):
-        raise RuntimeError("no room on the card")
+    real, calls = StackedModel.loss_and_grad, []
 
-    monkeypatch.setattr(dispatch, "train_stacked", broken)
+    def broken(self, *args):  # SAM takes two gradients a step: fails in its second step, after two draws
+        calls.append(1)
+        if len(calls) % 4 == 0:
+            raise RuntimeError("no room on the card")
+        return real(self, *args)
+
+    monkeypatch.setattr(StackedModel, "loss_and_grad", broken)
     plain = kit.run_algorithm("fedspeed", DOUBLE)
     with caplog.at_level(logging.INFO, logger="flwr.fedsuite"):
         batched = kit.run_algorithm("fedspeed", {**DOUBLE, "batch-clients": True})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
@@ -71,8 +71,9 @@ class BatchedDispatcher:
                 continue
             try:
                 groups.setdefault(group_key(item.client, item.fit), []).append(item)
-            except NotBatchable as err:
-                self.say(f"{item.client.node.cfg['algorithm']} trains one client at a time: {err}")
+            except Exception as err:  # NotBatchable says why; anything else is named
+                why = str(err) if isinstance(err, NotBatchable) else f"grouping it raised {type(err).__name__}: {err}"
+                self.say(f"{item.client.node.cfg['algorithm']} trains one client at a time: {why.splitlines()[0]}")
                 self._alone(item)
         for group in groups.values():
             if len(group) == 1:
@@ -133,7 +134,8 @@ class BatchedDispatcher:
         except Exception as err:
             message = f"{type(err).__name__}: {err}".splitlines()[0][:300]
             self.say(f"a group's stacked training raised {message}; its clients train one at a time")
-            for item in group:
+            for item in group:  # from a fresh generator: the stacked attempt may have drawn minibatches already
+                item.fit = replace(item.fit, generator=item.client.node.generator(item.fit.ctx.round))
                 self._alone(item)
             return
         self.stacked_clients += len(group)
