@@ -53,7 +53,6 @@ class BatchedDispatcher:
 
     def __init__(self):
         self.said: set[str] = set()
-        self.stacked_clients = 0  # clients trained inside a stacked group so far (tests read it)
 
     def say(self, reason: str) -> None:
         if reason not in self.said:
@@ -138,7 +137,6 @@ class BatchedDispatcher:
                 item.fit = replace(item.fit, generator=item.client.node.generator(item.fit.ctx.round))
                 self._alone(item)
             return
-        self.stacked_clients += len(group)
         for item, result in zip(group, results, strict=True):
             try:
                 item.reply = item.client.finish(item.fit, result)
