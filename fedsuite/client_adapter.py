@@ -2,8 +2,11 @@
 (fedsuite/client_rule.py) and does everything Flower-shaped around it. `client_for(cfg, node)` builds both.
 
 `fit`: decode the named downlink arrays and the fit config into a `RoundContext`, run the shared local loop with the
-rule's update rule, return the rule's named uplink arrays. A message whose config names a query phase
-(fedsuite.rounds.PHASE_KEY) is a server query instead: the rule's `answer` goes back, nothing trains.
+rule's update rule, return the rule's named uplink arrays, in three phases: `prepare` (everything before the loop),
+`train` (the loop) and `finish` (everything after it). The batched engine (fedsuite/batched/) calls `prepare` and
+`finish` of every client of a group and trains the group's loops as one computation in between. A message whose
+config names a query phase (fedsuite.rounds.PHASE_KEY) is a server query instead: the rule's `answer` goes back,
+nothing trains.
 
 Client state: the server's acknowledgement (the last round it accepted this client's reply) comes first; the state
 is saved only after the uplink is complete and finite, and a save the server then does not accept (a rejected or
@@ -26,7 +29,9 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import torch
 from flwr.client import NumPyClient
@@ -37,7 +42,7 @@ from fedsuite.client_rule import ClientRule, RoundContext
 from fedsuite.config import Config
 from fedsuite.declared import BUFFERS
 from fedsuite.evaluation import batch_metrics
-from fedsuite.local import train_local
+from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
 from fedsuite.privacy import dp_sgd
 from fedsuite.privacy.checks import count_noise
@@ -64,6 +69,19 @@ def round_context(config: Mapping, down: Mapping[str, torch.Tensor], partition_i
         tracked=tracks(config, partition_id),
         scalars=MappingProxyType({k: v for k, v in config.items() if k not in DECODED_KEYS}),
     )
+
+
+@dataclass(frozen=True)
+class PreparedFit:
+    """One fit message made ready for the local loop (`RuleClient.prepare`): what the loop and `finish` read."""
+
+    config: Mapping  # the message's fit config
+    ctx: RoundContext
+    rule: UpdateRule  # this round's update rule, built by the algorithm's client rule
+    x0: torch.Tensor  # x^t on the node's device
+    steps: int  # K_i as the message says (0: epoch mode)
+    generator: torch.Generator  # minibatch order and augmentation of (seed, round, partition)
+    private: Any  # fedsuite.privacy.dp_sgd.DpSgd with dp-sgd=true, else None
 
 
 def error_reply(partition_id: int, err: BaseException) -> dict:
@@ -110,8 +128,14 @@ class RuleClient(NumPyClient):
         except Exception as err:
             return 0.0, 0, error_reply(self.node.partition_id, err)
 
-    # ---- one training round ----------------------------------------------------------------------
+    # ---- one training round: prepare → train → finish ------------------------------------------------------
     def _train(self, parameters, config):
+        fit = self.prepare(parameters, config)
+        return self.finish(fit, self.train(fit))
+
+    def prepare(self, parameters, config) -> PreparedFit:
+        """Everything before the local loop: the state acknowledgement, the downlink decoded, the buffers loaded,
+        the configuration check, the round's context and update rule, x^t, K_i, the generator, DP-SGD's oracle."""
         node, local = self.node, self.node.cfg.local
         if self.state is not None and STATE_ACCEPTED in config:
             self.state.accepted_round = int(config[STATE_ACCEPTED])
@@ -125,23 +149,34 @@ class RuleClient(NumPyClient):
         if rule.batches is None and local.local_batches == "blocks":
             rule.batches = self.client_rule.blocks()
         private = dp_sgd.for_client(node, ctx.round)  # None unless dp-sgd=true
-        result = train_local(
+        steps = int(config.get(STEPS_KEY, local.steps))  # K_i sent by the server's system model, if any
+        return PreparedFit(config, ctx, rule, down["model"], steps, node.generator(ctx.round), private)
+
+    def train(self, fit: PreparedFit) -> LocalResult:
+        """This client's local loop alone (fedsuite.local.train_local)."""
+        node, local = self.node, self.node.cfg.local
+        return train_local(
             node.model,
-            down["model"],
+            fit.x0,
             node.data,
             node.loss_fn,
-            rule,
-            lr=ctx.lr,
+            fit.rule,
+            lr=fit.ctx.lr,
             weight_decay=local.weight_decay,
             clip_norm=local.clip_norm,
             loss_reduction=local.loss_reduction,
             epochs=local.epochs,
-            steps=int(config.get(STEPS_KEY, local.steps)),  # K_i sent by the server's system model, if any
+            steps=fit.steps,
             batch_size=local.batch_size,
-            generator=node.generator(ctx.round),
-            private=private,
+            generator=fit.generator,
+            private=fit.private,
         )
-        uplink = {**self.client_rule.uplink(result, rule, ctx), **self._buffers_uplink()}
+
+    def finish(self, fit: PreparedFit, result: LocalResult):
+        """Everything after the local loop: the uplink, its finiteness, client-level DP's release, the state save,
+        the packed arrays and the metrics; returns NumPyClient.fit's (arrays, examples, metrics)."""
+        node, config, ctx, private = self.node, fit.config, fit.ctx, fit.private
+        uplink = {**self.client_rule.uplink(result, fit.rule, ctx), **self._buffers_uplink()}
         for name, value in uplink.items():
             if not bool(torch.isfinite(value).all()):
                 raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")

@@ -6,7 +6,8 @@ messages, each naming its partition; with client-mapping='fixed' there is one no
 in the run's per-partition files (`client_store` reads them); `keep_client_state` keeps a per-run folder after the
 run for inspection (the caller removes it, e.g. with `remove_client_state`).
 
-Clients run one after the other (Flower's thread pool with one worker), so a run is deterministic, and a client
+Clients run one after the other (Flower's thread pool with one worker), or with batch-clients=true as stacked
+groups (fedsuite/batched/), so a run is deterministic, and a client
 lost to the machinery (an exception outside the client's own fit, which fedsuite/client_adapter.py turns into an
 error reply) raises LostClient: a test never passes on a silently smaller cohort. Tests and studies watch a run
 through round observers (fedsuite.server.observers), never by replacing strategy methods.
@@ -28,6 +29,8 @@ from flwr.app import RecordDict
 from flwr.common import Code, Context, GetPropertiesRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_proxy import ClientProxy
 
+from fedsuite.batched.notice import say_unbatched
+from fedsuite.batched.server import BatchedServer
 from fedsuite.client_app import client_fn, noise_secret
 from fedsuite.config import resolve
 from fedsuite.data import with_data_clients
@@ -158,7 +161,10 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     strategy = build_strategy(cfg, plan, [Strict(), *observers])
     secagg = SecAggSettings.from_values(cfg)
     if secagg.on:
+        say_unbatched(cfg, "secagg=true sums each client's upload as it arrives")
         server = SecureSumServer(strategy, plan.recorder, secagg, cfg.seed, remove_client_state=not keep_client_state)
+    elif cfg["batch-clients"]:  # a round's clients trained as stacked groups (docs/running/batched.md)
+        server = BatchedServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
     else:
         server = RecordingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
     server.set_max_workers(1)

@@ -16,7 +16,9 @@ One step (docs/developer/architecture.md; conventions in docs/algorithms/index.m
 Which terms are clipped is part of the rule: a term sits in `clipped` or in `unclipped`. The prox term
 +μ(x − centre) is written by `prox_terms`, which puts its −μ·centre half among the clipped terms under
 clip-scope='reference' (as FL-Simulator's and FedDyn's code do) and the whole term after the clip under 'clean'.
-Every vector is a flat tensor on the training device; the direction reuses the gradient buffer.
+Every vector is a flat tensor on the training device; the direction reuses the gradient buffer. The stages work on
+one client's (d,) vectors and on a cohort's stacked (C, d) rows alike (norms are per row, `row_norm`), so the stacked
+loop of fedsuite/batched/ runs the same stages and the same `move` as `train_local`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ Step = Callable[[torch.Tensor, "StepContext"], torch.Tensor]
 ProximalOp = Callable[[torch.Tensor, float, "StepContext"], None]
 # A batch source yields (inputs, targets, block): block is the fixed data block of the step, or None.
 BatchSource = Callable[..., Iterator[tuple[torch.Tensor, torch.Tensor, int | None]]]
+
+
+def row_norm(v: torch.Tensor) -> torch.Tensor:
+    """The L2 norm of one client's vector (d,) as a 0-d tensor, or of each row of a stacked (C, d) matrix as (C, 1)."""
+    return v.norm() if v.dim() == 1 else v.norm(dim=-1, keepdim=True)
 
 
 @dataclass
@@ -80,7 +87,7 @@ class SharpnessAware:
         self._saved.copy_(model.x)
         if self._g1 is not None:
             self._g1.copy_(model.grad)
-        model.x.addcmul_(model.grad, self.rho / (model.grad.norm() + self.eps))  # no host sync
+        model.x.addcmul_(model.grad, self.rho / (row_norm(model.grad) + self.eps))  # no host sync
         model.loss_and_grad(loss_fn, inputs, targets)
         model.x.copy_(self._saved)
         if self._g1 is not None:
@@ -229,7 +236,8 @@ def minibatches(
             yield _batch(data, None if perm is None else perm[start : start + b], generator)
 
 
-def _plain_batches(data: LocalData, epochs: int, steps: int, batch_size: int, generator: torch.Generator):
+def plain_batches(data: LocalData, epochs: int, steps: int, batch_size: int, generator: torch.Generator):
+    """The default batch source: `minibatches` with no fixed block."""
     for inputs, targets in minibatches(data, epochs, steps, batch_size, generator):
         yield inputs, targets, None
 
@@ -287,7 +295,7 @@ def train_local(
     loss_sum = torch.zeros((), device=x.device)
     first_loss = None
     k = 0
-    source = rule.batches or _plain_batches
+    source = rule.batches or plain_batches
     oracle_model = model if private is None else private.bind(model, rule, generator)
     for inputs, targets, block in source(data, epochs, steps, batch_size, generator):
         ctx.step, ctx.block = k, block
@@ -297,27 +305,36 @@ def train_local(
         loss_sum += loss
         if first_loss is None:
             first_loss = loss.detach().clone()
-        d = model.grad
-        if loss_reduction == "sum":
-            d.mul_(len(targets))
-        for transform in rule.clipped:
-            transform(d, ctx)
-        if clip_norm > 0:
-            d.mul_(torch.clamp(clip_norm / (d.norm() + 1e-6), max=1.0))
-        for transform in rule.unclipped:
-            transform(d, ctx)
-        if weight_decay:
-            d.add_(x, alpha=weight_decay)
-        u = rule.step(d, ctx)
-        for transform in rule.after_step:
-            transform(u, ctx)
-        x.add_(u, alpha=-lr)
-        for prox in rule.proximal:
-            prox(x, lr, ctx)
+        move(model.grad, ctx, rule, batch=len(targets), weight_decay=weight_decay, clip_norm=clip_norm,
+             loss_reduction=loss_reduction)  # fmt: skip
         k += 1
     mean_loss = float(loss_sum) / max(k, 1)
     first = None if first_loss is None else float(first_loss)
     return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start, first_loss=first)
+
+
+def move(d: torch.Tensor, ctx: StepContext, rule: UpdateRule, *, batch: int, weight_decay: float, clip_norm: float,
+         loss_reduction: str) -> None:  # fmt: skip
+    """One step after the gradient (module docstring): the loss gradient `d` (the model's gradient buffer, edited in
+    place) becomes the direction, the step stage's move is taken, ctx.x ← ctx.x − η_l·u, then the proximal operators.
+    `batch`: the minibatch's size (loss-reduction='sum'). For one client's (d,) vectors or a cohort's (C, d) rows."""
+    x, lr = ctx.x, ctx.lr
+    if loss_reduction == "sum":
+        d.mul_(batch)
+    for transform in rule.clipped:
+        transform(d, ctx)
+    if clip_norm > 0:
+        d.mul_(torch.clamp(clip_norm / (row_norm(d) + 1e-6), max=1.0))
+    for transform in rule.unclipped:
+        transform(d, ctx)
+    if weight_decay:
+        d.add_(x, alpha=weight_decay)
+    u = rule.step(d, ctx)
+    for transform in rule.after_step:
+        transform(u, ctx)
+    x.add_(u, alpha=-lr)
+    for prox in rule.proximal:
+        prox(x, lr, ctx)
 
 
 def full_gradient(model: FlatModel, x: torch.Tensor, data: LocalData, loss_fn, batch_size: int = 1000) -> torch.Tensor:

@@ -266,6 +266,10 @@ COMMON_KEYS: tuple[Key, ...] = (
         "option; changes the numbers)", ("none", "bf16"), client=True),
     Key("channels-last", False, "4-D inputs in NHWC memory order for local training (GPU speed option)", client=True),
     Key("client-threads", 1, "torch threads per client process", low=1, resumable=True),
+    Key("batch-clients", False, "in-process engine: train each round's clients with the same K_i, minibatch sizes "
+        "and update rule as one stacked computation (GPU speed option; equal up to float rounding, "
+        "docs/running/batched.md); the Ray simulation and deployments ignore it with one line", tunable=False,
+        app="fedsuite.app clients train one at a time"),
     Key("synthetic-dim", 20, "d of the synthetic federation", low=1, app=APP_OWN_DATA),
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1, app=APP_OWN_DATA),
     Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0, app=APP_OWN_DATA),

@@ -16,6 +16,7 @@ from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedsuite import checkpoint, state
+from fedsuite.batched.notice import say_unbatched
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.data_checks import check_evaluation_data
@@ -232,6 +233,7 @@ def server_fn(context: Context) -> ServerAppComponents:
     # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
     strategy = build_strategy(cfg, plan, trackers)
+    say_unbatched(cfg, "only the in-process engine batches clients")
     secagg = SecAggSettings.from_values(cfg)
     server = (
         SecureServer(strategy, plan.recorder, secagg, context)

@@ -1,0 +1,161 @@
+"""A round's fit instructions → one reply per client, the round's clients trained in stacked groups.
+
+Per instruction: the message's client is built as the ClientApp builds it (fedsuite/client_app.py) and prepared
+(`RuleClient.prepare`); the prepared clients are grouped (fedsuite/batched/grouping.py); each group of two or more
+trains as one `train_stacked` computation, the others one at a time (`RuleClient.train`); every client then finishes
+on its own (`RuleClient.finish`). Failures stay per client: a client whose prepare, training or finish raises is one
+error reply (fedsuite.client_adapter.error_reply), and a group whose stacked training raises trains one at a time.
+What the engine leaves to the ClientApp's own path (a message it cannot build, a server query, a run it does not
+batch at all) goes through the proxy's `fit` unchanged. Each reason a client trains alone is logged once per run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+
+from fedsuite.batched.grouping import NotBatchable, group_key
+from fedsuite.batched.loop import train_stacked
+from fedsuite.batched.model import unbatchable_model
+from fedsuite.client_adapter import PreparedFit, RuleClient, client_for, error_reply
+from fedsuite.client_app import node_for
+from fedsuite.payload import PARTITION_KEY, STATE_KEY
+from fedsuite.rounds import PHASE_KEY
+
+log = logging.getLogger("flwr.fedsuite")
+
+
+@dataclass
+class _Fit:
+    """One instruction on its way: its client and prepared fit, then its reply (NumPyClient.fit's triple)."""
+
+    proxy: Any
+    ins: FitIns
+    client: RuleClient | None = None
+    fit: PreparedFit | None = None
+    reply: tuple | None = None
+
+
+def run_unbatched(node) -> str | None:
+    """Why a whole run trains one client at a time, or None (decided before any client is prepared: a prepared
+    client's buffers are loaded into the model the node's clients share)."""
+    if node.cfg["dp-sgd"]:
+        return "dp-sgd clips per-record gradients one client at a time"
+    return unbatchable_model(node.model)
+
+
+class BatchedDispatcher:
+    """Trains a round's clients in stacked groups (module docstring); one per run (its log lines are once per run)."""
+
+    def __init__(self):
+        self.said: set[str] = set()
+
+    def say(self, reason: str) -> None:
+        if reason not in self.said:
+            self.said.add(reason)
+            log.info("fedsuite │ batch-clients: %s", reason)
+
+    def fit_round(self, instructions: Sequence[tuple[Any, FitIns]], server_round: int, timeout: float | None):
+        """(results, failures) as Flower's fit_clients returns them, in instruction order."""
+        items = [_Fit(proxy, ins) for proxy, ins in instructions]
+        for item in items:
+            self._prepare(item)
+        groups: dict[tuple, list[_Fit]] = {}
+        for item in items:
+            if item.fit is None:
+                continue
+            try:
+                groups.setdefault(group_key(item.client, item.fit), []).append(item)
+            except Exception as err:  # NotBatchable says why; anything else is named
+                why = str(err) if isinstance(err, NotBatchable) else f"grouping it raised {type(err).__name__}: {err}"
+                self.say(f"{item.client.node.cfg['algorithm']} trains one client at a time: {why.splitlines()[0]}")
+                self._alone(item)
+        for group in groups.values():
+            if len(group) == 1:
+                self.say("a client whose K_i, minibatch sizes or rule no other client of its round shares trains alone")
+                self._alone(group[0])
+            else:
+                self._together(group)
+        return self._collect(items, server_round, timeout)
+
+    # ---- phases ---------------------------------------------------------------------------------------------
+    def _prepare(self, item: _Fit) -> None:
+        """Build the message's client as the ClientApp does and prepare it; anything the ClientApp's own path
+        answers differently (a query, a refused node, a run that does not batch) is left to proxy.fit."""
+        context, config = getattr(item.proxy, "context", None), item.ins.config
+        if context is None or config.get(PHASE_KEY):
+            return
+        try:
+            pid, key = config.get(PARTITION_KEY), config.get(STATE_KEY)
+            node = node_for(context, None if pid is None else int(pid), None if key is None else str(key))
+            client = client_for(node.cfg, node)
+        except Exception:  # the ClientApp's path turns it into its error reply, or Flower's failure
+            return
+        reason = run_unbatched(node)
+        if reason:
+            self.say(f"{node.cfg['algorithm']} trains one client at a time: {reason}")
+            return
+        item.client = client
+        try:
+            item.fit = client.prepare(parameters_to_ndarrays(item.ins.parameters), config)
+        except Exception as err:
+            item.reply = ([], 0, error_reply(client.node.partition_id, err))
+
+    def _alone(self, item: _Fit) -> None:
+        try:
+            item.reply = item.client.finish(item.fit, item.client.train(item.fit))
+        except Exception as err:
+            item.reply = ([], 0, error_reply(item.client.node.partition_id, err))
+
+    def _together(self, group: list[_Fit]) -> None:
+        first = group[0].client
+        local = first.node.cfg.local
+        try:
+            results = train_stacked(
+                first.node.model,
+                [item.fit.x0 for item in group],
+                [item.client.node.data for item in group],
+                first.node.loss_fn,
+                [item.fit.rule for item in group],
+                lr=group[0].fit.ctx.lr,
+                weight_decay=local.weight_decay,
+                clip_norm=local.clip_norm,
+                loss_reduction=local.loss_reduction,
+                epochs=local.epochs,
+                steps=group[0].fit.steps,
+                batch_size=local.batch_size,
+                generators=[item.fit.generator for item in group],
+            )
+        except Exception as err:
+            message = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+            self.say(f"a group's stacked training raised {message}; its clients train one at a time")
+            for item in group:  # from a fresh generator: the stacked attempt may have drawn minibatches already
+                item.fit = replace(item.fit, generator=item.client.node.generator(item.fit.ctx.round))
+                self._alone(item)
+            return
+        for item, result in zip(group, results, strict=True):
+            try:
+                item.reply = item.client.finish(item.fit, result)
+            except Exception as err:
+                item.reply = ([], 0, error_reply(item.client.node.partition_id, err))
+
+    def _collect(self, items: list[_Fit], server_round: int, timeout: float | None):
+        results, failures = [], []
+        for item in items:
+            try:
+                res = item.proxy.fit(item.ins, timeout, server_round) if item.reply is None else _fit_res(item)
+            except Exception as err:  # as Flower's fit_clients: a message lost outside the client's own fit
+                failures.append(err)
+                continue
+            (results if res.status.code == Code.OK else failures).append((item.proxy, res))
+        return results, failures
+
+
+def _fit_res(item: _Fit) -> FitRes:
+    """The reply as Flower's NumPyClient wrapper turns NumPyClient.fit's triple into a FitRes."""
+    arrays, examples, metrics = item.reply
+    return FitRes(Status(Code.OK, "Success"), ndarrays_to_parameters(arrays), examples, metrics)

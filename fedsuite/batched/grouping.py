@@ -1,0 +1,47 @@
+"""Which prepared clients of a round can train as one stacked computation: the same K_i, the same minibatch size at
+every step (the same batch plan) and rules that stack (fedsuite/batched/stacking.py). `group_key` says it for one
+client, or raises NotBatchable with the reason in a few words."""
+
+from __future__ import annotations
+
+import math
+
+from fedsuite.batched.stacking import NotStackable, rule_signature
+from fedsuite.local import LocalData
+from fedsuite.variance import FixedBlocks
+
+
+class NotBatchable(ValueError):
+    """This client trains alone; the message says why."""
+
+
+def batch_plan(data: LocalData, batches, epochs: int, steps: int, batch_size: int) -> tuple:
+    """K_i and the minibatch size of every step, as a short key (fedsuite.local.minibatches, FixedBlocks)."""
+    n = len(data)
+    if batches is None:
+        b = n if batch_size <= 0 else min(batch_size, n)
+        if steps > 0:
+            return ("draws", steps, b, data.crop_pad)
+        per_epoch = math.ceil(n / b)
+        return ("epochs", epochs, per_epoch, b, n - (per_epoch - 1) * b, data.crop_pad)
+    if isinstance(batches, FixedBlocks):
+        sizes = {len(block) for block in batches.blocks}
+        if len(sizes) > 1:
+            raise NotBatchable("its fixed data blocks differ in size (losac-blocks does not divide its samples)")
+        k = steps if steps > 0 else epochs * len(batches)
+        return ("blocks", k, sizes.pop(), data.crop_pad)
+    raise NotBatchable(f"its batch source {type(batches).__name__} is not one the stacked loop knows")
+
+
+def group_key(client, fit) -> tuple:
+    """The key clients of one group share: (lr, batch plan, rule signature) of a prepared fit
+    (fedsuite.client_adapter.PreparedFit) of `client` (a RuleClient)."""
+    node, local = client.node, client.node.cfg.local
+    if fit.private is not None:
+        raise NotBatchable("dp-sgd clips per-record gradients one client at a time")
+    try:
+        signature = rule_signature(fit.rule)
+    except NotStackable as err:
+        raise NotBatchable(str(err)) from None
+    plan = batch_plan(node.data, fit.rule.batches, local.epochs, fit.steps, local.batch_size)
+    return (fit.ctx.lr, plan, signature)

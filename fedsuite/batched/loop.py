@@ -1,0 +1,77 @@
+"""`train_stacked`: the steps of `fedsuite.local.train_local` for C clients at once.
+
+Each client draws its minibatches (and their augmentation) from its own batch source and generator, exactly as
+`train_local` would, so it sees the same samples in the same order; the minibatches are stacked (C, B, …) and one
+vmapped gradient (fedsuite/batched/model.py) serves the whole group. The rest of the step is `fedsuite.local.move`
+on the (C, d) rows: clipping and SAM's normalisation use each client's own (row) norm. Losses are summed per client.
+The clients must share K_i and every step's minibatch size (fedsuite/batched/grouping.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from fedsuite.batched.model import StackedModel
+from fedsuite.batched.stacking import stack_rules
+from fedsuite.local import LocalData, LocalResult, StepContext, UpdateRule, move, plain_batches
+from fedsuite.models import FlatModel
+
+
+def train_stacked(
+    model: FlatModel,
+    x0s: Sequence[torch.Tensor],
+    datas: Sequence[LocalData],
+    loss_fn,
+    rules: Sequence[UpdateRule],
+    *,
+    lr: float,
+    weight_decay: float,
+    clip_norm: float,
+    loss_reduction: str = "mean",
+    epochs: int,
+    steps: int,
+    batch_size: int,
+    generators: Sequence[torch.Generator],
+) -> list[LocalResult]:
+    """One LocalResult per client, its x a row of the stacked iterate. The clients' own rules take their final
+    stage tensors (write-back) only once the loop has run to the end; `model` lends its module, never its x.
+    Each result's `seconds` is the group's time divided by C."""
+    start = time.perf_counter()
+    stacked = stack_rules(rules)
+    rule = stacked.rule
+    clients = len(rules)
+    model_c = StackedModel(model, clients)
+    x0 = torch.stack(list(x0s))
+    x = model_c.x
+    x.copy_(x0)
+    ctx = StepContext(x=x, x0=x0, lr=lr)
+    loss_sum = torch.zeros(clients, device=x.device)
+    first_loss = None
+    k = 0
+    sources = [
+        (r.batches or plain_batches)(data, epochs, steps, batch_size, generator)
+        for r, data, generator in zip(rules, datas, generators, strict=True)
+    ]
+    for draws in zip(*sources, strict=True):
+        inputs = torch.stack([draw[0] for draw in draws])
+        targets = torch.stack([draw[1] for draw in draws])
+        blocks = [draw[2] for draw in draws]
+        ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
+        loss = rule.point(model_c, loss_fn, inputs, targets)
+        loss_sum += loss
+        if first_loss is None:
+            first_loss = loss.detach().clone()
+        move(model_c.grad, ctx, rule, batch=targets.shape[1], weight_decay=weight_decay, clip_norm=clip_norm,
+             loss_reduction=loss_reduction)  # fmt: skip
+        k += 1
+    stacked.write_back()
+    sums = loss_sum.tolist()
+    firsts = [None] * clients if first_loss is None else first_loss.tolist()
+    seconds = (time.perf_counter() - start) / clients
+    return [
+        LocalResult(x0=x0s[c], x=x[c], steps=k, mean_loss=sums[c] / max(k, 1), seconds=seconds, first_loss=firsts[c])
+        for c in range(clients)
+    ]
