@@ -84,6 +84,18 @@ class PreparedFit:
     private: Any  # fedsuite.privacy.dp_sgd.DpSgd with dp-sgd=true, else None
 
 
+def first_not_finite(arrays: Mapping[str, torch.Tensor]) -> str | None:
+    """The name of the first array holding an inf or a NaN, or None. One float64 sum per array and one device sync
+    for the lot: a sum of finite float32 values cannot overflow float64, so the sums are finite exactly when every
+    entry is."""
+    if not arrays:
+        return None
+    sums = torch.stack([v.detach().sum(dtype=torch.float64) for v in arrays.values()])
+    if bool(torch.isfinite(sums).all()):
+        return None
+    return next((name for name, value in arrays.items() if not bool(torch.isfinite(value).all())), None)
+
+
 def error_reply(partition_id: int, err: BaseException) -> dict:
     """The metrics of an error reply: the exception in one line, and the traceback being handled."""
     message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
@@ -177,9 +189,9 @@ class RuleClient(NumPyClient):
         the packed arrays and the metrics; returns NumPyClient.fit's (arrays, examples, metrics)."""
         node, config, ctx, private = self.node, fit.config, fit.ctx, fit.private
         uplink = {**self.client_rule.uplink(result, fit.rule, ctx), **self._buffers_uplink()}
-        for name, value in uplink.items():
-            if not bool(torch.isfinite(value).all()):
-                raise FloatingPointError(f"uplink array {name!r} is not finite (diverged local training?)")
+        bad = first_not_finite(uplink)
+        if bad is not None:
+            raise FloatingPointError(f"uplink array {bad!r} is not finite (diverged local training?)")
         released: dict = {}
         if node.cfg.privacy.on:  # client-level DP: only the clipped (and noised) uploads leave (docs/privacy.md)
             uplink, released = self._private(uplink, config, ctx)
@@ -225,9 +237,9 @@ class RuleClient(NumPyClient):
         if answer is None:
             raise ValueError(f"algorithm={node.cfg['algorithm']!r} answers no server query, but was sent the query "
                              f"{PHASE_KEY}={ctx.phase!r}; give server and clients the same run config")  # fmt: skip
-        for name, value in answer.items():
-            if not bool(torch.isfinite(value).all()):
-                raise FloatingPointError(f"{name} is not finite")
+        bad = first_not_finite(answer)
+        if bad is not None:
+            raise FloatingPointError(f"{bad} is not finite")
         arrays, names = pack({k: v.detach().cpu().numpy() for k, v in answer.items()})
         metrics = {ARRAYS_KEY: names, "partition-id": node.partition_id, "compute-seconds": time.perf_counter() - start}
         return arrays, len(node.data), metrics
@@ -262,7 +274,8 @@ class RuleClient(NumPyClient):
     def _downlink(self, parameters, names) -> dict[str, torch.Tensor]:
         """The message's arrays by their names (fedsuite.payload), as tensors on the node's device."""
         device = self.node.device
-        return {k: torch.tensor(v, device=device) for k, v in unpack(parameters, str(names)).items()}
+        # the arrays are this message's own copies (Flower's decoding, or fedsuite/server/direct_calls.py): no copy more
+        return {k: torch.from_numpy(v).to(device) for k, v in unpack(parameters, str(names)).items()}
 
     def _load_buffers(self, sent: torch.Tensor | None) -> None:
         """The buffers this round trains from: the server's (buffers='average'), this client's own (buffers='local',
