@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import Code, FitIns, FitRes, Status
 
 from fedsuite.batched.grouping import NotBatchable, group_key
 from fedsuite.batched.loop import train_stacked
@@ -25,6 +25,7 @@ from fedsuite.client_adapter import PreparedFit, RuleClient, client_for, error_r
 from fedsuite.client_app import node_for
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
 from fedsuite.rounds import PHASE_KEY
+from fedsuite.server.wire import to_parameters, writable_arrays_of
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -101,7 +102,7 @@ class BatchedDispatcher:
             return
         item.client = client
         try:
-            item.fit = client.prepare(parameters_to_ndarrays(item.ins.parameters), config)
+            item.fit = client.prepare(writable_arrays_of(item.ins.parameters), config)
         except Exception as err:
             item.reply = ([], 0, error_reply(client.node.partition_id, err))
 
@@ -156,6 +157,7 @@ class BatchedDispatcher:
 
 
 def _fit_res(item: _Fit) -> FitRes:
-    """The reply as Flower's NumPyClient wrapper turns NumPyClient.fit's triple into a FitRes."""
+    """The reply as Flower's NumPyClient wrapper turns NumPyClient.fit's triple into a FitRes (the same bytes, in one
+    copy: fedsuite/server/wire.py)."""
     arrays, examples, metrics = item.reply
-    return FitRes(Status(Code.OK, "Success"), ndarrays_to_parameters(arrays), examples, metrics)
+    return FitRes(Status(Code.OK, "Success"), to_parameters(arrays), examples, metrics)
