@@ -252,11 +252,21 @@ def _batch(data: LocalData, idx: torch.Tensor | None, generator: torch.Generator
 
 def crop_flip(x: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
     """Random crop with zero padding `pad` and random horizontal flip, per sample, as batched tensor ops."""
+    return crop_flip_drawn(x, pad, *crop_flip_draws(len(x), pad, generator))
+
+
+def crop_flip_draws(b: int, pad: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The random draws of `crop_flip` for b samples, in its order: row offsets, column offsets, flips."""
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    return dy, dx, torch.rand(b, generator=generator) < 0.5
+
+
+def crop_flip_drawn(x: torch.Tensor, pad: int, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
+    """`crop_flip` with its draws given (`crop_flip_draws`): a gather, so any number of samples at once."""
     b, c, h, w = x.shape
     padded = F.pad(x, (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(x.device)
-    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(x.device)
-    flip = (torch.rand(b, generator=generator) < 0.5).to(x.device)
+    dy, dx, flip = dy.to(x.device), dx.to(x.device), flip.to(x.device)
     rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
     cols = dx[:, None] + torch.arange(w, device=x.device)
     cols = torch.where(flip[:, None], cols.flip(-1), cols)[:, None, None, :]

@@ -334,3 +334,21 @@ def test_where_no_engine_batches_the_key_is_ignored_in_one_line(caplog):
         say_unbatched(resolve({"batch-clients": True}), "only the in-process engine batches clients")
     assert _said(caplog) == ["fedsuite │ batch-clients=true is ignored: only the in-process engine batches clients; "
                              "clients train one at a time (docs/running/batched.md)"]  # fmt: skip
+
+
+@pytest.mark.parametrize("n,batch,pad", [(30, 8, 0), (30, 8, 2), (6, 8, 2), (6, 6, 0)])
+def test_a_round_drawn_at_once_is_the_minibatches_drawn_step_by_step(n, batch, pad):
+    """fedsuite/batched/draws.py: the same samples, crops and flips as fedsuite.local.minibatches, and the generator
+    left where the step-by-step draws leave it."""
+    import torch
+
+    from fedsuite.batched.draws import drawn_round
+    from fedsuite.local import LocalData, minibatches
+
+    data = LocalData(torch.randn(n, 3, 5, 5), torch.randint(0, 10, (n,)), crop_pad=pad)
+    one, at_once = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    steps = list(minibatches(data, epochs=1, steps=7, batch_size=batch, generator=one))
+    inputs, targets = drawn_round(data, 7, batch, at_once)
+    assert torch.equal(inputs, torch.stack([s[0] for s in steps]))
+    assert torch.equal(targets, torch.stack([s[1] for s in steps]))
+    assert torch.equal(one.get_state(), at_once.get_state())

@@ -1,7 +1,8 @@
 """`train_stacked`: the steps of `fedsuite.local.train_local` for C clients at once.
 
 Each client draws its minibatches (and their augmentation) from its own batch source and generator, exactly as
-`train_local` would, so it sees the same samples in the same order; the minibatches are stacked (C, B, …) and one
+`train_local` would, so it sees the same samples in the same order (in iteration mode the whole round at once:
+fedsuite/batched/draws.py); the minibatches are stacked (C, B, …) and one
 vmapped gradient (fedsuite/batched/model.py) serves the whole group. The rest of the step is `fedsuite.local.move`
 on the (C, d) rows: clipping and SAM's normalisation use each client's own (row) norm. Losses are summed per client.
 The clients must share K_i and every step's minibatch size (fedsuite/batched/grouping.py).
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
+from fedsuite.batched.draws import drawable, drawn_round
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.stacking import stack_rules
 from fedsuite.local import LocalData, LocalResult, StepContext, UpdateRule, move, plain_batches
@@ -51,14 +53,7 @@ def train_stacked(
     loss_sum = torch.zeros(clients, device=x.device)
     first_loss = None
     k = 0
-    sources = [
-        (r.batches or plain_batches)(data, epochs, steps, batch_size, generator)
-        for r, data, generator in zip(rules, datas, generators, strict=True)
-    ]
-    for draws in zip(*sources, strict=True):
-        inputs = torch.stack([draw[0] for draw in draws])
-        targets = torch.stack([draw[1] for draw in draws])
-        blocks = [draw[2] for draw in draws]
+    for inputs, targets, blocks in _steps(datas, rules, epochs, steps, batch_size, generators):
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
         loss = rule.point(model_c, loss_fn, inputs, targets)
         loss_sum += loss
@@ -75,3 +70,23 @@ def train_stacked(
         LocalResult(x0=x0s[c], x=x[c], steps=k, mean_loss=sums[c] / max(k, 1), seconds=seconds, first_loss=firsts[c])
         for c in range(clients)
     ]
+
+
+def _steps(datas, rules, epochs: int, steps: int, batch_size: int, generators):
+    """Each step's stacked minibatches (C, B, …), targets (C, B) and the clients' fixed blocks (None each for the
+    default source): the whole round drawn at once where it can be (fedsuite/batched/draws.py), else step by step
+    from each client's batch source."""
+    if drawable(datas, rules, steps, batch_size):
+        rounds = [drawn_round(data, steps, batch_size, g) for data, g in zip(datas, generators, strict=True)]
+        inputs = torch.stack([r[0] for r in rounds], dim=1)  # (K, C, B, …): each step's slice is contiguous
+        targets = torch.stack([r[1] for r in rounds], dim=1)
+        blocks = [None] * len(rounds)
+        for k in range(steps):
+            yield inputs[k], targets[k], blocks
+        return
+    sources = [
+        (r.batches or plain_batches)(data, epochs, steps, batch_size, generator)
+        for r, data, generator in zip(rules, datas, generators, strict=True)
+    ]
+    for draws in zip(*sources, strict=True):
+        yield (torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws]), [d[2] for d in draws])
