@@ -2,10 +2,11 @@
 against straggler severity and drop-out rate, for each algorithm, from two sweeps run with the same protocol: one over
 the speed spread of clients under a round deadline (`deadline-policy='partial'`: a straggler takes the steps that fit)
 and one over the drop-out rate. The stragglers sweep's spread 1 is the textbook federation (every client at speed 1
-takes all its steps) and the baseline of both.
+takes all its steps) and the baseline of both. An optional control sweep gives every client the same smaller K on
+time, the mean K_i the stragglers manage, to tell less work from unequal work.
 
     python -m simulation.studies.systems --stragglers docs/systems-study/stragglers \\
-        --dropouts docs/systems-study/dropouts --out docs/systems-study
+        --dropouts docs/systems-study/dropouts --fewer-steps docs/systems-study/fewer-steps --out docs/systems-study
 
 Writes table.md / table.csv (final accuracy, rounds to the target and the mean local steps per condition), loss.md
 (each algorithm's paired change from its own baseline), against-fedavg.md (each algorithm minus FedAvg in the same
@@ -25,16 +26,21 @@ from simulation.experiment.report import FINISHED
 
 BASELINE_ALGORITHM = "fedavg"
 BASELINE = ("none", 0.0)  # (kind, level): every client at speed 1, nobody drops out
+BASELINE_STEPS = 24  # the protocol's K (docs/systems-study/index.md)
 ORDER = ["fedavg", "fednova", "scaffold", "feddyn", "fedspeed", "fedcm"]
 
 
 def condition(config: dict) -> tuple[str, float]:
-    """(kind, level) of a run: ('stragglers', speed spread), ('drop-outs', rate), or the baseline."""
+    """(kind, level) of a run: ('stragglers', speed spread), ('drop-outs', rate), ('fewer steps', K) for a control
+    in which every client takes the same smaller K, or the baseline."""
     rate = float(config.get("dropout-rate", 0.0))
     if rate > 0:
         return "drop-outs", rate
     spread = float(config.get("speed-spread", 1.0))
-    return ("stragglers", spread) if spread > 1 else BASELINE
+    if spread > 1:
+        return "stragglers", spread
+    steps = int(config["local-steps"])
+    return ("fewer steps", float(steps)) if steps != BASELINE_STEPS else BASELINE
 
 
 def label(cond: tuple[str, float]) -> str:
@@ -43,6 +49,8 @@ def label(cond: tuple[str, float]) -> str:
         return f"stragglers, spread {level:g}"
     if kind == "drop-outs":
         return f"drop-outs {level:g}"
+    if kind == "fewer steps":
+        return f"all on time, K = {level:g}"
     return "all on time"
 
 
@@ -71,7 +79,7 @@ def runs(folder: Path, target: float) -> list[dict]:
 
 
 def conditions(records: list[dict]) -> list[tuple[str, float]]:
-    kinds = {"none": 0, "stragglers": 1, "drop-outs": 2}
+    kinds = {"none": 0, "fewer steps": 1, "stragglers": 2, "drop-outs": 3}
     return sorted({r["condition"] for r in records}, key=lambda c: (kinds[c[0]], c[1]))
 
 
@@ -174,15 +182,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation.studies.systems", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stragglers", type=Path, required=True, help="the sweep folder over speed-spread")
     parser.add_argument("--dropouts", type=Path, required=True, help="the sweep folder over dropout-rate")
+    parser.add_argument("--fewer-steps", type=Path, help="a control sweep: every client on time with a smaller K")
     parser.add_argument("--out", type=Path, required=True, help="where the tables and the plot go")
     parser.add_argument("--target", type=float, default=0.8, help="the accuracy whose rounds are counted")
     args = parser.parse_args(argv)
-    for flag, folder in (("--stragglers", args.stragglers), ("--dropouts", args.dropouts)):
+    folders = [("--stragglers", args.stragglers), ("--dropouts", args.dropouts)]
+    if args.fewer_steps is not None:
+        folders.append(("--fewer-steps", args.fewer_steps))
+    for flag, folder in folders:
         if not (folder / "runs").is_dir():
             print(f"{flag} {folder}: no runs/ folder (run the sweeps of docs/systems-study/index.md first)",
                   file=sys.stderr)  # fmt: skip
             return 2
-    records = runs(args.stragglers, args.target) + runs(args.dropouts, args.target)
+    records = [record for _, folder in folders for record in runs(folder, args.target)]
     args.out.mkdir(parents=True, exist_ok=True)
     lines, rows = table(records, args.target)
     loss = paired(records, key=lambda r: r["condition"] != BASELINE, against=lambda r: (r["algorithm"], BASELINE))
