@@ -163,13 +163,11 @@ def row(algorithm: str, path: str, result: dict) -> str:
     return f"{algorithm:<9} {path}: {result['steady_s']:.3f} s/round{peak}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m simulation.benchmarks.gpu_round", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--algorithms", default="fedavg,scaffold,fedspeed,fadamgt")
+def workload_arguments(parser: argparse.ArgumentParser, argv: list[str] | None, unit: str) -> argparse.Namespace:
+    """The reference workload's flags (this command's and simulation.benchmarks.peers'), parsed and checked; `unit`
+    is what each round is run per (a path, a side)."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per path; round 1 warms up")
+    parser.add_argument("--rounds", type=int, default=5, help=f"rounds per {unit}; round 1 warms up")
     parser.add_argument("--clients", type=int, default=10, help="clients, all of them in every round")
     parser.add_argument("--steps", type=int, default=50, help="local steps per client and round")
     parser.add_argument("--batch", type=int, default=50, help="batch size")
@@ -180,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 warms up)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulation.benchmarks.gpu_round", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--algorithms", default="fedavg,scaffold,fedspeed,fadamgt")
+    args = workload_arguments(parser, argv, "path")
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     device = torch.device(args.device)
     logging.getLogger("flwr").setLevel(logging.WARNING)  # no per-round lines from Flower's loop

@@ -43,7 +43,7 @@ from fedsuite.data import client_partition, load_dataset
 from fedsuite.models import seeded_model
 from fedsuite.schema import ConfigError
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
-from simulation.benchmarks.gpu_round import one_line, reference_config, steady, suite_path, sync
+from simulation.benchmarks.gpu_round import one_line, reference_config, steady, suite_path, sync, workload_arguments
 
 LR, WEIGHT_DECAY = 0.01, 1e-3
 
@@ -174,18 +174,7 @@ def plain_path(run_config: dict, rounds: int, device: torch.device) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation.benchmarks.peers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per side; round 1 warms up")
-    parser.add_argument("--clients", type=int, default=10, help="clients, all of them in every round")
-    parser.add_argument("--steps", type=int, default=50, help="local steps per client and round")
-    parser.add_argument("--batch", type=int, default=50, help="batch size")
-    parser.add_argument("--model", default="resnet18-gn", help="a built-in model name or package.module:factory")
-    parser.add_argument("--samples", type=int, default=500, help="training samples per client in the fake data")
-    parser.add_argument("--data-dir", default="", help="a folder holding cifar-10-batches-py/ (default: fake files)")
-    parser.add_argument("--json", default="", help="also write every figure to this file")
-    args = parser.parse_args(argv)
-    if args.rounds < 2:
-        parser.error("--rounds must be at least 2 (round 1 warms up)")
+    args = workload_arguments(parser, argv, "side")
     device = torch.device(args.device)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:

@@ -13,14 +13,11 @@ option's steady round over the plain run's: 1.00 = free. Run it on a quiet machi
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import steady_seconds
 from fedsuite.server_app import quiet_flower_logs
+from simulation.benchmarks.option_runs import base, option_arguments, timed_run
 
 OPTIONS = {
     "plain": {},
@@ -37,38 +34,13 @@ OPTIONS = {
 }
 
 
-def base(model: str, rounds: int) -> dict:
-    return {
-        "dataset": "fashion-mnist", "model": model, "partition": "dirichlet", "partition-alpha": 0.1,
-        "num-clients": 100, "clients-per-round": 10, "local-steps": 24, "batch-size": 50, "lr": 0.05,
-        "num-server-rounds": rounds, "eval-every": rounds, "algorithm": "fedavg", "seed": 0,
-    }  # fmt: skip
-
-
-def steady(run_config: dict, out: Path, name: str) -> float:
-    run_inprocess({**run_config, "out-dir": str(out), "run-name": name}, record=True)
-    rows = [json.loads(line) for line in (out / name / "rounds.jsonl").read_text().splitlines()]
-    return steady_seconds([r for r in rows if r["round"] > 0], skip_last=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.benchmarks.privacy",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
-    parser.add_argument("--model", default="2nn", help="a built-in Fashion-MNIST model: 2nn, logreg, cnn")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds per run (at least 4)")
-    parser.add_argument("--options", default=",".join(OPTIONS), help=f"comma-separated, of {', '.join(OPTIONS)}")
-    args = parser.parse_args(argv)
-    options = [o.strip() for o in args.options.split(",") if o.strip()]
-    unknown = [o for o in options if o not in OPTIONS]
-    if unknown or args.rounds < 4:
-        parser.error(f"--options: unknown {', '.join(unknown)}" if unknown else "--rounds: at least 4")
-    if "plain" not in options:
-        options.insert(0, "plain")
+    args, options = option_arguments("python -m simulation.benchmarks.privacy", __doc__.split("\n\n")[0], OPTIONS, argv)
     quiet_flower_logs()
     seconds = {}
     with tempfile.TemporaryDirectory(prefix="fedsuite-privacy-bench-") as tmp:
         for name in options:
-            seconds[name] = steady({**base(args.model, args.rounds), **OPTIONS[name]}, Path(tmp), name)
+            seconds[name], _ = timed_run({**base(args.model, args.rounds), **OPTIONS[name]}, Path(tmp), name)
             print(f"{name}: steady round {seconds[name]:.3f} s")
     for name in options[1:]:
         print(f"{name}_ratio {seconds[name] / seconds['plain']:.3f}")

@@ -16,16 +16,12 @@ free), `systems_ratio` last (all models on). Run it on a quiet machine; the rati
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import steady_seconds
 from fedsuite.server_app import quiet_flower_logs
+from simulation.benchmarks.option_runs import STEPS, base, option_arguments, timed_run
 
-STEPS = 24
 WORK = {"local-work": "uniform", "local-steps-min": STEPS}
 DEADLINE = {"client-speed": "uniform", "speed-spread": 1.0, "round-deadline": STEPS}
 AVAILABILITY = {"availability": "cycle", "availability-period": 1, "availability-fraction": 1.0}
@@ -33,38 +29,14 @@ OPTIONS = {"plain": {}, "work": WORK, "deadline": DEADLINE, "availability": AVAI
            "systems": {**WORK, **DEADLINE, **AVAILABILITY}}  # fmt: skip
 
 
-def base(model: str, rounds: int) -> dict:
-    return {
-        "dataset": "fashion-mnist", "model": model, "partition": "dirichlet", "partition-alpha": 0.1,
-        "num-clients": 100, "clients-per-round": 10, "local-steps": STEPS, "batch-size": 50, "lr": 0.05,
-        "num-server-rounds": rounds, "eval-every": rounds, "algorithm": "fedavg", "seed": 0,
-    }  # fmt: skip
-
-
-def measure(run_config: dict, out: Path, name: str) -> tuple[float, bytes]:
-    """The run's steady seconds per round and its final model's bytes."""
-    strategy = run_inprocess({**run_config, "out-dir": str(out), "run-name": name}, record=True)
-    rows = [json.loads(line) for line in (out / name / "rounds.jsonl").read_text().splitlines()]
-    return steady_seconds([r for r in rows if r["round"] > 0], skip_last=True), strategy.x.tobytes()
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.benchmarks.systems",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
-    parser.add_argument("--model", default="2nn", help="a built-in Fashion-MNIST model: 2nn, logreg, cnn")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds per run (at least 4)")
-    parser.add_argument("--options", default=",".join(OPTIONS), help=f"comma-separated, of {', '.join(OPTIONS)}")
-    args = parser.parse_args(argv)
-    options = [o.strip() for o in args.options.split(",") if o.strip()]
-    unknown = [o for o in options if o not in OPTIONS]
-    if unknown or args.rounds < 4:
-        parser.error(f"--options: unknown {', '.join(unknown)}" if unknown else "--rounds: at least 4")
-    options = ["plain"] + [o for o in options if o != "plain"]
+    args, options = option_arguments("python -m simulation.benchmarks.systems", __doc__.split("\n\n")[0], OPTIONS, argv)
     quiet_flower_logs()
     seconds, models = {}, {}
     with tempfile.TemporaryDirectory(prefix="fedsuite-systems-bench-") as tmp:
         for name in options:
-            seconds[name], models[name] = measure({**base(args.model, args.rounds), **OPTIONS[name]}, Path(tmp), name)
+            seconds[name], strategy = timed_run({**base(args.model, args.rounds), **OPTIONS[name]}, Path(tmp), name)
+            models[name] = strategy.x.tobytes()
             same = "" if name == "plain" else f", same_model {'yes' if models[name] == models['plain'] else 'no'}"
             print(f"{name}: steady round {seconds[name]:.3f} s{same}")
     for name in options[1:]:
