@@ -85,12 +85,12 @@ class PreparedFit:
 
 
 def first_not_finite(arrays: Mapping[str, torch.Tensor]) -> str | None:
-    """The name of the first array holding an inf or a NaN, or None. One float64 sum per array and one device sync
-    for the lot: a sum of finite float32 values cannot overflow float64, so the sums are finite exactly when every
-    entry is."""
+    """The name of the first array holding an inf or a NaN, or None. One sum per array in its own dtype and one device
+    sync for the lot: an inf or a NaN makes its array's sum non-finite, so finite sums prove every entry finite. A
+    non-finite sum (a NaN, an inf, or finite entries whose sum overflows) is settled entry by entry."""
     if not arrays:
         return None
-    sums = torch.stack([v.detach().sum(dtype=torch.float64) for v in arrays.values()])
+    sums = torch.stack([v.detach().sum().to(torch.float64) for v in arrays.values()])
     if bool(torch.isfinite(sums).all()):
         return None
     return next((name for name, value in arrays.items() if not bool(torch.isfinite(value).all())), None)

@@ -169,3 +169,19 @@ def test_fit_results_from_the_wire_unchanged_in_a_rejected_reply():
     with pytest.raises(RejectedReply, match="non-finite") as err:
         validate(res, lambda pid: ("delta",), {0}, 2)
     assert err.value.diverged
+
+
+def test_the_clients_finiteness_check_names_the_first_bad_array_and_survives_an_overflowing_sum():
+    """fedsuite.client_adapter.first_not_finite: one sum per array in its dtype; a sum that overflows on finite entries
+    is settled entry by entry (no false alarm), a NaN or an inf names its array."""
+    import torch
+
+    from fedsuite.client_adapter import first_not_finite
+
+    big = torch.full((8,), 3e38, dtype=torch.float32)  # finite entries whose float32 sum is inf
+    assert first_not_finite({"delta": big, "c": torch.zeros(3)}) is None
+    assert first_not_finite({}) is None
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        poisoned = torch.zeros(5, dtype=torch.float64)
+        poisoned[3] = bad
+        assert first_not_finite({"delta": big, "delta_c": poisoned, "y": torch.ones(2)}) == "delta_c"
