@@ -272,8 +272,16 @@ DRIFT_FREE = [("scaffold", {}, c_is_the_mean_of_the_client_c_i),
               ("feddyn", {"feddyn-alpha": 0.3}, h_is_the_mean_of_the_client_duals)]  # fmt: skip
 
 
-@pytest.mark.parametrize("system", [DROPOUTS, MARKOV], ids=["dropouts", "markov"])
-@pytest.mark.parametrize("algorithm,extra,invariant", DRIFT_FREE, ids=[a for a, _, _ in DRIFT_FREE])
+# The main suite runs SCAFFOLD under drop-outs and FedDyn under Markov availability; the other two pairs are slow.
+MAIN_SYSTEMS = {("scaffold", "dropouts"), ("feddyn", "markov")}
+
+
+@pytest.mark.parametrize(
+    "algorithm,extra,invariant,system",
+    [pytest.param(a, extra, invariant, system, id=f"{a}-{name}",
+                  marks=() if (a, name) in MAIN_SYSTEMS else pytest.mark.slow)
+     for a, extra, invariant in DRIFT_FREE for name, system in (("dropouts", DROPOUTS), ("markov", MARKOV))],
+)  # fmt: skip
 def test_drift_free_methods_reach_x_star_under_drop_outs_and_availability(algorithm, extra, invariant, system):
     cfg = {**LSQ, **system, **extra, "num-server-rounds": 300}
     run = kit.run_algorithm(algorithm, cfg, invariants=[invariant])

@@ -220,9 +220,10 @@ def test_fednova_converges_to_x_star_up_to_its_client_drift(federation):
     lsq, steps = federation
     lr = 0.0125
     cfg = {**UNEQUAL, "lr": lr, "num-server-rounds": 600}
-    nova, avg = kit.run_algorithm("fednova", cfg), kit.run_algorithm("fedavg", cfg)
+    nova = kit.run_algorithm("fednova", cfg)
     assert rel(nova.x, fednova_fixed_point(lsq, steps, lr)) < 1e-4
-    assert lsq.relative_error(nova.x) < 0.015 and lsq.relative_error(avg.x) > 0.1
+    # FedAvg's run ends at its own numpy fixed point (the test above), which is O(1) from x* at this η too
+    assert lsq.relative_error(nova.x) < 0.015 and lsq.relative_error(fedavg_fixed_point(lsq, steps, lr)) > 0.1
     errors = [lsq.relative_error(fednova_fixed_point(lsq, steps, eta)) for eta in (0.02, 0.01, 0.005)]
     assert errors[0] / errors[1] == pytest.approx(2, rel=0.15) and errors[1] / errors[2] == pytest.approx(2, rel=0.15)
 
@@ -237,9 +238,9 @@ DRIFT_FREE = [
 ]
 
 
-# The main suite runs SCAFFOLD, FedDyn and LoSAC with K_i fixed per client and SCAFFOLD with K_i redrawn each round
-# (FedADMM and FedSpeed with ρ = 0 reach x* with equal K_i there: tests/test_drift_family.py); the rest is slow.
-MAIN = {("scaffold", "uniform"), ("feddyn", "uniform"), ("losac", "uniform"), ("scaffold", "per-round")}
+# The main suite runs FedDyn and LoSAC with K_i fixed per client and SCAFFOLD with K_i redrawn each round (FedADMM
+# and FedSpeed with ρ = 0 reach x* with equal K_i there: tests/test_drift_family.py); the rest is slow.
+MAIN = {("feddyn", "uniform"), ("losac", "uniform"), ("scaffold", "per-round")}
 
 
 @pytest.mark.parametrize(
