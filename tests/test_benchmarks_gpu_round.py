@@ -47,3 +47,19 @@ def test_peers_prints_both_apps_and_the_ratio(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert len(report["fedsuite"]["seconds"]) == len(report["plain_flower"]["seconds"]) == 2
     assert lines[-1] == f"peers_ratio {report['peers_ratio']:.3f}"
+
+
+def test_a_batched_row_that_fell_back_says_so(tmp_path):
+    """A batched path whose clients trained one at a time (here: dp-sgd clips per record) reports why, so its figure
+    is never read as batching's."""
+    import argparse
+
+    write_fake_cifar10(tmp_path, train_rows=120, test_rows=20)
+    args = argparse.Namespace(model="cnn", clients=2, steps=2, batch=10, rounds=2, device="cpu")
+    run_config = {**gpu_round.reference_config(args, "fedavg", str(tmp_path)), **gpu_round.BATCHED,
+                  "dp-sgd": True, "dp-sgd-noise": 0.0, "dp-sgd-clip": 1e6}  # fmt: skip
+    result = gpu_round.suite_path(run_config, gpu_round.torch.device("cpu"))
+    assert result["fell_back"] == ["fedavg trains one client at a time: dp-sgd clips per-record gradients one client "
+                                   "at a time"]  # fmt: skip
+    plain = gpu_round.suite_path({**run_config, "batch-clients": False}, gpu_round.torch.device("cpu"))
+    assert plain["fell_back"] == []

@@ -58,7 +58,7 @@ class BatchedDispatcher:
     def say(self, reason: str) -> None:
         if reason not in self.said:
             self.said.add(reason)
-            log.info("fedsuite │ batch-clients: %s", reason)
+            log.warning("fedsuite │ batch-clients: %s", reason)  # asked for, not given: a warning
 
     def fit_round(self, instructions: Sequence[tuple[Any, FitIns]], server_round: int, timeout: float | None):
         """(results, failures) as Flower's fit_clients returns them, in instruction order."""

@@ -99,12 +99,32 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+class FallBacks(logging.Handler):
+    """The `fedsuite │ batch-clients:` lines of a run: why some of its clients trained one at a time."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "batch-clients:" in message:
+            self.lines.append(message.split("batch-clients:", 1)[1].strip())
+
+
 def suite_path(run_config: dict, device: torch.device) -> dict:
+    """The run's round times, losses and peak memory, and `fell_back`: the reasons any of its clients trained one at
+    a time under batch-clients=true (a batched row that fell back measures one-at-a-time training, and says so)."""
     reset_peak(device)
-    clock = RoundClock(device)
-    run_inprocess(run_config, observers=[clock])
+    clock, fallbacks = RoundClock(device), FallBacks()
+    logger = logging.getLogger("flwr.fedsuite")
+    logger.addHandler(fallbacks)
+    try:
+        run_inprocess(run_config, observers=[clock])
+    finally:
+        logger.removeHandler(fallbacks)
     return {"seconds": clock.seconds, "losses": clock.losses, "steady_s": steady(clock.seconds),
-            "peak_mib": peak_mib(device)}  # fmt: skip
+            "peak_mib": peak_mib(device), "fell_back": fallbacks.lines}  # fmt: skip
 
 
 def bare_path(run_config: dict, two_gradients: bool, device: torch.device) -> dict:
@@ -228,7 +248,9 @@ def measure(args, algorithms: list[str], data_dir: str, device: torch.device) ->
             print(f"{algorithm:<9} batched: not available ({one_line(err)})", flush=True)
         else:
             entry["batched"] = suite_path({**run_config, **BATCHED}, device)
-            print(row(algorithm, "batched", entry["batched"]), flush=True)
+            fell = entry["batched"]["fell_back"]
+            print(row(algorithm, "batched", entry["batched"]) + (f" (fell back: {'; '.join(fell)})" if fell else ""),
+                  flush=True)  # fmt: skip
         two = algorithm in TWO_GRADIENTS
         if two not in bare:
             bare[two] = bare_path(run_config, two, device)
