@@ -37,8 +37,9 @@ class StackedModel:
         self.x = torch.empty((clients, dim), dtype=model.x.dtype, device=model.x.device)
         self.grad = torch.zeros_like(self.x)
         self._gradients = {}  # loss_fn → its vmapped gradient function
+        self._params = self._views()  # x is only ever updated in place, so the views stay valid
 
-    def _params(self) -> dict[str, torch.Tensor]:
+    def _views(self) -> dict[str, torch.Tensor]:
         """Each trainable parameter of every client: a (C, *shape) view into `x`."""
         params, offset, clients = {}, 0, self.x.shape[0]
         for name, shape in self._layout:
@@ -61,7 +62,7 @@ class StackedModel:
 
     def loss_and_grad(self, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Each client's loss at its row of `x` on its minibatch, (C,) detached; the gradients overwrite `grad`."""
-        gradients, losses = self._gradient(loss_fn)(self._params(), inputs, targets)
+        gradients, losses = self._gradient(loss_fn)(self._params, inputs, targets)
         clients = self.x.shape[0]
         torch.cat([gradients[name].reshape(clients, -1) for name, _ in self._layout], dim=1, out=self.grad)
         return losses.detach()
