@@ -335,3 +335,14 @@ def test_the_run_plot_shows_what_the_system_models_did(tmp_path):
                        "run-name": name}, record=True)  # fmt: skip
         widths[name] = imread(tmp_path / name / "accuracy.png").shape[1]
     assert widths["systems"] == pytest.approx(2 * widths["plain"], rel=0.05)
+
+
+def test_cost_benchmark_refuses_a_ratio_over_different_work(monkeypatch, capsys):
+    """An option that changes the work (here: fewer steps) gives a different final model: no ratio, exit code 1."""
+    from simulation.benchmarks import systems as benchmark
+
+    monkeypatch.setitem(benchmark.OPTIONS, "fewer", {"local-steps": 5})
+    assert benchmark.main(["--model", "logreg", "--rounds", "4", "--options", "fewer"]) == 1
+    out, err = capsys.readouterr()
+    assert "fewer: steady round" in out and "same_model no" in out and "_ratio" not in out
+    assert err.count("\n") == 1 and "fewer: the final model differs" in err

@@ -11,11 +11,13 @@ run's final model is compared with the plain run's (`same_model`): equal bytes s
 run is the in-process engine, one after the other in this process, on the same data, cohorts and minibatches. Round 1
 (first data loads) and the last round (test evaluation) are left out: "steady" is the median of the other rounds'
 `round_seconds`. The last lines, `<option>_ratio x`, are each option's steady round over the plain run's (1.00 =
-free), `systems_ratio` last (all models on). Run it on a quiet machine; the ratios are one run each.
+free), `systems_ratio` last (all models on); a run whose final model differs from the plain run's ends it with exit
+code 1 and no ratio. Run it on a quiet machine; the ratios are one run each.
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
             models[name] = strategy.x.tobytes()
             same = "" if name == "plain" else f", same_model {'yes' if models[name] == models['plain'] else 'no'}"
             print(f"{name}: steady round {seconds[name]:.3f} s{same}")
+    differ = [name for name in options if models[name] != models["plain"]]
+    if differ:  # the premise failed: the ratios would compare different work
+        print(f"{', '.join(differ)}: the final model differs from the plain run's, so the runs did different work "
+              "and no ratio measures the models' cost", file=sys.stderr)  # fmt: skip
+        return 1
     for name in options[1:]:
         print(f"{name}_ratio {seconds[name] / seconds['plain']:.3f}")
     return 0
