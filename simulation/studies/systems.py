@@ -17,6 +17,7 @@ averaged.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -58,8 +59,6 @@ def runs(folder: Path, target: float) -> list[dict]:
     """One record per run under folder/runs: algorithm, condition, seed, status, final accuracy, rounds to
     `target`, the mean K_i the replies took (None where the rows do not say) and the mean share of the cohort that
     replied."""
-    import json
-
     out = []
     for summary_file in sorted((folder / "runs").glob("*/*/seed-*/summary.json")):
         run = summary_file.parent
