@@ -168,6 +168,20 @@ def _bare_rounds(run_config: dict, two_gradients: bool, device: torch.device) ->
     return {"seconds": seconds, "losses": losses, "steady_s": steady(seconds), "peak_mib": peak_mib(device)}
 
 
+def batched_path(algorithm: str, run_config: dict, device: torch.device) -> dict:
+    """The suite with batch-clients=true, its row printed (with the reasons any client fell back to one at a time),
+    or `not_available` where this fedsuite has no such key."""
+    try:
+        resolve({**run_config, **BATCHED})
+    except ConfigError as err:
+        print(f"{algorithm:<9} batched: not available ({one_line(err)})", flush=True)
+        return {"not_available": one_line(err)}
+    result = suite_path({**run_config, **BATCHED}, device)
+    fell = result["fell_back"]
+    print(row(algorithm, "batched", result) + (f" (fell back: {'; '.join(fell)})" if fell else ""), flush=True)
+    return result
+
+
 def one_line(err: BaseException) -> str:
     return " ".join(part.strip() for part in str(err).splitlines() if part.strip())
 
@@ -241,16 +255,7 @@ def measure(args, algorithms: list[str], data_dir: str, device: torch.device) ->
             report["d"] = x_dim
         entry: dict = {"suite": suite_path(run_config, device)}
         print(row(algorithm, "suite", entry["suite"]), flush=True)
-        try:
-            resolve({**run_config, **BATCHED})
-        except ConfigError as err:
-            entry["batched"] = {"not_available": one_line(err)}
-            print(f"{algorithm:<9} batched: not available ({one_line(err)})", flush=True)
-        else:
-            entry["batched"] = suite_path({**run_config, **BATCHED}, device)
-            fell = entry["batched"]["fell_back"]
-            print(row(algorithm, "batched", entry["batched"]) + (f" (fell back: {'; '.join(fell)})" if fell else ""),
-                  flush=True)  # fmt: skip
+        entry["batched"] = batched_path(algorithm, run_config, device)
         two = algorithm in TWO_GRADIENTS
         if two not in bare:
             bare[two] = bare_path(run_config, two, device)
