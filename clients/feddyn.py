@@ -15,6 +15,8 @@ from fedsuite.local import AddVector, UpdateRule
 
 
 class FedDynClient(ClientRule):
+    uploads_start_shift = True  # the server averages the last local models (strategies/feddyn.py)
+
     def __init__(self, node, alpha: float, dual_storage: str = "client"):
         self.alpha, self.dual_storage = alpha, dual_storage
         super().__init__(node)

@@ -186,6 +186,14 @@ def _scaffold_option_1_under_dp_sgd(values: Mapping[str, Any]) -> str | None:
 _MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True)
 
 
+def _mime_svrg_reference_point(values: Mapping[str, Any]) -> str | None:
+    """MimeSVRG's correction g(x) − g(x^t) + c needs its steps to start where the query took the full gradients."""
+    if values.get("relaxed-init", 0.0) > 0:
+        return ("relaxed-init > 0 with algorithm='mimesvrg': its correction g(x) − g(x^t) + c takes the full gradients "
+                "at the server's x^t, not at a relaxed start; set relaxed-init=0")  # fmt: skip
+    return None
+
+
 _FEDOPT_ARGS = {"server_lr": "fedopt-lr", "beta1": "fedopt-beta1", "beta2": "fedopt-beta2", "tau": "fedopt-tau"}
 
 _ADAM = {"beta1": "adam-beta1", "beta2": "adam-beta2", "eps": "adam-eps"}
@@ -299,7 +307,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("mimesvrg", "fedsuite.strategies.mimesvrg:MimeSVRG", "fedsuite.clients.mimesvrg:MimeSVRGClient",
            "docs/algorithms/mimesvrg.md",
            "two exchanges: full gradients → c, then steps g(x) − g(x^t) + c", {"server_lr": "server-lr"},
-           sum_scale=True, checks=(_MIME_SVRG,), tunable=_SGD,
+           sum_scale=True, checks=(_MIME_SVRG, _mime_svrg_reference_point), tunable=_SGD,
            dp_refusal="sends each client's full local gradient to the server before training (its query), a second "
                       "upload per round that the joint clip does not bound",
            dp_sgd_refusal="its server query uploads the full local gradient without noise",

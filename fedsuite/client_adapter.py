@@ -40,7 +40,7 @@ from fedsuite import registry
 from fedsuite.adaptive import TRACKING_KEY, tracks
 from fedsuite.client_rule import ClientRule, RoundContext
 from fedsuite.config import Config
-from fedsuite.declared import BUFFERS
+from fedsuite.declared import BUFFERS, LAST_ITERATE
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
@@ -82,6 +82,7 @@ class PreparedFit:
     steps: int  # K_i as the message says (0: epoch mode)
     generator: torch.Generator  # minibatch order and augmentation of (seed, round, partition)
     private: Any  # fedsuite.privacy.dp_sgd.DpSgd with dp-sgd=true, else None
+    start_shift: torch.Tensor | None = None  # relaxed-init > 0: x_{i,0} − x^t (x0 is then the relaxed start)
 
 
 def first_not_finite(arrays: Mapping[str, torch.Tensor]) -> str | None:
@@ -155,6 +156,7 @@ class RuleClient(NumPyClient):
         down = self._downlink(parameters, config[ARRAYS_KEY])
         self._load_buffers(down.pop(BUFFERS.name, None))
         self._check_match(config, down)
+        start_shift = self._relax(down)
         node.model.module.train()
         ctx = round_context(config, down, node.partition_id)
         rule = self.client_rule.rule(ctx)
@@ -162,7 +164,20 @@ class RuleClient(NumPyClient):
             rule.batches = self.client_rule.blocks()
         private = dp_sgd.for_client(node, ctx.round)  # None unless dp-sgd=true
         steps = int(config.get(STEPS_KEY, local.steps))  # K_i sent by the server's system model, if any
-        return PreparedFit(config, ctx, rule, down["model"], steps, node.generator(ctx.round), private)
+        return PreparedFit(config, ctx, rule, down["model"], steps, node.generator(ctx.round), private, start_shift)
+
+    def _relax(self, down: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """relaxed-init = β > 0 (docs/running/relaxed-init.md): replace x^t in `down` by this client's start
+        x_{i,0} = x^t + β(x^t − x_i^last), x_i^last its last local model (x^0 before its first round, as the FedSpeed
+        authors' simulator starts every client's), and return the shift x_{i,0} − x^t; None when off."""
+        beta = self.node.cfg.local.relaxed_init
+        if not beta:
+            return None
+        x_t = down["model"]
+        last = self.state.get(LAST_ITERATE.name) if self.state.has(LAST_ITERATE.name) else self.node.initial_x()
+        shift = (x_t - last).mul_(beta)
+        down["model"] = x_t + shift
+        return shift
 
     def train(self, fit: PreparedFit) -> LocalResult:
         """This client's local loop alone (fedsuite.local.train_local)."""
@@ -189,12 +204,16 @@ class RuleClient(NumPyClient):
         the packed arrays and the metrics; returns NumPyClient.fit's (arrays, examples, metrics)."""
         node, config, ctx, private = self.node, fit.config, fit.ctx, fit.private
         uplink = {**self.client_rule.uplink(result, fit.rule, ctx), **self._buffers_uplink()}
+        if fit.start_shift is not None and self.client_rule.uploads_start_shift:
+            uplink["start_shift"] = fit.start_shift
         bad = first_not_finite(uplink)
         if bad is not None:
             raise FloatingPointError(f"uplink array {bad!r} is not finite (diverged local training?)")
         released: dict = {}
         if node.cfg.privacy.on:  # client-level DP: only the clipped (and noised) uploads leave (docs/privacy.md)
             uplink, released = self._private(uplink, config, ctx)
+        if fit.start_shift is not None:
+            self.state.set(LAST_ITERATE.name, result.x)
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
         arrays, names = pack({k: v.detach().cpu().numpy() for k, v in uplink.items()})

@@ -46,9 +46,14 @@ class RoundContext:
 class ClientRule:
     """An algorithm's client: its declared state, local rule, uplink and query answer (module docstring)."""
 
+    # Under relaxed-init > 0 the adapter starts the round at x_{i,0} = x^t + β(x^t − x_i^last) and hands the rule that
+    # point as ctx.down["model"]; a client whose server averages the clients' last models (FedDyn's family) also
+    # uploads the shift x_{i,0} − x^t as "start_shift" (docs/running/relaxed-init.md).
+    uploads_start_shift: bool = False
+
     def __init__(self, node: Any):  # a fedsuite.node.ClientNode (fedsuite.app: its own node of the same shape)
         self.node = node
-        specs = self.state_specs(node.cfg) + model_state(node.cfg.buffers)
+        specs = self.state_specs(node.cfg) + model_state(node.cfg.buffers, node.cfg.local.relaxed_init)
         self.state = node.client_state(specs) if specs else None
 
     # ---- algorithm hooks -------------------------------------------------------------------------

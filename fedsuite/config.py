@@ -190,6 +190,7 @@ class LocalLoop(Settings):
     weight_decay (weight-decay): coupled L2 added to every local step.
     clip_norm (clip-norm): clip each step's gradient to this L2 norm; 0 = off.
     clip_scope (clip-scope): 'clean' or 'reference', what clip_norm clips (docs/algorithms/index.md).
+    relaxed_init (relaxed-init): β of relaxed initialisation, 0 = off (docs/running/relaxed-init.md).
     local_batches (local-batches): 'minibatch' (B samples) or 'blocks' (one of the client's fixed blocks).
     blocks (losac-blocks): M, the fixed data blocks per client for local_batches = 'blocks'.
     loss_reduction (loss-reduction): 'mean' or 'sum' over a minibatch or block.
@@ -208,6 +209,7 @@ class LocalLoop(Settings):
     weight_decay: float = _key("weight-decay")
     clip_norm: float = _key("clip-norm")
     clip_scope: str = _key("clip-scope")
+    relaxed_init: float = _key("relaxed-init")
     local_batches: str = _key("local-batches")
     blocks: int = _key("losac-blocks")
     loss_reduction: str = _key("loss-reduction")

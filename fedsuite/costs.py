@@ -36,7 +36,12 @@ def communication(algorithm: str, cfg: Config | None = None) -> tuple[int, int, 
     """(d-vectors down, d-vectors up) per participating client per round, and the extra d-vectors up from the
     clients that return `uplink_some` (FAdamET/GT's tracking subset), from the rule's declarations."""
     cfg = _config(cfg, algorithm)
-    settings = RuleSettings(initial_x=np.zeros(1, np.float32), sampler=Sampler(cfg.num_clients, "fixed", 1), lr=1.0)
+    settings = RuleSettings(
+        initial_x=np.zeros(1, np.float32),
+        sampler=Sampler(cfg.num_clients, "fixed", 1),
+        lr=1.0,
+        relaxed_init=cfg.local.relaxed_init,
+    )
     rule = registry.build_rule(cfg, settings)
     query = 1 if rule.query is not None else 0
     return 1 + len(rule.sends) + len(rule.sends_each) + query, len(rule.uplink) + query, len(rule.uplink_some)

@@ -142,10 +142,14 @@ class Buffers(StateSpec):
 BUFFERS = Buffers("buffers")  # also the payload name of the averaged buffers (buffers='average')
 
 
-def model_state(buffers: str) -> tuple[StateSpec, ...]:
-    """The client state every algorithm's client keeps for the model itself under `buffers` (the run config's
-    'average' or 'local'), besides the algorithm's own declaration."""
-    return (BUFFERS,) if buffers == "local" else ()
+LAST_ITERATE = Vector("x_last", "float32")  # the client's own last local model x_{i,K} (relaxed-init > 0)
+
+
+def model_state(buffers: str, relaxed_init: float = 0.0) -> tuple[StateSpec, ...]:
+    """The client state every algorithm's client keeps for the model itself, besides the algorithm's own
+    declaration: its buffers under buffers='local', and its last local model under relaxed-init > 0
+    (docs/running/relaxed-init.md)."""
+    return ((BUFFERS,) if buffers == "local" else ()) + ((LAST_ITERATE,) if relaxed_init > 0 else ())
 
 
 def units(specs: Iterable[StateSpec]) -> int:

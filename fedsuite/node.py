@@ -145,10 +145,15 @@ class ClientNode:
         return ClientState(self.store, self.model.dim, self.device, names=[spec.name for spec in specs])
 
     def initial_x(self) -> torch.Tensor:
-        """x^0, rebuilt from the run seed exactly as the server builds it (FedADMM's x̂_i starts there)."""
-        ds = self.shapes
-        x0 = initial_vector(self.cfg.model, ds.input_shape, ds.num_classes, ds.task, self.cfg.seed, self.cfg.model_args)
-        return x0.to(self.device)
+        """x^0, rebuilt from the run seed exactly as the server builds it, once per process (FedADMM's x̂_i and
+        relaxed initialisation's x_i^last start there); a fresh copy each call."""
+        key = ("x0", *self._model_key())
+        with _CACHE_LOCK:
+            if key not in _MODELS:
+                cfg, ds = self.cfg, self.shapes
+                _MODELS[key] = initial_vector(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
+                                              cfg.model_args)  # fmt: skip
+            return _MODELS[key].to(self.device, copy=True)
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""

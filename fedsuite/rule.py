@@ -43,6 +43,8 @@ class RuleSettings:
     # client-level DP with Poisson sampling: cohort means divide the (noisy) sum by the expected cohort p·N, never by
     # the realised |S|, whose value would depend on whether one client took part (docs/privacy.md)
     expected_cohort: float | None = None
+    relaxed_init: float = 0.0  # β of relaxed initialisation: clients start at x^t + β(x^t − x_i^last), 0 = off
+    # (docs/running/relaxed-init.md); rules that average the clients' last models then need each start's shift
     extra: Mapping[str, Any] = field(default_factory=dict)  # unused by the built-ins; for plug-in rules
 
 

@@ -204,6 +204,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("clip-scope", "clean", "what clip-norm clips: clean = loss gradient + linear corrections; reference = also "
         "the −μ·centre half of every prox term, as FL-Simulator/FedDyn code (docs/algorithms/index.md)",
         ("clean", "reference"), client=True),
+    Key("relaxed-init", 0.0, "β of relaxed initialisation (FedInit): each client starts its round at "
+        "x^t + β(x^t − x_i^last), its own last local model (x^0 before its first round); 0 = off "
+        "(docs/running/relaxed-init.md)", low=0.0, client=True),
     Key("local-batches", "minibatch", "what one local step trains on: minibatch = B samples (epochs or K draws); "
         "blocks = one of the client's M fixed data blocks (losac-blocks), drawn uniformly, as LoSAC/FedSaga always "
         "do and the LoSAC suite's baselines do (docs/algorithms/losac.md)", ("minibatch", "blocks"), client=True),

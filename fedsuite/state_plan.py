@@ -72,6 +72,6 @@ class StatePlan:
 def state_plan(cfg: Config, dim: int, buffer_floats: int) -> StatePlan:
     """The plan of a run with `cfg` for a model of `dim` trainable parameters and `buffer_floats` buffer floats."""
 
-    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers)
+    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers, cfg.local.relaxed_init)
     held = cfg.client_state
     return StatePlan(tuple(specs), cfg.num_clients, dim, buffer_floats, held.mode, held.budget_mb, held.dir)

@@ -56,6 +56,7 @@ import numpy as np
 
 from fedsuite import costs
 from fedsuite.config import resolve
+from fedsuite.declared import model_state
 
 __all__ = [
     "LSQ", "PARTIAL", "KitRun", "LeastSquares", "RoundObservation", "check_checkpoint_round_trip",
@@ -338,13 +339,15 @@ def check_client_state(algorithm: str, run_config: Mapping[str, Any] | None = No
     """Every d-vector the client of `algorithm` declares (`state_specs`) is client state in fact: on `run_config`
     (default LSQ: every client in every round) for `rounds` rounds, it is saved after an accepted reply, changes
     between two rounds of some client (the clients trained), and is read back (`self.state.get`) in a client's next
-    round. Returns the vectors checked (none for a stateless client)."""
+    round. The client state every algorithm keeps for the model under the run config (relaxed-init's last local model)
+    is checked with it. Returns the vectors checked (none for a stateless client)."""
     from fedsuite.inprocess import client_store
     from fedsuite.state import effective
 
     cfg = resolve({**LSQ, "eval-every": 1000, **(run_config or {}), "num-server-rounds": rounds,
                    "algorithm": algorithm})  # fmt: skip
-    names = tuple(spec.name for spec in costs.client_state(algorithm, cfg) if spec.units)
+    specs = costs.client_state(algorithm, cfg) + model_state(cfg.buffers, cfg.local.relaxed_init)
+    names = tuple(spec.name for spec in specs if spec.units)
     if not names:
         return ()
     saved: dict[tuple[str, int], list[np.ndarray | None]] = {}  # (vector, partition) → its value after each round

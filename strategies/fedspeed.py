@@ -19,14 +19,18 @@ class FedSpeed(FedDyn):
         super().__init__(settings, dual_storage)
         self.dual_agg = dual_agg
         if dual_agg == "sampled" and dual_storage == "client":
-            self.uplink = ("delta_hat",)  # the client uploads x̂_i − x^t
+            self.uplink = ("delta_hat", *self.start_shift)  # the client uploads x̂_i − x^t
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         if self.dual_agg == "all":
             return super().aggregate(server_round, replies)
         if self.dual_storage == "client":
-            return self.x + self.cohort_mean(replies, "delta_hat")
+            return self.local_models_mean(replies, "delta_hat")
         self.record_duals(replies)
+        if self.start_shift:  # relaxed-init: x̂_i = x_{i,0} + Δ_i + h_i
+            return self.x + self.cohort_mean(
+                replies, lambda r: r.arrays["delta"] + r.arrays["start_shift"] + self.h_table[r.partition_id]
+            )
         return self.x + self.cohort_mean(replies, lambda r: r.arrays["delta"] + self.h_table[r.partition_id])
 
 

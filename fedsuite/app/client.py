@@ -84,7 +84,7 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
     if given is not None and int(given) != num_partitions:
         raise ConfigError(f"num_clients={given}: this client is one of num_partitions={num_partitions}; give both the "
                           "same number")  # fmt: skip
-    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers)
+    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers, cfg.local.relaxed_init)
     if specs and state_dir is None:
         names = ", ".join(spec.name for spec in specs)
         raise ConfigError(f"state_dir: algorithm={algorithm!r} keeps client state ({names}) between rounds; give "

@@ -21,7 +21,8 @@ def rule_settings(cfg, initial_x: np.ndarray) -> RuleSettings:
     expected = cfg.sampling.participation * cfg.sampling.num_clients if poisson_dp else None
     return RuleSettings(initial_x=initial_x, sampler=Sampler.of_run(cfg), lr=cfg.local.lr,
                         lr_decay=cfg.local.lr_decay, weighting=cfg.aggregation.weighting,
-                        agg_scale=cfg.aggregation.agg_scale, expected_cohort=expected)  # fmt: skip
+                        agg_scale=cfg.aggregation.agg_scale, expected_cohort=expected,
+                        relaxed_init=cfg.local.relaxed_init)  # fmt: skip
 
 
 @dataclass
