@@ -181,17 +181,21 @@ def test_default_experiment_learns(tmp_path, flwr_home):
 
 
 def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
-    """simulation.benchmarks.overhead: 3 rounds under Ray and the same work in-process; the overhead ratio is
-    printed last."""
+    """simulation.benchmarks.overhead: 3 rounds under Ray and the same work in-process; the batched ratio (in process,
+    batched ÷ one at a time) comes just before the overhead ratio, which is printed last."""
     from simulation.benchmarks import overhead as benchmark
 
     benchmark.main(["--rounds", "3", "--num-clients", "4", "--clients-per-round", "2", "--local-steps", "3",
                     "--model", "2nn", "--out-dir", str(tmp_path)])  # fmt: skip
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    *_, before_last, last = capsys.readouterr().out.strip().splitlines()
     name, value = last.split()
     assert name == "overhead_ratio" and float(value) > 0
+    name, value = before_last.split()
+    assert name == "batched_ratio" and float(value) > 0  # the same run in process, batched ÷ one at a time
     report = json.loads((tmp_path / "benchmark.json").read_text())
     assert report["train_loss_max_abs_diff"] < 1e-3  # both paths did the same local work
+    assert report["batched_fell_back"] == []  # the batched run trained its clients stacked
+    assert len(report["rounds"]["batched_seconds"]) == len(report["rounds"]["inprocess_seconds"]) == 3
 
 
 @pytest.mark.parametrize("engine", [pytest.param("flwr", marks=pytest.mark.slow), "inprocess"])

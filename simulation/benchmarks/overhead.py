@@ -10,7 +10,11 @@ per-round generator), then take the plain mean of the client models (FedAvg with
   per-round `round_seconds` (configure_fit → end of evaluate) come from the run's rounds.jsonl;
 - bare 2-proc (the headline baseline, same resources): a pool of 2 spawned processes with 1 torch thread each,
   created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
-- bare 1-proc (extra line): the same rounds in this process with 2 torch threads.
+- bare 1-proc (extra line): the same rounds in this process with 2 torch threads;
+- in process, one at a time and batched: the same run through `fedsuite.inprocess.run_inprocess` (no Ray), its
+  clients trained one after another, then with batch-clients=true as one stacked computation
+  (docs/running/batched.md). `batched_ratio x`, printed just before the last line, is batched steady round / one-at-a-
+  time steady round on that same path: below 1 = batching is faster.
 Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
 discovery: the federation has as many SuperNodes as workers, whatever N) and the last round
 also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path
@@ -43,6 +47,7 @@ from fedsuite.node import ClientNode
 from fedsuite.results import steady_seconds
 from fedsuite.sampling import Sampler
 from fedsuite.server_app import initial_model
+from simulation.benchmarks.gpu_round import suite_path
 from simulation.launcher.launch import run
 from simulation.launcher.project import PROJECT, pyproject_defaults
 
@@ -146,10 +151,21 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
         seq = bare_rounds(values, x0, sampler, rounds, workers=1)
 
     print_rounds(suite, bare, seq, rounds, one_process)
+    one_at_a_time, batched = inprocess_paths(overrides)
+    numbers = {"num_clients": num_clients, "suite_wall_s": suite_wall, **path_numbers(suite, bare, seq)}
+    numbers["inprocess_steady_round_s"] = one_at_a_time["steady_s"]
+    numbers["batched_steady_round_s"] = batched["steady_s"]
+    numbers["batched_ratio"] = batched["steady_s"] / one_at_a_time["steady_s"]
+    rows = {"suite": suite, "bare_2proc": bare, "bare_1proc": seq, "inprocess_seconds": one_at_a_time["seconds"],
+            "batched_seconds": batched["seconds"]}  # fmt: skip
+    return {"config": overrides, "suite_folder": str(folder), **numbers, "batched_fell_back": batched["fell_back"],
+            "rounds": rows}  # fmt: skip
+
+
+def path_numbers(suite: list[dict], bare: list[dict], seq: list[dict]) -> dict:
+    """The Ray suite's and the bare paths' steady rounds, their ratios, and how far their losses drift apart."""
     pairs = [(s, o) for s, b, q in zip(suite, bare, seq, strict=True) for o in (b, q)]
     numbers = {
-        "num_clients": num_clients,
-        "suite_wall_s": suite_wall,
         "suite_cold_start_s": suite[0]["round_seconds"],
         "suite_steady_round_s": steady_seconds(suite, skip_last=True),
         "suite_client_compute_s": steady_seconds(suite, "client_compute_seconds", skip_last=True),
@@ -160,8 +176,21 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
     }
     numbers["overhead_ratio_1proc"] = numbers["suite_steady_round_s"] / numbers["bare_1proc_steady_round_s"]
     numbers["overhead_ratio"] = numbers["suite_steady_round_s"] / numbers["bare_steady_round_s"]
-    return {"config": overrides, "suite_folder": str(folder), **numbers,
-            "rounds": {"suite": suite, "bare_2proc": bare, "bare_1proc": seq}}  # fmt: skip
+    return numbers
+
+
+def inprocess_paths(overrides: dict) -> tuple[dict, dict]:
+    """The same run in this process, its clients one at a time and then batched (gpu_round.suite_path: each round's
+    seconds, the steady median of rounds 2..R); the batched run says why if any client fell back."""
+    values = {k: v for k, v in overrides.items() if k not in ("out-dir", "run-name", "overwrite")}
+    values["client-threads"] = torch.get_num_threads()  # one client trains at a time: it has the machine's threads
+    print("in process: one client at a time, then batched ...", flush=True)
+    device = torch.device("cpu")
+    one_at_a_time = suite_path(values, device)
+    batched = suite_path({**values, "batch-clients": True}, device)
+    if batched["fell_back"]:
+        print(f"batched fell back to one at a time: {'; '.join(batched['fell_back'])}", flush=True)
+    return one_at_a_time, batched
 
 
 def print_rounds(suite: list[dict], bare: list[dict], seq: list[dict], rounds: int, one_process: bool) -> None:
@@ -211,10 +240,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"{r['suite_wall_s']:>16.1f}",
             )
             print(" ".join(cells))
+        print(f"batched_ratio {max(r['batched_ratio'] for r in reports):.3f}")
         print(f"overhead_ratio {max(r['overhead_ratio'] for r in reports):.3f}")  # the worst size
         return
     numbers = {k: v for k, v in reports[0].items() if isinstance(v, float)}
-    for key, value in numbers.items():
+    last = ("batched_ratio", "overhead_ratio")  # the issue's two headline figures, overhead_ratio last
+    for key in [k for k in numbers if k not in last] + list(last):
+        value = numbers[key]
         print(f"{key} {value:.3g}" if key == "train_loss_max_abs_diff" else f"{key} {value:.3f}")
 
 
