@@ -67,6 +67,12 @@ KEYS: tuple[Key, ...] = (
     Key("fedlada-alpha", 0.1, "FedLADA α, weight of the local Adam direction against the global g_a "
         "(docs/algorithms/fedlada.md)",
         low=0.0, high=1.0),
+    Key("fedavgm-beta", 0.9, "FedAvgM server momentum β: v ← β v + mean_S Δ_i (docs/algorithms/fedavgm.md)",
+        low=0.0, high=1.0, high_open=True),
+    Key("fedexp-eps", 1e-3, "FedExP ε in η_g = max(1, mean_S ‖Δ_i‖² / (2(‖Δ̄‖² + |S| ε))), decayed as lr-decay² "
+        "(docs/algorithms/fedexp.md)", low=0.0, low_open=True),
+    Key("fedexp-eval-average", True, "FedExP: evaluate (x^{t+1} + x^t)/2, the authors' reporting; training "
+        "continues from x^{t+1} (docs/algorithms/fedexp.md)"),
 )  # fmt: skip
 
 # read by the client through its config rather than a constructor argument (the proximal step's Ψ)
@@ -224,6 +230,9 @@ _FEDMIM_TUNED = {**_SGD, "fedmim-alphas": ("0.3,0.1", "0.5,0.2", "0.6,0.3", "0.7
 _ADAM_TUNED = {"lr": _ADAM_LR, "adam-eps": (1e-8, 1e-6, 1e-4, 1e-2)}  # ε: the FAdamET paper uses 1e-8
 _FEDLADA_TUNED = {"lr": _ADAM_LR, "fedlada-alpha": (0.05, 0.1, 0.2, 0.5)}  # FedLADA's α
 _PROX_TUNED = {**_SGD, "prox-lambda": (0.001, 0.01, 0.1)}  # λ: the LoSAC paper tunes it on {1e-3, 1e-2, 1e-1}
+_FEDAVGM_TUNED = {**_SGD, "fedavgm-beta": (0.5, 0.7, 0.9, 0.95)}  # β: Hsu et al. sweep β up to 0.997; 0.9 usual
+_FEDEXP_TUNED = {**_SGD, "fedexp-eps": (1e-3, 1e-2, 1e-1)}  # ε: the authors use 1e-3 (CIFAR) and 1e-1 (EMNIST)
+_FEDEXP_NORMS = "computes its server step size from each client's ‖Δ_i‖²"
 
 
 BUILT_IN: tuple[Algorithm, ...] = (
@@ -334,4 +343,15 @@ BUILT_IN: tuple[Algorithm, ...] = (
            "docs/algorithms/fednova.md",
            "FedAvg with each Δ_i normalised by its K_i, rescaled by τ_eff = Σ p_i K_i", {"server_lr": "server-lr"},
            checks=_SECAGG_OWN_STEPS, tunable=_SGD),
+    _entry("fedavgm", "fedsuite.strategies.fedavgm:FedAvgM", "fedsuite.clients.fedavg:FedAvgClient",
+           "docs/algorithms/fedavgm.md",
+           "server momentum: v ← β v + mean_S Δ_i, x ← x + η_g v", {"beta": "fedavgm-beta", "server_lr": "server-lr"},
+           tunable=_FEDAVGM_TUNED),
+    _entry("fedexp", "fedsuite.strategies.fedexp:FedExP", "fedsuite.clients.fedavg:FedAvgClient",
+           "docs/algorithms/fedexp.md",
+           "adaptive server extrapolation: x ← x + η_g Δ̄, η_g = max(1, mean ‖Δ_i‖² / 2(‖Δ̄‖² + |S|ε))",
+           {"eps": "fedexp-eps", "eval_average": "fedexp-eval-average"}, tunable=_FEDEXP_TUNED,
+           secagg_refusal=f"{_FEDEXP_NORMS}, which a secure sum of the uploads cannot give",
+           dp_refusal=f"{_FEDEXP_NORMS}, a statistic of the single uploads outside the noisy sum the accountant "
+                      "covers"),
 )  # fmt: skip

@@ -5,7 +5,7 @@ its run-config keys as `fedsuite.config.Key`s) in one of two ways:
 
     # its pyproject.toml: loaded by every process that uses the registry (the apps, simulation.*, tests)
     [project.entry-points."fedsuite.algorithms"]
-    fedavgm = "fedavgm_plugin:algorithm"        # an Algorithm, or a callable returning one (or a tuple of them)
+    fedavgm-nesterov = "fedavgm_plugin:algorithm"   # an Algorithm, or a callable returning one (or a tuple of them)
 
     # or in code, before the registry is used for that algorithm (this process only)
     fedsuite.registry.register(Algorithm(...))

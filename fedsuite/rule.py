@@ -8,7 +8,9 @@ validation, the run guard, recording, checkpoints); a rule only says
     sends_each      … and the names each client gets for itself (`client_downlink`),
     uplink          the d-vectors every client returns, `uplink_some` those only some clients return,
     query           an optional exchange before the round's training (`fedsuite.rounds.Query`, MimeSVRG),
-    aggregate()     how the validated replies become the new global model (and the new state).
+    aggregate()     how the validated replies become the new global model (and the new state);
+optionally which model is evaluated (`evaluation_model`, x by default) and numbers for the round's row
+(`round_figures`, none by default).
 
 The declarations are also what the registry's communication table is derived from.
 """
@@ -113,6 +115,16 @@ class ServerRule:
     def empty_round(self, server_round: int) -> None:
         """A round without a valid reply keeps x: record it as a zero move in any history the rule extrapolates
         from (FedMIM's δ's, FedSpeed-Ing's x^{t−1})."""
+
+    def evaluation_model(self) -> np.ndarray:
+        """The model the server evaluates centrally and sends for federated evaluation: x itself by default
+        (FedExP's option: the mean of its last two iterates). Training always continues from x."""
+        return self.x
+
+    def round_figures(self, server_round: int) -> dict[str, float]:
+        """Numbers of the round just aggregated for its results row (FedExP's η_g^t as `server_lr`); none by
+        default."""
+        return {}
 
     # ---- helpers ---------------------------------------------------------------------------------
     @property

@@ -133,8 +133,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("preset-expanded", False, "set by simulation.run/compare: the run config already holds the preset's "
         "values with the -c keys applied, so the apps do not apply the preset again", app=APP_OWN_DATA, tunable=False),
     Key(PLUGIN_CONFIG, "", "plug-in algorithms' own keys as key=value pairs with TOML values, e.g. "
-        "\"fedavgm-beta=0.9\": `flwr run` accepts only the keys of pyproject.toml's table, so a plug-in's keys travel "
-        "in this one (simulation.run packs them itself); resolved, they stand beside the built-in keys "
+        "\"fedavgm-nesterov-beta=0.9\": `flwr run` accepts only the keys of pyproject.toml's table, so a plug-in's "
+        "keys travel in this one (simulation.run packs them itself); resolved, they stand beside the built-in keys "
         "(docs/own/algorithm.md)", resumable=True),
     Key("model", "auto", "network: a built-in name or 'package.module:factory' (docs/own/model.md); auto = the "
         "dataset's default (first in DATASET_MODELS; own data: cnn for images, else 2nn)", app=APP_OWN_DATA),

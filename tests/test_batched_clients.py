@@ -287,23 +287,23 @@ def test_rules_that_differ_do_not_stack():
 
 @pytest.fixture
 def plugins(monkeypatch):
-    """The example plug-ins (examples/fedavgm: FedAvg's client; examples/local_momentum: its own step stage) in a
-    registry of this test's own."""
+    """The example plug-ins (examples/fedavgm: FedAvg's client, the built-in FedAvgM's rule extended;
+    examples/local_momentum: its own step stage) in a registry of this test's own."""
     monkeypatch.syspath_prepend(str(EXAMPLES / "fedavgm"))
     monkeypatch.syspath_prepend(str(EXAMPLES / "local_momentum"))
-    from fedavgm_plugin import algorithm as fedavgm
+    from fedavgm_plugin import algorithm as fedavgm_nesterov
     from local_momentum_plugin import algorithm as localmomentum
 
     plugged = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=list)
-    plugged.register(fedavgm())
+    plugged.register(fedavgm_nesterov())
     plugged.register(localmomentum())
     monkeypatch.setattr(registry, "ALGORITHMS", plugged)
 
 
 def test_a_plugin_through_the_kit_batches_or_falls_back(plugins, stacked_calls, caplog):
-    keys = {"fedavgm-beta": 0.5}
-    plain = kit.run_algorithm("fedavgm", {**DOUBLE, **keys})
-    batched = kit.run_algorithm("fedavgm", {**DOUBLE, **keys, "batch-clients": True})
+    keys = {"fedavgm-nesterov-beta": 0.5}
+    plain = kit.run_algorithm("fedavgm-nesterov", {**DOUBLE, **keys})
+    batched = kit.run_algorithm("fedavgm-nesterov", {**DOUBLE, **keys, "batch-clients": True})
     assert stacked_calls and _gap(plain.x, batched.x) <= TOLERANCE_FLOAT64
 
     stacked_calls.clear()

@@ -132,11 +132,11 @@ def fedavgm_plugin(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE.parent / "fedavgm"))
     from fedavgm_plugin import algorithm
 
-    installed = "fedavgm" in registry.ALGORITHMS  # through its entry point, when the example package is installed
+    installed = "fedavgm-nesterov" in registry.ALGORITHMS  # through its entry point, when the example is installed
     registry.register(algorithm())
     yield
     if not installed:
-        registry.ALGORITHMS.unregister("fedavgm")
+        registry.ALGORITHMS.unregister("fedavgm-nesterov")
 
 
 CASES = {
@@ -146,7 +146,7 @@ CASES = {
     "fedavg-batchnorm-averaged": ("fedavg", {"model": "tests.test_flower_app:bn_regressor"}, bn_regressor),
     "scaffold-batchnorm-local": ("scaffold", {"model": "tests.test_flower_app:bn_regressor", "buffers": "local"},
                                  bn_regressor),
-    "plug-in-fedavgm": ("fedavgm", {"fedavgm-beta": 0.5}, linear_regressor),
+    "plug-in-fedavgm-nesterov": ("fedavgm-nesterov", {"fedavgm-nesterov-beta": 0.5}, linear_regressor),
     "mimesvrg": ("mimesvrg", {}, linear_regressor),  # a query exchange before each round's training
     "losac": ("losac", {"losac-blocks": 3}, linear_regressor),  # fixed data blocks per client
 }  # fmt: skip
@@ -158,7 +158,7 @@ def test_the_surface_runs_the_suites_algorithm_bit_for_bit(case, tmp_path, reque
     loss through fedsuite.app give the very model of the suite's own run (SCAFFOLD's c_i, FedSpeed's duals,
     FedADMM's x̂_i and per-client BatchNorm statistics all live in the user's state folder), for a plug-in too."""
     algorithm, extra, factory = CASES[case]
-    if algorithm == "fedavgm":
+    if algorithm == "fedavgm-nesterov":
         request.getfixturevalue("fedavgm_plugin")
     run_config = {**kit.PARTIAL, **extra, "algorithm": algorithm}
     suite = run_inprocess(run_config)

@@ -1,5 +1,6 @@
-"""Plug-in algorithms (fedsuite.plugins): the out-of-tree example examples/fedavgm, installed like any package, passes
-its own kit tests and runs through simulation.compare like a built-in; a bad value of its key is named with the
+"""Plug-in algorithms (fedsuite.plugins): the out-of-tree example examples/fedavgm (fedavgm-nesterov, which extends the
+built-in FedAvgM), installed like any package, passes its own kit tests and runs through simulation.compare like a
+built-in; a bad value of its key is named with the
 allowed range; an entry point that fails to import is named in one warning; a name or key clash is refused.
 
 The example is installed from a temporary copy into a temporary folder (`pip install --target`), put on the path of
@@ -43,32 +44,36 @@ def test_the_installed_example_passes_its_kit_tests(installed):
     env, source = installed
     done = child(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], env, source)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "4 passed" in done.stdout
+    assert "5 passed" in done.stdout
 
 
-def test_compare_runs_the_plugin_against_fedavg_like_a_built_in(installed, tmp_path):
+def test_compare_runs_the_plugin_against_built_ins_like_a_built_in(installed, tmp_path):
     env, _ = installed
     settings = ("dataset='synthetic-lsq' num-clients=5 clients-per-round=5 synthetic-dim=4 synthetic-samples=20 "
-                "batch-size=0 local-steps=5 lr=0.05 num-server-rounds=4 seed=3 fedavgm-beta=0.5")  # fmt: skip
-    args = ["-m", "simulation.compare", "--algorithms", "fedavg,fedavgm", "--engine", "inprocess", "-c", settings]
+                "batch-size=0 local-steps=5 lr=0.05 num-server-rounds=4 seed=3 fedavgm-beta=0.5 "
+                "fedavgm-nesterov-beta=0.5")  # fmt: skip
+    names = ("fedavg", "fedavgm", "fedavgm-nesterov")
+    args = ["-m", "simulation.compare", "--algorithms", ",".join(names), "--engine", "inprocess", "-c", settings]
     done = child([*args, "--out", str(tmp_path)], env, ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     rows = {r["algorithm"]: r for r in csv.DictReader((tmp_path / "comparison.csv").open())}
-    assert set(rows) == {"fedavg", "fedavgm"} and {r["status"] for r in rows.values()} == {"completed"}
+    assert set(rows) == set(names) and {r["status"] for r in rows.values()} == {"completed"}
     runs = {a: json.loads((tmp_path / "runs" / a / "config.json").read_text())["run_config"] for a in rows}
-    assert runs["fedavgm"]["fedavgm-beta"] == 0.5 and runs["fedavgm"]["seed"] == runs["fedavg"]["seed"] == 3
+    assert runs["fedavgm-nesterov"]["fedavgm-nesterov-beta"] == 0.5
+    assert runs["fedavgm-nesterov"]["seed"] == runs["fedavg"]["seed"] == 3
     first = {a: json.loads((tmp_path / "runs" / a / "rounds.jsonl").read_text().splitlines()[1]) for a in rows}
     assert first["fedavgm"]["relative_error"] == first["fedavg"]["relative_error"]  # round 1: v = mean Δ, as FedAvg
-    assert rows["fedavgm"]["final_rel_err"] != rows["fedavg"]["final_rel_err"]  # then the momentum acts
-    assert "fedavgm" in (tmp_path / "comparison.md").read_text()
+    assert first["fedavgm-nesterov"]["relative_error"] != first["fedavgm"]["relative_error"]  # (1 + β) mean Δ
+    assert len({rows[a]["final_rel_err"] for a in names}) == 3  # then the momentum acts
+    assert "fedavgm-nesterov" in (tmp_path / "comparison.md").read_text()
 
 
 def test_a_bad_value_of_a_plugin_key_is_named_with_its_allowed_range(installed):
     env, _ = installed
-    done = child(["-m", "simulation.compare", "--algorithms", "fedavgm", "--engine", "inprocess", "-c",
-                  "dataset='synthetic-lsq' fedavgm-beta=1.0"], env, ROOT)  # fmt: skip
+    done = child(["-m", "simulation.compare", "--algorithms", "fedavgm-nesterov", "--engine", "inprocess", "-c",
+                  "dataset='synthetic-lsq' fedavgm-nesterov-beta=1.0"], env, ROOT)  # fmt: skip
     assert done.returncode == 2
-    assert "fedavgm-beta=1.0: must be in [0, 1)" in done.stderr
+    assert "fedavgm-nesterov-beta=1.0: must be < 1" in done.stderr
 
 
 # ---- the registry's rules, on a registry of its own (this process's stays plain) ---------------------------------
@@ -90,7 +95,7 @@ def with_example(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     found = [
         entry_point("broken", "no_such_fedsuite_plugin:algorithm"),
-        entry_point("fedavgm", "fedavgm_plugin:algorithm"),
+        entry_point("fedavgm-nesterov", "fedavgm_plugin:algorithm"),
     ]
     calls = []
     plugged = AlgorithmRegistry(built_ins(), discover=lambda: calls.append(1) or found)
@@ -108,16 +113,16 @@ def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_e
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert "entry point broken = no_such_fedsuite_plugin:algorithm" in warnings[0]
     assert "ModuleNotFoundError" in warnings[0]
-    assert set(with_example.built_in) < set(names) and "fedavgm" in names and "broken" not in names
-    cfg = resolve({"algorithm": "fedavgm"})
-    assert cfg["fedavgm-beta"] == 0.9 and active_schema()["fedavgm-beta"].default == 0.9
-    assert costs.communication("fedavgm", cfg) == (1, 1, 0)
-    assert costs.client_state_vectors("fedavgm", cfg) == 0
-    preset = resolve({"algorithm": "fedavgm", "preset": "fedcm-cifar10-100x10", "fedavgm-beta": 0.5})
-    assert (preset["dataset"], preset["fedavgm-beta"]) == ("cifar10", 0.5)  # a preset's common keys apply to it
-    with pytest.raises(ConfigError, match=r"fedavgm-beta=-0\.1: must be in \[0, 1\)"):
-        resolve({"algorithm": "fedavgm", "fedavgm-beta": -0.1})
-    with pytest.raises(ConfigError, match=r"algorithm='fedavgn': allowed values are .*fedavgm"):
+    assert set(with_example.built_in) < set(names) and "fedavgm-nesterov" in names and "broken" not in names
+    cfg = resolve({"algorithm": "fedavgm-nesterov"})
+    assert cfg["fedavgm-nesterov-beta"] == 0.9 and active_schema()["fedavgm-nesterov-beta"].default == 0.9
+    assert costs.communication("fedavgm-nesterov", cfg) == (1, 1, 0)
+    assert costs.client_state_vectors("fedavgm-nesterov", cfg) == 0
+    preset = resolve({"algorithm": "fedavgm-nesterov", "preset": "fedcm-cifar10-100x10", "fedavgm-nesterov-beta": 0.5})
+    assert (preset["dataset"], preset["fedavgm-nesterov-beta"]) == ("cifar10", 0.5)  # a preset's common keys apply
+    with pytest.raises(ConfigError, match=r"fedavgm-nesterov-beta=-0\.1: must be >= 0 and < 1"):
+        resolve({"algorithm": "fedavgm-nesterov", "fedavgm-nesterov-beta": -0.1})
+    with pytest.raises(ConfigError, match=r"algorithm='fedavgn': allowed values are .*fedavgm-nesterov"):
         resolve({"algorithm": "fedavgn"})
 
 
@@ -161,36 +166,39 @@ def before_names(table: str) -> list[str]:
 def test_the_plugin_config_key_carries_plugin_keys_and_resolves_to_them(with_example):
     from fedsuite.config import resolve
 
-    packed = resolve({"algorithm": "fedavgm", "plugin-config": "fedavgm-beta=0.5"})
-    direct = resolve({"algorithm": "fedavgm", "fedavgm-beta": 0.5})
+    packed = resolve({"algorithm": "fedavgm-nesterov", "plugin-config": "fedavgm-nesterov-beta=0.5"})
+    direct = resolve({"algorithm": "fedavgm-nesterov", "fedavgm-nesterov-beta": 0.5})
     assert dict(packed) == dict(direct) and packed["plugin-config"] == ""  # resolves again to itself
-    assert "fedavgm-beta" in packed.explicit
-    for bad, said in (("lr=0.1", "'lr' is a built-in key"), ("fedavgm-beta=abc", "the value is not TOML"),
-                      ("fedavgm-beta", "is not key=value")):  # fmt: skip
+    assert "fedavgm-nesterov-beta" in packed.explicit
+    for bad, said in (("lr=0.1", "'lr' is a built-in key"), ("fedavgm-nesterov-beta=abc", "the value is not TOML"),
+                      ("fedavgm-nesterov-beta", "is not key=value")):  # fmt: skip
         with pytest.raises(ConfigError, match=said):
-            resolve({"algorithm": "fedavgm", "plugin-config": bad})
+            resolve({"algorithm": "fedavgm-nesterov", "plugin-config": bad})
     with pytest.raises(ConfigError, match="also given directly"):
-        resolve({"algorithm": "fedavgm", "fedavgm-beta": 0.2, "plugin-config": "fedavgm-beta=0.5"})
+        resolve({"algorithm": "fedavgm-nesterov", "fedavgm-nesterov-beta": 0.2,
+                 "plugin-config": "fedavgm-nesterov-beta=0.5"})  # fmt: skip
 
 
 def test_simulation_run_packs_keys_outside_pyprojects_table():
     from simulation.launcher.overrides import flower_overrides
 
     assert flower_overrides({"lr": 0.1}) == {"lr": 0.1}
-    packed = flower_overrides({"algorithm": "fedavgm", "fedavgm-beta": 0.5, "plugin-config": "other-key='x'"})
-    assert packed == {"algorithm": "fedavgm", "plugin-config": 'other-key="x" fedavgm-beta=0.5'}
+    packed = flower_overrides({"algorithm": "fedavgm-nesterov", "fedavgm-nesterov-beta": 0.5,
+                               "plugin-config": "other-key='x'"})  # fmt: skip
+    assert packed == {"algorithm": "fedavgm-nesterov", "plugin-config": 'other-key="x" fedavgm-nesterov-beta=0.5'}
 
 
 def test_a_plugin_run_resumed_through_flwr_run_keeps_its_keys(installed, tmp_path):
     """Before, Flower refused a plug-in's key ('Invalid run configuration') after its start, and every resume of a
     plug-in run failed (it sent the checkpoint's plug-in keys again). The run starts in process (2 rounds,
-    checkpointed); its resume goes through simulation.run and `flwr run` with the checkpoint's fedavgm-beta, packed
-    into plugin-config like any -c key outside pyproject's table (one Ray launch)."""
+    checkpointed); its resume goes through simulation.run and `flwr run` with the checkpoint's
+    fedavgm-nesterov-beta, packed into plugin-config like any -c key outside pyproject's table (one Ray launch)."""
     env, _ = installed
     env = {**env, "FLWR_HOME": str(tmp_path / "flwr-home")}
-    settings = ("algorithm='fedavgm' dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 "
-                f"fedavgm-beta=0.5 checkpoint-every=1 out-dir='{tmp_path}' run-name='p'")  # fmt: skip
-    done = child(["-m", "simulation.sweep", "--algorithms", "fedavgm", "--seeds", "0", "--engine", "inprocess",
+    settings = ("algorithm='fedavgm-nesterov' dataset='synthetic-lsq' num-clients=4 clients-per-round=2 "
+                "num-server-rounds=2 fedavgm-nesterov-beta=0.5 checkpoint-every=1 "
+                f"out-dir='{tmp_path}' run-name='p'")  # fmt: skip
+    done = child(["-m", "simulation.sweep", "--algorithms", "fedavgm-nesterov", "--seeds", "0", "--engine", "inprocess",
                   "--out", str(tmp_path / "s"), "-c", settings.replace(f" out-dir='{tmp_path}' run-name='p'", "")],
                  env, ROOT)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -199,5 +207,5 @@ def test_a_plugin_run_resumed_through_flwr_run_keeps_its_keys(installed, tmp_pat
     done = child(["-m", "simulation.run", "-c", f"resume-from='{folder}' num-server-rounds=3"], env, ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert json.loads((folder / "summary.json").read_text())["rounds_completed"] == 3
-    assert json.loads((folder / "config.json").read_text())["run_config"]["fedavgm-beta"] == 0.5
+    assert json.loads((folder / "config.json").read_text())["run_config"]["fedavgm-nesterov-beta"] == 0.5
     assert "plugin-config=" in done.stdout  # the launched `flwr run` command: the key went through Flower packed

@@ -5,7 +5,8 @@ One round, as data flows (the Flower calls in order):
   answer fails are left out); the model, the rule's downlink and its fit config are packed per client.
 - `aggregate_fit`: replies are validated (and screened by observers), failures logged; the run guard may stop the
   run; the accepted replies, in partition order, go to the rule's `aggregate`; the new model is checked finite.
-- `evaluate`: the central metrics (test set, and validation union when there is one) of the round are kept;
+- `evaluate`: the central metrics (test set, and validation union when there is one) of the round are kept, of the
+  rule's `evaluation_model()` (x itself unless the rule says otherwise), which federated evaluation also sends;
 - `configure_evaluate` / `aggregate_evaluate` (evaluation federated/both, due rounds): the evaluating clients
   (fedsuite.server.federated_evaluation) get the model and their partition id; their replies are checked, failures
   logged, and the federated metrics kept;
@@ -253,6 +254,8 @@ class RuleStrategy(Strategy):
         new_x = new_model(self.plan.algorithm, self.rule, server_round, returned)  # float32, shapes checked
         self._stop_if(server_round, self.guard.model(server_round, all_finite(new_x)))
         self.rule.x = new_x
+        if figures := self.rule.round_figures(server_round):
+            self.rounds.note(server_round, figures)
         if self.averaged is not None:
             self.averaged.average(replies)
         for reply in replies:
@@ -277,7 +280,7 @@ class RuleStrategy(Strategy):
         self._asked = set(nodes)
         self._metrics.setdefault(server_round, {}).update(federated_metrics([], 0, len(missing)))
         buffers = {} if self.averaged is None else self.averaged.downlink()
-        arrays, names = pack({"model": self.rule.x, **buffers})
+        arrays, names = pack({"model": self.rule.evaluation_model(), **buffers})
         params = to_parameters(arrays)
         config = {
             "round": server_round,
@@ -316,10 +319,11 @@ class RuleStrategy(Strategy):
         metrics: dict[str, Any] = {}
         if plan.evaluation_due(server_round):
             extra = () if self.averaged is None else (self.averaged.vector,)
+            x = self.rule.evaluation_model()  # x, unless the rule evaluates another model (FedExP's average)
             if plan.evaluate:
-                metrics.update(plan.evaluate(self.rule.x, *extra))
+                metrics.update(plan.evaluate(x, *extra))
             if plan.validate:
-                metrics.update(plan.validate(self.rule.x, *extra))
+                metrics.update(plan.validate(x, *extra))
         self._metrics[server_round] = metrics
         if not metrics:
             return None

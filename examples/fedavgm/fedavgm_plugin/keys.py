@@ -1,23 +1,10 @@
-"""FedAvgM's run-config key: β in [0, 1). fedsuite.config.Key bounds are inclusive above, so this key makes its
-upper bound strict itself."""
+"""The plug-in's own run-config key: its β in [0, 1), the strict upper bound said by `high_open`. A plug-in declares
+its keys itself, even one that means what a built-in key means (fedavgm-beta), so the two algorithms can be compared
+with different values in one run config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from fedsuite.config import Key
 
-
-@dataclass(frozen=True)
-class KeyBelow(Key):
-    """A number key with low ≤ value < high."""
-
-    def check(self, value):
-        converted, error = Key.check(replace(self, high=None), value)  # the type and the lower bound
-        below_low = error is not None and "must be" in error
-        if below_low or (error is None and converted >= self.high):
-            return None, f"{self.name}={value!r}: must be in [{self.low:g}, {self.high:g})"
-        return converted, error
-
-
-BETA = KeyBelow("fedavgm-beta", 0.9, "FedAvgM server momentum β (plug-in examples/fedavgm)", low=0.0, high=1.0)
+BETA = Key("fedavgm-nesterov-beta", 0.9, "Nesterov server momentum β (plug-in examples/fedavgm)", low=0.0, high=1.0,
+           high_open=True)  # fmt: skip
