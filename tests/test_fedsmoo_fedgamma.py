@@ -298,3 +298,10 @@ def test_bad_input_is_refused_in_one_line_naming_the_key(values, key):
         resolve(values)
     lines = [line for line in str(error.value).splitlines() if line.strip() and "invalid run config" not in line]
     assert len(lines) == 1 and key in lines[0], str(error.value)
+
+
+def test_flsim_preset_sets_the_readme_values_of_fedgamma_and_fedsmoo():
+    cfg = resolve({"preset": "flsim-cifar10-100x10"})
+    assert (cfg["fedgamma-rho"], cfg["fedsmoo-mu"], cfg["fedsmoo-rho"]) == (0.01, 0.1, 0.1)
+    for algorithm in ("fedgamma", "fedsmoo"):
+        assert resolve({"preset": "flsim-cifar10-100x10", "algorithm": algorithm})["algorithm"] == algorithm
