@@ -47,6 +47,11 @@ KEYS: tuple[Key, ...] = (
     Key("fedspeed-ing-dual-agg", "all", "FedSpeed-Ing dual aggregation: all = as FedSpeed (ζ = 0 is FedSpeed), "
         "sampled = the thesis' Alg. 3 (docs/algorithms/fedspeed-ing.md)",
         ("all", "sampled")),
+    Key("fedsmoo-mu", 0.1, "FedSMOO prox weight μ (FL-Simulator's --lamb; docs/algorithms/fedsmoo.md)", low=0.0,
+        low_open=True),
+    Key("fedsmoo-rho", 0.1, "FedSMOO perturbation radius ρ of the dynamic-dual SAM point and of s "
+        "(docs/algorithms/fedsmoo.md)", low=0.0),
+    Key("fedgamma-rho", 0.1, "FedGAMMA normalised ascent radius ρ (docs/algorithms/fedgamma.md)", low=0.0),
     Key("fedmim-alphas", "0.6,0.3", "FedMIM α_j, newest first; J = their count, Σα_j < 1 (docs/algorithms/fedmim.md)"),
     Key("fedmim-betas", "0.9,0.1", "FedMIM β_j, newest first, as many as α_j (docs/algorithms/fedmim.md)"),
     Key("adam-beta1", 0.9, "local Adam β1 of LocalAdam, FAdamET/GT and FedLADA; m is reset every round "
@@ -93,6 +98,12 @@ def _entry(name: str, strategy: str, client: str, section: str, summary: str,
 def _duals_on_clients_only(values: Mapping[str, Any]) -> str | None:
     if values.get("dual-storage") == "server":
         return "dual-storage='server': fedspeed-ing keeps its duals ĝ_i, ǧ_i on the clients; use client"
+    return None
+
+
+def _fedsmoo_duals_on_clients(values: Mapping[str, Any]) -> str | None:
+    if values.get("dual-storage") == "server":
+        return "dual-storage='server': fedsmoo keeps its duals ĝ_i and ν_i on the clients; use client"
     return None
 
 
@@ -210,6 +221,7 @@ _LOSAC = {"server_lr": "server-lr", "phi_scale": "losac-phi-scale"}
 
 _SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-alpha"}
 _MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
+_SMOO_CLIENT = {"mu": "fedsmoo-mu", "rho": "fedsmoo-rho"}
 
 # What simulation.tune searches per algorithm (fedsuite.tunable): the local step size and the main hyper-parameter.
 # Value lists follow the grids the sources report where there is one (each algorithm's page), else [choice] values
@@ -225,6 +237,9 @@ _FEDCM_TUNED = {**_SGD, "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}  # α: the FedCM p
 _SAM_TUNED = {**_SGD, "sam-rho": (0.01, 0.05, 0.1, 0.2)}  # ρ: the papers use 0.1
 _FEDSPEED_TUNED = {**_SGD, "fedspeed-rho": (0.02, 0.05, 0.1, 0.2)}  # ρ0: FedSpeed thesis Table 4.7, best 0.1
 _FEDSPEED_ING_TUNED = {**_SGD, "fedspeed-ing-zeta": (0.05, 0.1, 0.2, 0.5)}  # the FedSpeed thesis' ζ sweep
+# ρ: FL-Simulator's README uses 0.1 for FedSMOO and 0.01 for FedGAMMA
+_FEDSMOO_TUNED = {**_SGD, "fedsmoo-rho": (0.01, 0.05, 0.1, 0.2)}
+_FEDGAMMA_TUNED = {**_SGD, "fedgamma-rho": (0.01, 0.05, 0.1, 0.2)}
 # FedMIM's α pairs (β = 0.9, 0.1 kept) from little momentum (A = 0.6) to Table III's best (A = 0.1) and A = 0.05
 _FEDMIM_TUNED = {**_SGD, "fedmim-alphas": ("0.3,0.1", "0.5,0.2", "0.6,0.3", "0.7,0.25")}
 _ADAM_TUNED = {"lr": _ADAM_LR, "adam-eps": (1e-8, 1e-6, 1e-4, 1e-2)}  # ε: the FAdamET paper uses 1e-8
@@ -292,6 +307,15 @@ BUILT_IN: tuple[Algorithm, ...] = (
            {"zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
            {**_SPEED_CLIENT, "zeta": "fedspeed-ing-zeta", "dual_agg": "fedspeed-ing-dual-agg"},
            checks=(_duals_on_clients_only,), tunable=_FEDSPEED_ING_TUNED),
+    _entry("fedsmoo", "fedsuite.strategies.fedsmoo:FedSMOO", "fedsuite.clients.fedsmoo:FedSMOOClient",
+           "docs/algorithms/fedsmoo.md",
+           "FedSpeed with the dynamic-dual SAM point (DRegSAM) and the server's global perturbation s",
+           {"rho": "fedsmoo-rho"}, _SMOO_CLIENT, reads=("dual-storage",), checks=(_fedsmoo_duals_on_clients,),
+           tunable=_FEDSMOO_TUNED),
+    _entry("fedgamma", "fedsuite.strategies.scaffold:Scaffold", "fedsuite.clients.fedgamma:FedGammaClient",
+           "docs/algorithms/fedgamma.md",
+           "SCAFFOLD with the gradient at the normalised SAM point", {"server_lr": "server-lr"},
+           {"rho": "fedgamma-rho"}, tunable=_FEDGAMMA_TUNED),
     _entry("fedmim", "fedsuite.strategies.fedmim:FedMIM", "fedsuite.clients.fedmim:FedMIMClient",
            "docs/algorithms/fedmim.md",
            "multi-step inertial momentum: look-ahead gradient, move along a_t",

@@ -357,3 +357,31 @@ def full_gradient(model: FlatModel, x: torch.Tensor, data: LocalData, loss_fn, b
         model.loss_and_grad(loss_fn, inputs, targets)
         total.add_(model.grad, alpha=len(targets) / n)
     return total
+
+
+class DualRegularisedSharpness:
+    """FedSMOO's gradient point (DRegSAM, docs/algorithms/fedsmoo.md): the ascent direction is the loss gradient
+    corrected by the client's dynamic dual ν_i and the server's global perturbation s, and ν_i follows the ascent:
+        a = g1 − (ν_i + s),  e = ρ·a/(‖a‖ + eps),  ν_i ← ν_i + e − s,  gradient at x + e (same minibatch).
+    `dual` (ν_i) is edited in place at every step, so the client's uplink reads its final value from the stage;
+    `correction` is s. x is restored by copy, bit for bit. With ν_i = s = 0 it is SharpnessAware(ρ, eps=eps).
+    Works on one client's (d,) vectors and on a cohort's stacked (C, d) rows (per-row norms)."""
+
+    def __init__(self, rho: float, dual: torch.Tensor, correction: torch.Tensor, eps: float = 1e-7):
+        self.rho, self.dual, self.correction, self.eps = rho, dual, correction, eps
+        self._saved: torch.Tensor | None = None
+        self._ascent: torch.Tensor | None = None
+
+    def __call__(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = model.loss_and_grad(loss_fn, inputs, targets)
+        if self._saved is None:
+            self._saved = torch.empty_like(model.x)
+            self._ascent = torch.empty_like(model.x)
+        a = self._ascent.copy_(self.dual).add_(self.correction).neg_().add_(model.grad)  # g1 − (ν_i + s)
+        scale = self.rho / (row_norm(a) + self.eps)  # no host sync
+        self._saved.copy_(model.x)
+        model.x.addcmul_(a, scale)
+        self.dual.addcmul_(a, scale).sub_(self.correction)
+        model.loss_and_grad(loss_fn, inputs, targets)
+        model.x.copy_(self._saved)
+        return loss

@@ -339,7 +339,18 @@ PRESETS: dict[str, Preset] = {
             "FL-Simulator README: CIFAR-10, 100 clients, Bernoulli 10 %, Dir(0.6), E = 5, B = 50, γ = 0.998, "
             "1000 rounds",
             "FL-Simulator README (100/10 %)",
-            ("fedavg", "fedprox", "fedadam", "scaffold", "feddyn", "fedcm", "mofedsam", "fedspeed"),
+            (
+                "fedavg",
+                "fedprox",
+                "fedadam",
+                "scaffold",
+                "feddyn",
+                "fedcm",
+                "mofedsam",
+                "fedspeed",
+                "fedgamma",
+                "fedsmoo",
+            ),
             {
                 **_CIFAR_RESNET,
                 "algorithm": "fedspeed",
@@ -354,6 +365,9 @@ PRESETS: dict[str, Preset] = {
                 "prox-mu": 0.1,  # fedprox.md: FL-Simulator 0.1 (100 clients)
                 "feddyn-alpha": 0.1,  # feddyn.md: α_d = 0.1 at 100 clients
                 "fedcm-alpha": 0.1,  # mofedsam.md: FL-Simulator README α = 0.1
+                "fedgamma-rho": 0.01,  # fedgamma.md: FL-Simulator README ρ = 0.01 for FedGamma
+                "fedsmoo-mu": 0.1,  # fedsmoo.md: FL-Simulator README proxy coefficient 0.1
+                "fedsmoo-rho": 0.1,  # fedsmoo.md: FL-Simulator README ρ = 0.1
                 "targets": "0.8,0.85",  # protocol.md: the thesis' CIFAR-10 100/10 % targets (the README gives none)
             },
         ),

@@ -234,6 +234,7 @@ SUMMARY_TABLE = {  # docs/algorithms/index.md: (vectors down, vectors up) per pa
     "fedspeed": (1, 1), "fedspeed-ing": (2, 1), "fedmim": (3, 1), "localadam": (1, 1), "fadamet": (2, 1),
     "fadamgt": (2, 1), "fedlada": (3, 2), "mimesvrg": (3, 2), "losac": (2, 2), "fedsaga": (1, 1),
     "losac-prox": (2, 2), "scaffold-prox": (2, 2), "fednova": (1, 1), "fedavgm": (1, 1), "fedexp": (1, 1),
+    "fedsmoo": (2, 2), "fedgamma": (2, 2),
 }  # fmt: skip
 # The server-mirror protocol sends each client its dual: +1 down (docs/algorithms/index.md). FAdamET/GT's uplink depends
 # on the tracking subset: checked in tests/test_adaptive_family.py.

@@ -22,7 +22,17 @@ from typing import Any
 import torch
 
 from fedsuite.adaptive import AdamStep, ControlVariatePoint, GradientSum
-from fedsuite.local import AddVector, AtIterate, LookAhead, Prox, Scale, SharpnessAware, UpdateRule, sgd_step
+from fedsuite.local import (
+    AddVector,
+    AtIterate,
+    DualRegularisedSharpness,
+    LookAhead,
+    Prox,
+    Scale,
+    SharpnessAware,
+    UpdateRule,
+    sgd_step,
+)
 from fedsuite.variance import BlockTable, FixedBlocks, SoftThreshold
 
 
@@ -92,6 +102,18 @@ class StackedBlockTable:
         self.change.add_(diff, alpha=1.0 / self.blocks)
 
 
+def _stack_dual_sharpness(stages: Sequence[DualRegularisedSharpness]):
+    first = stages[0]
+    duals, corrections = _stack([s.dual for s in stages]), _stack([s.correction for s in stages])
+    stacked = DualRegularisedSharpness(first.rho, duals, corrections, first.eps)
+
+    def write_back() -> None:  # FedSMOO's uplink reads each client's final ν_i from its own stage
+        for row, stage in enumerate(stages):
+            stage.dual.copy_(stacked.dual[row])
+
+    return stacked, write_back
+
+
 def _stack_block_table(stages: Sequence[BlockTable]):
     stacked = StackedBlockTable(stages)
 
@@ -118,6 +140,7 @@ KINDS: dict[type, _Kind] = {
     AtIterate: _Kind(lambda s: (), lambda ss: (AtIterate(), None)),
     SharpnessAware: _Kind(lambda s: (s.rho, s.mix, s.eps), lambda ss: (SharpnessAware(ss[0].rho, ss[0].mix, ss[0].eps),
                                                                        None)),
+    DualRegularisedSharpness: _Kind(lambda s: (s.rho, s.eps), _stack_dual_sharpness),
     LookAhead: _Kind(lambda s: (), lambda ss: (LookAhead(_stack([s.shift for s in ss])), None)),
     ControlVariatePoint: _Kind(lambda s: (), lambda ss: (ControlVariatePoint(_stack([s.anchor for s in ss])), None)),
     Prox: _Kind(lambda s: (s.mu, s.centre is None), _stack_prox),
