@@ -20,7 +20,7 @@ class FedDyn(ServerRule):
         self.dual_storage = dual_storage
         self.sends_each = ("h_i",) if dual_storage == "server" else ()
         self.start_shift = ("start_shift",) if settings.relaxed_init else ()
-        self.uplink = ("delta", *self.start_shift)
+        self.uplink = (*type(self).uplink, *self.start_shift)  # a subclass's own uploads kept (FedSMOO's ν_i)
         super().__init__(settings)
         self._zero = np.zeros(self.dim, np.float32)
 
