@@ -181,3 +181,67 @@ def fedmim(f: Federation, alphas: tuple[float, ...], betas: tuple[float, ...]) -
         history = [-(new_x - x) / f.k] + history[: len(alphas) - 1]
         x = new_x
     return x
+
+
+def fedavgm(f: Federation, beta: float) -> np.ndarray:
+    """FedAvgM (docs/algorithms/fedavgm.md): v ← βv + mean_S Δ_i, x ← x + η_g v."""
+    x, v = f.x0.copy(), np.zeros_like(f.x0)
+    for t in range(f.rounds):
+        lr, cohort = f.lr(t), f.sampler.cohort(t + 1)
+        v = beta * v + f.mean(cohort, [f.local(i, x, lr, grad) - x for i in cohort])
+        x = x + f.server_lr * v
+    return x
+
+
+def fedexp(f: Federation, eps: float) -> np.ndarray:
+    """FedExP (docs/algorithms/fedexp.md): η_g = max(1, mean_S‖Δ_i‖² / (2(‖Δ̄‖² + |S| ε γ^{2t}))), x ← x + η_g Δ̄."""
+    x, decay = f.x0.copy(), float(f.cfg["lr-decay"])
+    for t in range(f.rounds):
+        lr, cohort = f.lr(t), f.sampler.cohort(t + 1)
+        deltas = [f.local(i, x, lr, grad) - x for i in cohort]
+        mean = f.mean(cohort, deltas)
+        spread = f.mean(cohort, [np.array([d @ d]) for d in deltas])[0]
+        step = max(1.0, spread / (2 * (mean @ mean + len(cohort) * eps * decay ** (2 * t))))
+        x = x + step * mean
+    return x
+
+
+def fedgamma(f: Federation, rho: float) -> np.ndarray:
+    """FedGAMMA (docs/algorithms/fedgamma.md): SCAFFOLD's option II with the gradient at ESAM's point (ε = 1e-7)."""
+    x, c, ci = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
+    for t in range(f.rounds):
+        lr, cohort, deltas, dcs = f.lr(t), f.sampler.cohort(t + 1), [], []
+        for i in cohort:
+            xi = f.local(i, x, lr, lambda a, b, y, i=i, c=c: sam_grad(a, b, y, rho, 1e-7) - ci[i] + c)
+            new = ci[i] - c + (x - xi) / (f.steps(i) * lr)
+            deltas.append(xi - x)
+            dcs.append(new - ci[i])
+            ci[i] = new
+        x = x + f.server_lr * f.mean(cohort, deltas)
+        c = c + np.sum(dcs, axis=0) / f.n
+    return x
+
+
+def fedsmoo(f: Federation, mu: float, rho: float) -> np.ndarray:
+    """FedSMOO (docs/algorithms/fedsmoo.md): FedDyn's client and server with the dynamic-dual ascent point
+    a = g1 − ν_i − s, e = ρa/(‖a‖ + 1e-7), ν_i ← ν_i + e − s, gradient at x + e; s = ρm/(‖m‖ + 1e-7), m = mean_S ν_i."""
+    x, h, s = f.x0.copy(), np.zeros_like(f.x0), np.zeros_like(f.x0)
+    dual, nu = [np.zeros_like(f.x0) for _ in range(f.n)], [np.zeros_like(f.x0) for _ in range(f.n)]
+    for t in range(f.rounds):
+        lr, cohort, local_models = f.lr(t), f.sampler.cohort(t + 1), []
+        for i in cohort:
+
+            def step(a, b, y, i=i, s=s, x=x):
+                ascent = grad(a, b, y) - nu[i] - s
+                e = rho * ascent / (np.linalg.norm(ascent) + 1e-7)
+                nu[i] = nu[i] + e - s
+                return grad(a, b, y + e) - dual[i] + mu * (y - x)
+
+            xi = f.local(i, x, lr, step)
+            dual[i] = dual[i] - mu * (xi - x)
+            h = h + (xi - x) / f.n
+            local_models.append(xi)
+        m = f.mean(cohort, [nu[i] for i in cohort])
+        x = np.mean(local_models, axis=0) + h
+        s = rho * m / (np.linalg.norm(m) + 1e-7)
+    return x

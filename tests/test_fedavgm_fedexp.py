@@ -17,6 +17,7 @@ from fedsuite.rule import Reply, RuleSettings, ServerRule
 from fedsuite.sampling import Sampler
 from fedsuite.strategies.fedavgm import FedAvgM
 from fedsuite.strategies.fedexp import FedExP
+from tests import reference as ref
 
 DIM = 6
 SIZES = [20, 5, 40, 13]
@@ -195,3 +196,26 @@ def test_what_they_do_not_define_is_refused_in_one_line(keys, message):
 
 def test_server_momentum_is_post_processing_so_fedavgm_takes_secagg():
     assert resolve({"algorithm": "fedavgm", "secagg": True, "client-mapping": "fixed"})["secagg"] is True
+
+
+# ---- whole runs against independent numpy references (tests/reference.py) ---------------------------------------
+TRAJECTORY = {**kit.LSQ, "eval-every": 100000, "num-clients": 6, "clients-per-round": 3, "local-steps": 4,
+              "num-server-rounds": 8, "lr-decay": 0.97, "weight-decay": 0.01, "lr": 0.03}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "algorithm,keys,reference",
+    [
+        ("fedavgm", {"fedavgm-beta": 0.7, "server-lr": 0.8}, lambda f: ref.fedavgm(f, 0.7)),
+        ("fedexp", {"fedexp-eps": 1e-4, "fedexp-eval-average": False}, lambda f: ref.fedexp(f, 1e-4)),
+    ],
+    ids=["fedavgm", "fedexp"],
+)
+def test_partial_participation_trajectory_matches_numpy_reference(algorithm, keys, reference):
+    from fedsuite.inprocess import run_inprocess
+
+    cfg = {**TRAJECTORY, "algorithm": algorithm, **keys}
+    expected = reference(ref.Federation(cfg))
+    got = run_inprocess(cfg).x
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < 1e-5
+    assert np.linalg.norm(got - ref.Federation(cfg).x0) / np.linalg.norm(expected) > 1e-2  # it moved

@@ -33,6 +33,7 @@ from fedsuite.rule import RuleSettings
 from fedsuite.sampling import Sampler
 from fedsuite.state import ClientState
 from fedsuite.strategies.fedsmoo import FedSMOO
+from tests import reference as ref
 
 MU, RHO, LR, WD, EPOCHS, BATCH = 0.1, 0.1, 0.05, 1e-3, 2, 8  # 40 samples / B = 8: K = 10, FedGamma's nominal K
 
@@ -305,3 +306,26 @@ def test_flsim_preset_sets_the_readme_values_of_fedgamma_and_fedsmoo():
     assert (cfg["fedgamma-rho"], cfg["fedsmoo-mu"], cfg["fedsmoo-rho"]) == (0.01, 0.1, 0.1)
     for algorithm in ("fedgamma", "fedsmoo"):
         assert resolve({"preset": "flsim-cifar10-100x10", "algorithm": algorithm})["algorithm"] == algorithm
+
+
+# ---- whole runs against independent numpy references (tests/reference.py) ---------------------------------------
+TRAJECTORY = {**FED, "num-clients": 6, "clients-per-round": 3, "local-steps": 4, "num-server-rounds": 8,
+              "lr-decay": 0.97, "weight-decay": 0.01, "lr": 0.03}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "algorithm,keys,reference",
+    [
+        ("fedgamma", {"fedgamma-rho": 0.05}, lambda f: ref.fedgamma(f, 0.05)),
+        ("fedsmoo", {"fedsmoo-mu": 0.2, "fedsmoo-rho": 0.05}, lambda f: ref.fedsmoo(f, 0.2, 0.05)),
+    ],
+    ids=["fedgamma", "fedsmoo"],
+)
+def test_partial_participation_trajectory_matches_numpy_reference(algorithm, keys, reference):
+    from fedsuite.inprocess import run_inprocess
+
+    cfg = {**TRAJECTORY, "algorithm": algorithm, **keys}
+    expected = reference(ref.Federation(cfg))
+    got = run_inprocess(cfg).x
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < 1e-5
+    assert np.linalg.norm(got - ref.Federation(cfg).x0) / np.linalg.norm(expected) > 1e-2  # it moved
