@@ -7,9 +7,11 @@ Every run goes to <out>/runs/<algorithm>/<grid point>/seed-<s>/ (a normal result
 a run that completed (or diverged) with the same settings is reused, an unfinished one is redone. Runs go through
 the Ray simulation (`--engine flwr`, as `simulation.run`) or the same strategy and clients in one process
 (`--engine inprocess`); `--parallel K` runs K of them at once as separate processes (for spare cores or a GPU).
-Then <out>/sweep.md and sweep.csv (per algorithm and grid point: final and best accuracy, rounds to each target,
-s/round, communication per client per round, each as mean ± std over seeds) and <out>/sweep.png (accuracy vs round,
-the mean with a min–max band over seeds) are written. Exit 1 if a run did not complete (the others still run).
+Then <out>/sweep.md and sweep.csv (per algorithm and grid point: final and best accuracy, rounds and MB to each
+target, s/round, communication per client per round, each as the mean over seeds with its 95 % interval), the
+paired differences against --baseline (fedavg by default, when it runs) in sweep.md and sweep-paired.csv, and
+<out>/sweep.png (accuracy vs round, the mean with its 95 % interval over seeds) are written
+(docs/running/compare-and-sweep.md). Exit 1 if a run did not complete (the others still run).
 With `-c "tensorboard=true"` / `-c "wandb-mode='offline'"` the runs are tracked as one group: `tensorboard --logdir
 <out>` shows them all, and their W&B runs carry the group <out>'s name.
 """
@@ -27,10 +29,11 @@ from fedsuite.config import ALGORITHMS, ConfigError
 from fedsuite.results import FINISHED
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
-from simulation.experiment import report
+from simulation.experiment import paired, report
 from simulation.experiment.engines import ENGINES
 from simulation.experiment.flags import grid_tag, parse_grid, parse_list
 from simulation.experiment.fresh_runs import refuse_resume
+from simulation.experiment.intervals import Interval, format_interval
 from simulation.experiment.jobs import SETTLED, Job, resolved, reusable, validate
 from simulation.experiment.runner import run_jobs
 from simulation.experiment.study import Study
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
     from simulation.experiment.jobs import Outcome
 
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")
+# sweep.csv's columns per target after the means and the metrics' interval bounds ({t}: the target, e.g. 0.8)
+TARGET_COLUMNS = ("rounds_to_{t}_ci_low", "rounds_to_{t}_ci_high", "reached_{t}", "mb_to_{t}_mean", "mb_to_{t}_ci_low",
+                  "mb_to_{t}_ci_high")  # fmt: skip
 
 
 def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict, out: Path,
@@ -62,7 +68,8 @@ def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict
 
 
 def aggregate(jobs: list[Job], targets: list[float]) -> list[dict]:
-    """One row per (algorithm, grid point): mean ± std over the seeds whose run completed (k/n)."""
+    """One row per (algorithm, grid point): mean ± std and 95 % intervals over the seeds whose run completed (k/n),
+    the completed runs kept by seed for the paired differences."""
     groups: dict[tuple, list[dict]] = {}
     for job in jobs:
         status = report.run_status(job.folder)
@@ -71,59 +78,101 @@ def aggregate(jobs: list[Job], targets: list[float]) -> list[dict]:
         except report.DamagedRun as err:  # counted as a seed that did not complete, and named
             print(f"   {job.label}: {err}", file=sys.stderr, flush=True)
             run = {"status": "damaged"}
+        run["seed"] = job.keys["seed"]
         groups.setdefault((job.keys["algorithm"], job.keys["grid"]), []).append(run)
     return [{"algorithm": algorithm, "grid": tag, **report.over_seeds(runs, targets, METRICS)}
             for (algorithm, tag), runs in groups.items()]  # fmt: skip
 
 
-def markdown(rows: list[dict], targets: list[float], command: str) -> str:
+def _to_target(value: Interval | None, spec: str, completed: int) -> str:
+    """A to-target cell: the mean with its interval over the k seeds that reached the target (the value alone for
+    one), and k/n."""
+    if value is None:
+        return "–"
+    return f"{format_interval(value, spec) if value.n > 1 else format(value.mean, spec)} ({value.n}/{completed})"
+
+
+def markdown(rows: list[dict], targets: list[float], command: str, baseline: str | None = None) -> str:
+    """sweep.md: the means with their 95 % intervals, MB to each target, and (with a baseline) the paired
+    differences against it."""
     head = ["algorithm", "grid", "seeds", "final acc", "best acc", *(f"rounds to {t:g}" for t in targets),
             "s/round", "MB/client/round"]  # fmt: skip
-    cells = []
+    cells, to_target = [], []
     for r in rows:
-        line = [r["algorithm"], r["grid"], r["seeds"],
-                *(report.format_mean_std(r[k], ".4f") for k in ("final_acc", "best_acc"))]  # fmt: skip
-        for t in targets:
-            stats, k, n = r[f"rounds_to_{t:g}"]
-            line.append("–" if stats is None else f"{report.format_mean_std(stats, '.1f')} ({k}/{n})")
-        line += [report.format_mean_std(r[k], ".2f") for k in ("s_per_round", "mb_per_client_round")]
-        cells.append(line)
-    lines = [f"Reproduce: `{command}`", "", "Mean ± std over seeds (sample std); rounds to a target over the seeds "
-             "that reached it (k/n).", "", *report.markdown_table(head, cells)]  # fmt: skip
+        ci = r["intervals"]
+        accuracy = [format_interval(ci[k], ".4f") for k in ("final_acc", "best_acc")]
+        completed = int(r["seeds"].split("/")[0])
+        rounds = [_to_target(ci[f"rounds_to_{t:g}"], ".1f", completed) for t in targets]
+        costs = [format_interval(ci[k], ".2f") for k in ("s_per_round", "mb_per_client_round")]
+        cells.append([r["algorithm"], r["grid"], r["seeds"], *accuracy, *rounds, *costs])
+        to_target.append([r["algorithm"], r["grid"], *(_to_target(ci[f"mb_to_{t:g}"], ".3g", completed)
+                                                       for t in targets)])  # fmt: skip
+    lines = [f"Reproduce: `{command}`", "",
+             "Mean over the seeds that completed, with its 95 % interval [low, high] (Student's t over the seeds; "
+             "(n = 1): one seed, no interval); rounds to a target over the seeds that reached it (k/n).", "",
+             *report.markdown_table(head, cells)]  # fmt: skip
+    if targets:
+        head = ["algorithm", "grid", *(f"MB to {t:g}" for t in targets)]
+        lines += ["", "MB one participating client sent and received until it reached each target (down + up), "
+                  "over the seeds that reached it (k/n):", "", *report.markdown_table(head, to_target)]  # fmt: skip
+    differences = paired.paired_rows(rows, targets, baseline) if baseline else []
+    if differences:
+        lines += ["", *paired.markdown(differences, targets, baseline)]
     return "\n".join(lines) + "\n"
 
 
 def csv_rows(rows: list[dict], targets: list[float]) -> tuple[list[dict], list[str]]:
-    """sweep.csv: means and stds as numbers (empty where no seed completed)."""
+    """sweep.csv: means and stds as numbers (empty where no seed completed), then the 95 % interval bounds (empty
+    with one seed), how many seeds reached each target and the MB to it."""
 
     def part(value, i):
         return None if value is None else value[i]
 
+    def bounds(key: str, ci) -> dict:
+        return {f"{key}_ci_low": ci and ci.low, f"{key}_ci_high": ci and ci.high}
+
     fields = ["algorithm", "grid", "seeds", "final_acc_mean", "final_acc_std", "best_acc_mean", "best_acc_std",
-              "s_per_round_mean", "mb_per_client_round_mean", *(f"rounds_to_{t:g}_mean" for t in targets)]  # fmt: skip
+              "s_per_round_mean", "mb_per_client_round_mean", *(f"rounds_to_{t:g}_mean" for t in targets),
+              *(f"{k}_ci_{side}" for k in METRICS for side in ("low", "high")),
+              *(f.format(t=f"{t:g}") for t in targets for f in TARGET_COLUMNS)]  # fmt: skip
     out = []
     for r in rows:
-        out.append({"algorithm": r["algorithm"], "grid": r["grid"], "seeds": r["seeds"],
-                    "final_acc_mean": part(r["final_acc"], 0), "final_acc_std": part(r["final_acc"], 1),
-                    "best_acc_mean": part(r["best_acc"], 0), "best_acc_std": part(r["best_acc"], 1),
-                    "s_per_round_mean": part(r["s_per_round"], 0),
-                    "mb_per_client_round_mean": part(r["mb_per_client_round"], 0),
-                    **{f"rounds_to_{t:g}_mean": part(r[f"rounds_to_{t:g}"][0], 0) for t in targets}})  # fmt: skip
+        ci = r["intervals"]
+        line = {"algorithm": r["algorithm"], "grid": r["grid"], "seeds": r["seeds"],
+                "final_acc_mean": part(r["final_acc"], 0), "final_acc_std": part(r["final_acc"], 1),
+                "best_acc_mean": part(r["best_acc"], 0), "best_acc_std": part(r["best_acc"], 1),
+                "s_per_round_mean": part(r["s_per_round"], 0),
+                "mb_per_client_round_mean": part(r["mb_per_client_round"], 0),
+                **{f"rounds_to_{t:g}_mean": part(r[f"rounds_to_{t:g}"][0], 0) for t in targets}}  # fmt: skip
+        for key in METRICS:
+            line |= bounds(key, ci[key])
+        for t in targets:
+            sent = ci[f"mb_to_{t:g}"]
+            line |= {**bounds(f"rounds_to_{t:g}", ci[f"rounds_to_{t:g}"]), f"reached_{t:g}": r[f"rounds_to_{t:g}"][1],
+                     f"mb_to_{t:g}_mean": sent and sent.mean, **bounds(f"mb_to_{t:g}", sent)}  # fmt: skip
+        out.append(line)
     return out, fields
 
 
 def outputs(out: Path) -> list[Path]:
     """The files a sweep writes in <out> (besides the runs)."""
-    return [out / "sweep.md", out / "sweep.csv", out / "sweep.png"]
+    return [out / "sweep.md", out / "sweep.csv", out / "sweep-paired.csv", out / "sweep.png"]
 
 
-def write_report(out: Path, rows: list[dict], targets: list[float], command: str, title: str) -> str:
-    """<out>/sweep.md, sweep.csv and sweep.png (the mean accuracy over seeds with a min–max band)."""
-    text = markdown(rows, targets, command)
+def write_report(out: Path, rows: list[dict], targets: list[float], command: str, title: str,
+                 baseline: str | None = None) -> str:  # fmt: skip
+    """<out>/sweep.md, sweep.csv, sweep-paired.csv (with a baseline: `baseline`, else fedavg when it is among the
+    rows) and sweep.png (the mean accuracy over seeds with its 95 % interval)."""
+    baseline = baseline or paired.choose_baseline([r["algorithm"] for r in rows], None)
+    text = markdown(rows, targets, command, baseline)
     (out / "sweep.md").write_text(text)
     report.write_csv(out / "sweep.csv", *csv_rows(rows, targets))
+    differences = paired.paired_rows(rows, targets, baseline) if baseline else []
+    if differences:
+        report.write_csv(out / "sweep-paired.csv", *paired.csv_rows(differences, targets, baseline))
     lines = [report.Line(r["algorithm"] + ("" if r["grid"] == "default" else f" {r['grid']}")
-                         + f" ({sum(1 for c in r['curves'] if c)} seeds)", r["curves"]) for r in rows]  # fmt: skip
+                         + f" ({sum(1 for c in r['curves'] if c)} seeds)", r["curves"], band="interval")
+             for r in rows]  # fmt: skip
     report.plot(out / "sweep.png", [report.Panel(lines, title=title, legend_size=7)])
     return text
 
@@ -151,6 +200,8 @@ class Sweep(Study):
         parser.add_argument("--engine", choices=ENGINES, default="flwr")
         parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
         parser.add_argument("--title", default="")
+        parser.add_argument("--baseline", help="the algorithm the others are compared with, seed by seed (default: "
+                            "fedavg when it is among --algorithms)")  # fmt: skip
         parser.add_argument("--tuned", default="", help="tuned.toml from simulation.tune: each algorithm's chosen "
                             "values (-c keys win)")  # fmt: skip
 
@@ -160,6 +211,7 @@ class Sweep(Study):
             raise ConfigError("--algorithms: give at least one")
         algorithms = parse_list(args.algorithms, "--algorithms")
         seeds = parse_list(args.seeds, "--seeds", int)
+        paired.choose_baseline(algorithms, args.baseline)  # a --baseline not among them: exit 2 before any run
         if args.parallel < 1:
             raise ConfigError(f"--parallel {args.parallel}: give at least 1")
         shared = parse_overrides(args.run_config)
@@ -187,12 +239,15 @@ class Sweep(Study):
         return (f"python -m simulation.sweep --algorithms {','.join(plan.algorithms)} --seeds {args.seeds}"
                 + (f' --grid "{args.grid}"' if args.grid else "") + "".join(f' -c "{c}"' for c in args.run_config)
                 + (f" --tuned {args.tuned}" if args.tuned else "")
+                + (f" --baseline {args.baseline}" if args.baseline else "")
                 + f" --engine {args.engine} --out {args.out}")  # fmt: skip
 
     def report(self, plan: Plan, outcomes: list[Outcome]) -> str:
         cfg = plan.cfg
         title = plan.args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients"
-        return write_report(plan.out, aggregate(plan.jobs, cfg.targets), cfg.targets, self.reproduce(plan), title)
+        rows = aggregate(plan.jobs, cfg.targets)
+        baseline = paired.choose_baseline(plan.algorithms, plan.args.baseline)
+        return write_report(plan.out, rows, cfg.targets, self.reproduce(plan), title, baseline)
 
     def exit_code(self, plan: Plan, outcomes: list[Outcome], rerun: str) -> int:
         if any(o.status not in SETTLED for o in outcomes):  # a diverged run is reused as it is

@@ -113,13 +113,17 @@ def test_sweep_files_have_their_columns_and_k_of_n(tmp_path):
     runs = [seed_run(0.8, 3, [(1, 0.8)]), seed_run(0.6, None, [(1, 0.6)]), {"status": "diverged"}]
     row = {"algorithm": "fedavg", "grid": "lr=0.1", **report.over_seeds(runs, TARGETS, sweep.METRICS)}
     text = sweep.write_report(tmp_path, [row], TARGETS, "python -m simulation.sweep …", "title")
-    assert "| fedavg | lr=0.1 | 2/3 | 0.7000 ± 0.1414 |" in text and "| 3.0 ± 0.0 (1/2) | – |" in text
+    # the mean with its 95 % interval: 0.7 ± t_{0.975,1} · 0.1414 / √2 = 0.7 ± 1.2706; one seed reached 0.5
+    assert "| fedavg | lr=0.1 | 2/3 | 0.7000 [-0.5706, 1.9706] |" in text and "| 3.0 (1/2) | – |" in text
     with open(tmp_path / "sweep.csv") as f:
         reader = csv.DictReader(f)
         line = next(reader)
-    assert reader.fieldnames == ["algorithm", "grid", "seeds", "final_acc_mean", "final_acc_std", "best_acc_mean",
-                                 "best_acc_std", "s_per_round_mean", "mb_per_client_round_mean", "rounds_to_0.5_mean",
-                                 "rounds_to_0.9_mean"]  # fmt: skip
+    assert reader.fieldnames[:11] == ["algorithm", "grid", "seeds", "final_acc_mean", "final_acc_std", "best_acc_mean",
+                                      "best_acc_std", "s_per_round_mean", "mb_per_client_round_mean",
+                                      "rounds_to_0.5_mean", "rounds_to_0.9_mean"]  # fmt: skip
+    assert reader.fieldnames[11:15] == ["final_acc_ci_low", "final_acc_ci_high", "best_acc_ci_low", "best_acc_ci_high"]
+    assert float(line["final_acc_ci_low"]) == pytest.approx(0.7 - 12.706205 * math.sqrt(0.02) / math.sqrt(2))
+    assert line["reached_0.5"] == "1" and line["rounds_to_0.5_ci_low"] == ""  # one seed: no interval
     assert line["seeds"] == "2/3" and float(line["final_acc_mean"]) == pytest.approx(0.7)
     assert line["rounds_to_0.5_mean"] == "3.0" and line["rounds_to_0.9_mean"] == ""
     assert (tmp_path / "sweep.png").stat().st_size > 1000

@@ -43,7 +43,9 @@ def test_sweep_runs_every_seed_aggregates_and_resumes(tmp_path, capsys):
     with open(tmp_path / "sweep.csv") as f:
         row = next(r for r in csv.DictReader(f) if r["algorithm"] == "fedavg" and r["grid"] == "lr=0.05")
     assert float(row["final_acc_mean"]) == pytest.approx((finals[0] + finals[1]) / 2, abs=1e-9)
-    assert row["seeds"] == "2/2" and "± " in (tmp_path / "sweep.md").read_text()
+    assert row["seeds"] == "2/2" and "Δ vs fedavg" in (tmp_path / "sweep.md").read_text()
+    low, high = float(row["final_acc_ci_low"]), float(row["final_acc_ci_high"])  # the 95 % interval of the mean
+    assert low < float(row["final_acc_mean"]) < high or low == high
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     capsys.readouterr()
     assert sweep.main(argv) == 0 and "4 ended earlier (completed or diverged) and reused" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """What every study reports, in one place: the per-run summary read from a results folder, the one definition of
-steady seconds per round, mean ± std over seeds (failed or diverged runs counted, never averaged), markdown tables,
-CSV files and plots (one line per series: the mean over its seeds with a min–max band).
+steady seconds per round, mean ± std and the mean's 95 % interval over seeds (failed or diverged runs counted,
+never averaged; simulation/experiment/intervals.py), markdown tables, CSV files and plots (one line per series: the
+mean over its seeds with a min–max band, or with the 95 % interval of the mean).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedsuite.results import FINISHED, steady_seconds  # the one definition (summary.json, reports, benchmark)
+from simulation.experiment.intervals import t_interval
 
 # --- one run ------------------------------------------------------------------------------------------------------
 
@@ -67,9 +69,10 @@ def run_status(folder: Path) -> str:
 
 def run_summary(folder: Path, targets: Sequence[float]) -> dict:
     """A results folder in numbers: status, final/best accuracy and loss, the final federated accuracy and its
-    worst-10 % (evaluation federated/both), ‖x − x*‖/‖x*‖ (synthetic federations),
-    rounds to each target, steady s/round and client compute s/round, communication per client and round, and the
-    curve (accuracy per evaluated round, or the relative error where there is no accuracy)."""
+    worst-10 % (evaluation federated/both), ‖x − x*‖/‖x*‖ (synthetic federations), rounds to each target and the
+    MB one participating client sent and received up to it, steady s/round and client compute s/round,
+    communication per client and round, and the curve (accuracy per evaluated round, or the relative error where
+    there is no accuracy)."""
     summary, rows = read_summary(folder), read_rows(folder)
     trained = [r for r in rows if r["round"] > 0]
     per_round = max(len(trained), 1)
@@ -77,6 +80,7 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
     if not accuracy:  # evaluation='federated': the clients' weighted accuracy is the run's curve
         accuracy = [(r["round"], r["fed_accuracy"]) for r in rows if r.get("fed_accuracy") is not None]
     error = [(r["round"], r["relative_error"]) for r in rows if r.get("relative_error") is not None]
+    rounds_to = {f"{t:g}": summary.get("rounds_to_target", {}).get(f"{t:g}") for t in targets}
     return {
         "status": summary["status"],
         "rounds": summary.get("rounds_completed", len(trained)),
@@ -86,7 +90,8 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
         "final_rel_err": summary.get("final_relative_error"),
         "final_fed_acc": summary.get("final_fed_accuracy"),
         "final_fed_worst10": summary.get("final_fed_accuracy_worst10"),
-        "rounds_to": {f"{t:g}": summary.get("rounds_to_target", {}).get(f"{t:g}") for t in targets},
+        "rounds_to": rounds_to,
+        "mb_to": {t: None if n is None else _mb_up_to(trained, n) for t, n in rounds_to.items()},
         "s_per_round": steady_seconds(rows),
         "client_compute_s_per_round": steady_seconds(rows, "client_compute_seconds"),
         "vectors_per_client_round": summary.get("communication_vectors_per_client", 0) / per_round,
@@ -97,6 +102,13 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
 
 
 # --- over seeds -----------------------------------------------------------------------------------------------------
+
+
+def _mb_up_to(trained: list[dict], last: int) -> float:
+    """MB one participating client sent and received in rounds 1 … last (down + up, the rows' accounting)."""
+    sent = sum((r.get("bytes_down_per_client") or 0) + (r.get("bytes_up_per_client") or 0)
+               for r in trained if r["round"] <= last)  # fmt: skip
+    return sent / 1e6
 
 
 def _first(summary: dict, *keys: str):
@@ -125,15 +137,24 @@ def spread(values: Sequence[float], spec: str) -> str:
 def over_seeds(runs: Sequence[dict], targets: Sequence[float], metrics: Sequence[str]) -> dict:
     """Run summaries of one setting (one per seed) → mean ± std over the seeds whose run completed: `seeds` is
     "k/n" (completed/all), every metric a (mean, std) or None, `rounds_to_<t>` (mean ± std over the completed seeds
-    that reached t, how many did, how many completed), and the completed seeds' curves. A failed or diverged seed
+    that reached t, how many did, how many completed), `intervals` (every metric's, `rounds_to_<t>`'s and
+    `mb_to_<t>`'s mean with its 95 % interval, intervals.Interval or None), `by_seed` (the completed runs by their
+    `seed`, for runs that name it: paired differences) and the completed seeds' curves. A failed or diverged seed
     counts in n and is never averaged in."""
     done = [r for r in runs if r.get("status") in FINISHED]  # a budget-spent run ended as its config asked
     row: dict = {"seeds": f"{len(done)}/{len(runs)}"}
+    intervals: dict = {}
     for key in metrics:
-        row[key] = mean_std([r[key] for r in done if r.get(key) is not None])
+        values = [r[key] for r in done if r.get(key) is not None]
+        row[key], intervals[key] = mean_std(values), t_interval(values)
     for t in targets:
         reached = [r["rounds_to"][f"{t:g}"] for r in done if r["rounds_to"].get(f"{t:g}") is not None]
         row[f"rounds_to_{t:g}"] = (mean_std(reached), len(reached), len(done))
+        intervals[f"rounds_to_{t:g}"] = t_interval(reached)
+        sent = [r["mb_to"][f"{t:g}"] for r in done if (r.get("mb_to") or {}).get(f"{t:g}") is not None]
+        intervals[f"mb_to_{t:g}"] = t_interval(sent)
+    row["intervals"] = intervals
+    row["by_seed"] = {r["seed"]: r for r in done if "seed" in r}
     row["curves"] = [r["curve"] for r in done]
     return row
 
@@ -167,12 +188,14 @@ def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str] | None = N
 
 @dataclass
 class Line:
-    """One series: its curves ((x, y) points, one curve per seed) drawn as their mean with a min–max band."""
+    """One series: its curves ((x, y) points, one curve per seed) drawn as their mean with a band: `range`, the
+    min–max over the curves, or `interval`, the 95 % t interval of the mean (simulation/experiment/intervals.py)."""
 
     label: str
     curves: list[list[tuple[float, float]]]
     style: str = "-"
     colour: int | str | None = None  # an int picks from the colour cycle
+    band: str = "range"
 
 
 @dataclass
@@ -188,11 +211,15 @@ class Panel:
     grid: bool = True
 
 
-def _band(curves: list[list[tuple[float, float]]]) -> tuple[list, list, list, list]:
-    """x values every curve has, and the mean, min and max over the curves there."""
+def _band(curves: list[list[tuple[float, float]]], band: str = "range") -> tuple[list, list, list, list]:
+    """x values every curve has, and the mean over the curves there with the band's low and high: min and max
+    (`range`) or the 95 % t interval of the mean (`interval`, two curves or more)."""
     points = [dict(c) for c in curves]
     xs = sorted(set.intersection(*(set(p) for p in points)))
     ys = [[p[x] for p in points] for x in xs]
+    if band == "interval" and len(curves) > 1:
+        means = [t_interval(v) for v in ys]
+        return xs, [m.mean for m in means], [m.low for m in means], [m.high for m in means]
     return xs, [sum(v) / len(v) for v in ys], [min(v) for v in ys], [max(v) for v in ys]
 
 
@@ -212,7 +239,7 @@ def plot(path: Path, panels: Sequence[Panel], figsize: tuple[float, float] = (8,
             if not curves:
                 continue
             colour = colours[line.colour % len(colours)] if isinstance(line.colour, int) else line.colour
-            xs, mean, low, high = _band(curves)
+            xs, mean, low, high = _band(curves, line.band)
             drawn = ax.plot(xs, mean, line.style, color=colour, label=line.label, linewidth=1.4)[0]
             if len(curves) > 1:
                 ax.fill_between(xs, low, high, color=drawn.get_color(), alpha=0.2)
