@@ -11,7 +11,7 @@ same points.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from fedsuite.tunable import Search, grid_values
 from simulation.tuning.space import Point, TuneError, grid_points
@@ -56,28 +56,8 @@ def budget_search(setting: Setting, algorithm: str, space: Mapping[str, Search],
     untried = iter(seeded_order(points, sampler_seed))
     tried: dict[Point, Trial] = {}
     while len(tried) < budget:
-        batch: dict[Point, tuple[object, str]] = {}  # the new points of this batch: their Optuna trial and origin
-        waiting: list[tuple[object, Point]] = []  # proposals repeating a point of this batch: told once it ran
-        repeats = 0
-        while len(batch) < min(max(setting.parallel, 1), budget - len(tried)):
-            if repeats >= MAX_REPEATS:
-                point = next(p for p in untried if p not in tried and p not in batch)
-                study.enqueue_trial(dict(point))
-                batch[point] = (study.ask(distributions), seeded_origin())
-                repeats = 0
-                continue
-            asked = study.ask(distributions)
-            point = tuple((key, asked.params[key]) for key in space)
-            if point in tried:
-                _tell(study, asked, tried[point])
-                tried[point].repeats += 1
-                repeats += 1
-            elif point in batch:
-                waiting.append((asked, point))
-                repeats += 1
-            else:
-                batch[point] = (asked, TPE)
-                repeats = 0
+        size = min(max(setting.parallel, 1), budget - len(tried))
+        batch, waiting = _ask_batch(study, distributions, tried, untried, size)
         results = run(setting, algorithm, list(batch), len(tried) + 1)
         for (point, (asked, origin)), result in zip(batch.items(), results, strict=True):
             result.origin = origin
@@ -87,6 +67,36 @@ def budget_search(setting: Setting, algorithm: str, space: Mapping[str, Search],
             _tell(study, asked, tried[point])
             tried[point].repeats += 1
     return list(tried.values())
+
+
+def _ask_batch(study, distributions: Mapping, tried: dict[Point, Trial], untried: Iterator[Point], size: int
+               ) -> tuple[dict[Point, tuple[object, str]], list[tuple[object, Point]]]:  # fmt: skip
+    """`size` new points: {point: (its Optuna trial, what proposed it)}, and the proposals that repeated a point of
+    this batch (told once it ran). A proposal of a point in `tried` is told its score at once; after MAX_REPEATS
+    repeats in a row the next point of `untried` (the seeded order) not yet tried is taken."""
+    batch: dict[Point, tuple[object, str]] = {}
+    waiting: list[tuple[object, Point]] = []
+    repeats = 0
+    while len(batch) < size:
+        if repeats >= MAX_REPEATS:
+            point = next(p for p in untried if p not in tried and p not in batch)
+            study.enqueue_trial(dict(point))
+            batch[point] = (study.ask(distributions), seeded_origin())
+            repeats = 0
+            continue
+        asked = study.ask(distributions)
+        point = tuple((key, asked.params[key]) for key in distributions)
+        if point in tried:
+            _tell(study, asked, tried[point])
+            tried[point].repeats += 1
+            repeats += 1
+        elif point in batch:
+            waiting.append((asked, point))
+            repeats += 1
+        else:
+            batch[point] = (asked, TPE)
+            repeats = 0
+    return batch, waiting
 
 
 def _marked(trials: list[Trial], origin: str) -> list[Trial]:
