@@ -223,9 +223,10 @@ _SPEED_CLIENT = {"mu": "fedspeed-mu", "rho": "fedspeed-rho", "mix": "fedspeed-al
 _MIM = {"alphas": "fedmim-alphas", "betas": "fedmim-betas"}
 _SMOO_CLIENT = {"mu": "fedsmoo-mu", "rho": "fedsmoo-rho"}
 
-# What simulation.tune searches per algorithm (fedsuite.tunable): the local step size and the main hyper-parameter.
-# Value lists follow the grids the sources report where there is one (each algorithm's page), else [choice] values
-# around the seeds' defaults; lr ranges are [choice]: SGD-type local steps 0.005–0.5, Adam-type 3e-4–3e-2.
+# What simulation.tune searches per algorithm (fedsuite.tunable): the local step size and the one or two values its
+# paper tunes. Value lists follow the grids the sources report where there is one (each algorithm's page), else
+# [choice] values around the seeds' defaults; lr ranges are [choice]: SGD-type local steps 0.005–0.5, Adam-type
+# 3e-4–3e-2. A space stays small (about 20 grid points): a method with two values besides lr gets two of each.
 _SGD_LR = LogRange(0.005, 0.5)
 _ADAM_LR = LogRange(3e-4, 3e-2)
 _SGD: dict[str, Search] = {"lr": _SGD_LR}
@@ -235,13 +236,18 @@ _FEDDYN_TUNED = {**_SGD, "feddyn-alpha": (0.001, 0.01, 0.1)}  # the FedDyn paper
 _FEDADMM_TUNED = {**_SGD, "fedadmm-rho": (0.001, 0.01, 0.1, 0.5)}  # ρ: 0.001 … 0.1 as in the sources, and 0.5
 _FEDCM_TUNED = {**_SGD, "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}  # α: the FedCM paper uses 0.05 / 0.1
 _SAM_TUNED = {**_SGD, "sam-rho": (0.01, 0.05, 0.1, 0.2)}  # ρ: the papers use 0.1
-_FEDSPEED_TUNED = {**_SGD, "fedspeed-rho": (0.02, 0.05, 0.1, 0.2)}  # ρ0: FedSpeed thesis Table 4.7, best 0.1
+# MoFedSAM tunes FedCM's α and SAM's ρ: the README's α = 0.1 and a large local weight 0.5; ρ = 0.1 and 0.05
+_MOFEDSAM_TUNED = {**_SGD, "fedcm-alpha": (0.1, 0.5), "sam-rho": (0.05, 0.1)}
+# ρ0 around the thesis' Table 4.7 best (0.1); μ = 1/λ at the thesis' two settings (0.1 at 100 clients, 0.001 at 500)
+_FEDSPEED_TUNED = {**_SGD, "fedspeed-rho": (0.05, 0.1), "fedspeed-mu": (0.001, 0.1)}
 _FEDSPEED_ING_TUNED = {**_SGD, "fedspeed-ing-zeta": (0.05, 0.1, 0.2, 0.5)}  # the FedSpeed thesis' ζ sweep
-# ρ: FL-Simulator's README uses 0.1 for FedSMOO and 0.01 for FedGAMMA
-_FEDSMOO_TUNED = {**_SGD, "fedsmoo-rho": (0.01, 0.05, 0.1, 0.2)}
+# ρ: FL-Simulator's README uses 0.1 for FedSMOO and 0.01 for FedGAMMA; FedSMOO's prox μ (the README's 0.1) at
+# FedSpeed's two values, as FedSMOO is FedSpeed with another SAM point
+_FEDSMOO_TUNED = {**_SGD, "fedsmoo-rho": (0.05, 0.1), "fedsmoo-mu": (0.001, 0.1)}
 _FEDGAMMA_TUNED = {**_SGD, "fedgamma-rho": (0.01, 0.05, 0.1, 0.2)}
-# FedMIM's α pairs (β = 0.9, 0.1 kept) from little momentum (A = 0.6) to Table III's best (A = 0.1) and A = 0.05
-_FEDMIM_TUNED = {**_SGD, "fedmim-alphas": ("0.3,0.1", "0.5,0.2", "0.6,0.3", "0.7,0.25")}
+# FedMIM's Table III ablates α and β: α pairs from little momentum (A = 0.6) to its best (A = 0.1); β newest-first
+# (its best, 0.9, 0.1) and the reverse order it compares against
+_FEDMIM_TUNED = {**_SGD, "fedmim-alphas": ("0.3,0.1", "0.6,0.3"), "fedmim-betas": ("0.9,0.1", "0.1,0.9")}
 _ADAM_TUNED = {"lr": _ADAM_LR, "adam-eps": (1e-8, 1e-6, 1e-4, 1e-2)}  # ε: the FAdamET paper uses 1e-8
 _FEDLADA_TUNED = {"lr": _ADAM_LR, "fedlada-alpha": (0.05, 0.1, 0.2, 0.5)}  # FedLADA's α
 _PROX_TUNED = {**_SGD, "prox-lambda": (0.001, 0.01, 0.1)}  # λ: the LoSAC paper tunes it on {1e-3, 1e-2, 1e-1}
@@ -293,7 +299,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
     _entry("mofedsam", "fedsuite.strategies.fedcm:FedCM", "fedsuite.clients.fedsam:MoFedSAMClient",
            "docs/algorithms/mofedsam.md",
            "FedCM with the gradient at the SAM point", {"server_lr": "server-lr"},
-           {"alpha": "fedcm-alpha", "rho": "sam-rho"}, checks=_SECAGG_OWN_STEPS, tunable=_FEDCM_TUNED),
+           {"alpha": "fedcm-alpha", "rho": "sam-rho"}, checks=_SECAGG_OWN_STEPS, tunable=_MOFEDSAM_TUNED),
     _entry("fedspeed", "fedsuite.strategies.fedspeed:FedSpeed", "fedsuite.clients.fedspeed:FedSpeedClient",
            "docs/algorithms/fedspeed.md",
            "FedDyn's correction + prox with a normalised SAM gradient",

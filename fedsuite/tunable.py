@@ -2,14 +2,16 @@
 
 An algorithm declares its tunable keys in the registry (`Algorithm.tunable`, fedsuite/algorithm.py), e.g.
 `{"lr": LogRange(0.005, 0.5), "fedcm-alpha": (0.05, 0.1, 0.2, 0.5)}`. A grid search tries the declared values
-(a log range's `points` geometric points); a budgeted search (Optuna, simulation/tune.py) draws from the log range
-and picks among listed values. Every value a search can produce must pass the key's own schema check; `problem`
-says which does not. This module is light (no torch, no Optuna): config validation may import the registry.
+(a log range's `points` geometric points); an Optuna search with `--trials` (simulation/tune.py) draws from the
+log range and picks among listed values; one with `--budget` picks among the grid points of both. Every value a
+search can produce must pass the key's own schema check; `problem` says which does not. This module is light (no
+torch, no Optuna): config validation may import the registry.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fedsuite.schema import Key, Scalar
@@ -53,6 +55,12 @@ Search = LogRange | tuple[Scalar, ...]
 def grid_values(search: Search) -> tuple[Scalar, ...]:
     """The values a grid search tries for one key."""
     return search.grid() if isinstance(search, LogRange) else tuple(search)
+
+
+def space_size(space: Mapping[str, Search]) -> int:
+    """How many points a search space has: the product of its keys' value counts, a log range counting its grid
+    points (what a grid search tries, and what a budgeted search draws from)."""
+    return math.prod(len(grid_values(search)) for search in space.values())
 
 
 def describe(search: Search) -> str:

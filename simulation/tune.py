@@ -3,13 +3,16 @@ chosen without looking at the test set; then fresh seeds, trained on all the tra
 
     python -m simulation.tune --algorithms fedavg,fedcm,scaffold -c "num-server-rounds=100 partition-alpha=0.1" \\
         --seeds 0,1 --final-seeds 10,11,12 --out results/tune --engine inprocess --parallel 2
-    python -m simulation.tune --algorithms fedcm --search optuna --trials 20 ...   # budgeted TPE search
-    python -m simulation.tune --list                                            # what each algorithm searches
+    python -m simulation.tune --algorithms fedavg,fedcm --budget 8 ...   # 8 distinct points each (TPE or grid)
+    python -m simulation.tune --list                                     # what each algorithm searches
 
 What is searched is the registry's `tunable` declaration of each algorithm (fedsuite/registry.py; `--space`
 replaces or adds keys). `--search grid` tries every combination of the declared values (a log range gives its
-grid points); `--search optuna` lets Optuna's TPE sampler, seeded by --sampler-seed, propose --trials points
-(--parallel K at a time), so the same command proposes the same trials. Every trial runs once per search seed with
+grid points); `--budget N` (an Optuna search) gives every algorithm N distinct points: its whole grid when that has
+no more than N points, else N points proposed by Optuna's TPE sampler, seeded by --sampler-seed (a repeated
+proposal costs nothing; simulation/tuning/budget.py). `--search optuna --trials N` is the older form: N TPE
+proposals, repeats included, so algorithms may see different numbers of points. Either way --parallel K points are
+asked at a time, and the same command proposes the same points. Every trial runs once per search seed with
 `validation-fraction` (0.1 unless -c sets it) and is scored by the validation accuracy only (rounds.jsonl
 `val_accuracy`, or `fed_val_accuracy` under evaluation='federated'; `--score loss` reads the validation loss),
 the mean over the last --last evaluations, averaged over the seeds. A trial with a seed that failed or diverged
@@ -35,7 +38,7 @@ from pathlib import Path
 from fedsuite import tuned as tuned_file
 from fedsuite.config import ConfigError
 from fedsuite.data_checks import check_evaluation_data
-from fedsuite.tunable import Search
+from fedsuite.tunable import Search, space_size
 from simulation import sweep
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
 from simulation.experiment.flags import parse_list
@@ -46,6 +49,7 @@ from simulation.experiment.runner import run_jobs
 from simulation.experiment.study import Study
 from simulation.launcher.overrides import parse_overrides
 from simulation.launcher.preflight import preflight
+from simulation.tuning.budget import budget_search, distinct_points
 from simulation.tuning.outputs import final_settings, outputs, summary_markdown, write_search
 from simulation.tuning.space import (
     DEFAULT_VALIDATION_FRACTION,
@@ -83,7 +87,9 @@ def _seeds(text: str, flag: str) -> list[int]:
 def _command(args: argparse.Namespace) -> str:
     parts = ["python -m simulation.tune", f"--algorithms {args.algorithms}", f"--seeds {args.seeds}",
              f"--search {args.search}"]  # fmt: skip
-    if args.search == "optuna":
+    if args.budget is not None:
+        parts.append(f"--budget {args.budget} --sampler-seed {args.sampler_seed}")
+    elif args.search == "optuna":
         parts.append(f"--trials {args.trials} --sampler-seed {args.sampler_seed}")
     if args.space:
         parts.append(f'--space "{args.space}"')
@@ -101,8 +107,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithms", help="comma-separated registered algorithms")
     parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
     parser.add_argument("--seeds", default="0,1", help="search seeds: every trial runs once per seed")
-    parser.add_argument("--search", choices=SEARCHES, default="grid")
-    parser.add_argument("--trials", type=int, default=0, help="--search optuna: trials per algorithm")
+    parser.add_argument("--search", choices=SEARCHES, default=None,
+                        help="grid (default) or optuna (the default with --budget)")  # fmt: skip
+    parser.add_argument("--budget", type=int, default=None,
+                        help="distinct points per algorithm, the same for all (an Optuna search; a space with no "
+                             "more points is searched whole)")  # fmt: skip
+    parser.add_argument("--trials", type=int, default=0,
+                        help="--search optuna: TPE proposals per algorithm, repeats included (--budget counts "
+                             "distinct points)")  # fmt: skip
     parser.add_argument("--sampler-seed", type=int, default=0, help="--search optuna: the TPE sampler's seed")
     parser.add_argument("--space", default="",
                         help='replace or add searched values: "lr=0.01,0.1 fedcm:fedcm-alpha=0.1,0.3"')  # fmt: skip
@@ -126,8 +138,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
         algorithms = parse_list(args.algorithms, "--algorithms")  # one given twice is refused, naming it
     except ConfigError as err:
         raise TuneError(str(err)) from None
-    if args.search == "optuna" and args.trials < 1:
-        raise TuneError("--search optuna: give --trials N (N >= 1)")
+    _check_search(args)
     if args.parallel < 1 or args.last < 1:
         raise TuneError("--parallel and --last: must be >= 1")
     seeds = _seeds(args.seeds, "--seeds")
@@ -142,6 +153,8 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
                         f"or leave it out ({DEFAULT_VALIDATION_FRACTION})")  # fmt: skip
     search_shared = {"validation-fraction": DEFAULT_VALIDATION_FRACTION, **shared}
     spaces = spaces_for(algorithms, parse_space(args.space))
+    if args.budget is not None:
+        _check_budget(args.budget, spaces)
     cfg = resolved(search_shared)
     out = Path(args.out).resolve()
     column = score_column(str(cfg["evaluation"]), args.score)
@@ -156,21 +169,60 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
     return algorithms, spaces, setting, final, final_seeds
 
 
+def _check_search(args: argparse.Namespace) -> None:
+    """--search, --budget and --trials agree (an omitted --search is grid, or optuna with --budget)."""
+    if args.budget is not None:
+        if args.search == "grid":
+            raise TuneError(f"--budget {args.budget}: a grid search tries every point; use --search optuna with "
+                            "--budget, or leave out --search")  # fmt: skip
+        if args.trials:
+            raise TuneError(f"--budget {args.budget} and --trials {args.trials}: give one; --budget N gives "
+                            "every algorithm N distinct points, --trials N counts TPE proposals, repeats "
+                            "included")  # fmt: skip
+        if args.budget < 1:
+            raise TuneError(f"--budget {args.budget}: give N >= 1 distinct points per algorithm")
+        args.search = "optuna"
+    args.search = args.search or "grid"
+    if args.search == "optuna" and args.budget is None and args.trials < 1:
+        raise TuneError("--search optuna: give --budget N (distinct points per algorithm) or --trials N (N >= 1)")
+
+
+def _check_budget(budget: int, spaces: Mapping[str, Mapping[str, Search]]) -> None:
+    """A budget that some algorithm can spend: one larger than every space would only repeat the grid search."""
+    sizes = {algorithm: space_size(space) for algorithm, space in spaces.items()}
+    largest = max(sizes, key=sizes.get)
+    if budget > sizes[largest]:
+        raise TuneError(f"--budget {budget}: larger than every algorithm's space ({largest} has the most, "
+                        f"{sizes[largest]} points), so it can never be spent; use --search grid (every point) or "
+                        f"--budget {sizes[largest]} or less")  # fmt: skip
+
+
 def print_plan(spaces: Mapping[str, Mapping[str, Search]], setting: Setting, args: argparse.Namespace,
                final_seeds: list[int]) -> None:  # fmt: skip
     rounds = int(resolved(setting.shared)["num-server-rounds"])
     lines = []
     total = 0
     for algorithm, space in spaces.items():
-        trials = args.trials if args.search == "optuna" else len(grid_points(space))
+        size, keys = space_size(space), ", ".join(space)
+        if args.budget is not None:
+            trials = distinct_points(size, args.budget)
+            how = "the full grid" if trials == size else "proposed by TPE"
+            lines.append(f"  {algorithm}: {trials} distinct points of a space of {size} ({how}), over {keys}")
+        elif args.search == "optuna":
+            trials = args.trials
+            lines.append(f"  {algorithm}: {trials} trials over {keys} (its grid has {size} points; TPE may repeat "
+                         "a point, so the distinct points are not fixed: --budget fixes them)")  # fmt: skip
+        else:
+            trials = size
+            lines.append(f"  {algorithm}: {trials} trials, the full grid of {size} points, over {keys}")
         total += trials * len(setting.seeds)
-        lines.append(f"  {algorithm}: {trials} trials over {', '.join(space)}")
         if args.search == "grid":
             jobs = [j for p in grid_points(space) for j in setting.jobs(algorithm, p)]
             lines[-1] += f" ({sum(1 for j in jobs if reusable(j))} of {len(jobs)} runs ended earlier)"
     finals = len(spaces) * len(final_seeds)
+    search = f"{args.search} search" if args.budget is None else f"optuna search of {args.budget} distinct points"
     print(
-        f"tune: {args.search} search, {total} search runs ({len(setting.seeds)} seeds each) + {finals} final "
+        f"tune: {search}, {total} search runs ({len(setting.seeds)} seeds each) + {finals} final "
         f"runs = {(total + finals) * rounds} rounds ({rounds} per run), scored by {setting.column}",
         flush=True,
     )
@@ -183,6 +235,8 @@ def print_plan(spaces: Mapping[str, Mapping[str, Search]], setting: Setting, arg
 def tune(algorithms: list[str], spaces: dict, setting: Setting, args: argparse.Namespace) -> dict[str, list[Trial]]:
     if args.search == "grid":
         return grid_search(setting, spaces)
+    if args.budget is not None:
+        return {a: budget_search(setting, a, spaces[a], args.budget, args.sampler_seed) for a in algorithms}
     return {a: optuna_search(setting, a, spaces[a], args.trials, args.sampler_seed) for a in algorithms}
 
 
@@ -254,7 +308,10 @@ class Tuning(Study):
         return TuningResult(results, best, values, outcomes, final_text)
 
     def report(self, plan: Plan, tuned: TuningResult) -> str:
-        text = summary_markdown(tuned.trials, tuned.best, plan.setting, self.reproduce(plan), tuned.final_text)
+        # a grid or --budget search draws from the grid points; --trials draws a log range's values between its ends
+        on_grid = plan.args.search == "grid" or plan.args.budget is not None
+        sizes = {a: space_size(space) for a, space in plan.spaces.items()} if on_grid else None
+        text = summary_markdown(tuned.trials, tuned.best, plan.setting, self.reproduce(plan), tuned.final_text, sizes)
         (plan.out / "tune.md").write_text(text)
         return text
 

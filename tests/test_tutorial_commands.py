@@ -18,7 +18,7 @@ PAGES = ("README.md", "docs/getting-started.md")
 SHORT = {"num-server-rounds": 1, "num-clients": 4, "clients-per-round": 2, "local-steps": 1, "batch-size": 16}
 # flags whose values shrink: keep one seed, one trial, one process
 SHRINK = {"--seeds": lambda v: v.split(",")[0], "--final-seeds": lambda v: v.split(",")[0],
-          "--trials": lambda v: "1", "--parallel": lambda v: "1"}  # fmt: skip
+          "--trials": lambda v: "1", "--budget": lambda v: "1", "--parallel": lambda v: "1"}  # fmt: skip
 # what a shortened command cannot run here, and why (each must still appear in the docs)
 NOT_HERE = {
     "resume-from='results/": "resumes a run the reader made before (checkpoints are tests/test_checkpoint.py's)",

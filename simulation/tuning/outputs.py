@@ -17,11 +17,14 @@ def search_rows(trials: Sequence[Trial], best: Trial | None) -> tuple[list[dict]
     """One row per trial: number, its values, per-seed scores, mean score, status, chosen."""
     keys = list(dict.fromkeys(k for t in trials for k, _ in t.point))
     seeds = list(trials[0].seeds) if trials else []
-    fields = ["trial", *keys, *(f"seed_{s}" for s in seeds), "mean_score", "status", "chosen"]
+    budgeted = any(t.origin for t in trials)  # a --budget search also says what proposed each point
+    fields = ["trial", *keys, *(f"seed_{s}" for s in seeds), "mean_score", "status", "chosen",
+              *(["proposed_by", "repeated_proposals"] if budgeted else [])]  # fmt: skip
     rows = []
     for t in trials:
         rows.append({"trial": t.number, **t.values, **{f"seed_{s}": v for s, v in zip(seeds, t.scores, strict=True)},
-                     "mean_score": t.score, "status": t.status, "chosen": t is best})  # fmt: skip
+                     "mean_score": t.score, "status": t.status, "chosen": t is best,
+                     **({"proposed_by": t.origin, "repeated_proposals": t.repeats} if budgeted else {})})  # fmt: skip
     return rows, fields
 
 
@@ -33,13 +36,21 @@ def _cell(field: str, value) -> str:
     return "–" if value is None else str(value)
 
 
+_BUDGET_NOTE = (
+    " Every trial is a distinct point; `repeated proposals` counts the later proposals of the same "
+    "point, which were told its score and ran nothing."
+)
+
+
 def search_markdown(algorithm: str, trials: Sequence[Trial], best: Trial | None, column: str, last: int) -> str:
     rows, fields = search_rows(trials, best)
     head = [f.replace("seed_", "seed ").replace("_", " ") for f in fields]
     cells = [[_cell(f, r[f]) for f in fields] for r in rows]
     lines = [f"# {algorithm}: search on the validation split", "",
              f"Score: mean `{column}` over the last {last} evaluations, per seed; mean over the seeds. A trial "
-             "with a failed or diverged seed has no score and is never chosen.", "",
+             "with a failed or diverged seed has no score and is never chosen." + (_BUDGET_NOTE if
+                                                                                   "proposed_by" in fields else ""),
+             "",
              *report.markdown_table(head, cells)]  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -62,15 +73,28 @@ def final_settings(shared: Mapping[str, Scalar]) -> dict:
     return settings
 
 
+def points_tried(trials: Sequence[Trial], space_size: int | None) -> str:
+    """The distinct points an algorithm's search tried, of its space's grid points ("12 of 20", "5 of 5 (the full
+    grid)"); without the space's size, the count alone."""
+    distinct = len({t.point for t in trials})
+    if space_size is None:
+        return str(distinct)
+    return f"{distinct} of {space_size}" + (" (the full grid)" if distinct == space_size else "")
+
+
 def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Trial | None], setting: Setting,
-                     command: str, final_text: str) -> str:  # fmt: skip
-    head = ["algorithm", "chosen values", f"validation score ({setting.column})", "trials with a score"]
+                     command: str, final_text: str, space_sizes: Mapping[str, int] | None = None) -> str:  # fmt: skip
+    """tune.md: the command, per algorithm the chosen values, their score, the scored trials and the distinct
+    points tried (of its space's size), and the final runs' table."""
+    head = ["algorithm", "chosen values", f"validation score ({setting.column})", "trials with a score",
+            "distinct points tried"]  # fmt: skip
     cells = []
     for algorithm, trials in results.items():
         pick = best[algorithm]
         values = ", ".join(f"{k}={v}" for k, v in pick.point) if pick else "none: no trial completed"
         cells.append([algorithm, values, report.fmt(pick.score if pick else None, ".4f"),
-                      f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}"])  # fmt: skip
+                      f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}",
+                      points_tried(trials, (space_sizes or {}).get(algorithm))])  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
              *report.markdown_table(head, cells), "", "## Final runs (test accuracy, no validation split)", "",
              final_text.partition("\n\n")[2] if final_text.startswith("Reproduce:") else "No final runs."]  # fmt: skip

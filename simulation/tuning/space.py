@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from fedsuite.config import SCHEMA, ConfigError, Scalar, active_schema
-from fedsuite.tunable import Search, describe, grid_values, problem
+from fedsuite.tunable import Search, describe, grid_values, problem, space_size
 from simulation.experiment import report
 from simulation.experiment.flags import parse_value
 
@@ -95,7 +95,7 @@ def grid_points(space: Mapping[str, Search]) -> list[Point]:
 
 
 def tunable_table() -> str:
-    """Markdown table of what every registered algorithm searches (`--list`)."""
+    """Markdown tables of what every registered algorithm searches and how many points its space has (`--list`)."""
     from fedsuite.registry import ALGORITHMS
 
     schema = active_schema()
@@ -106,4 +106,9 @@ def tunable_table() -> str:
             rows.append([f"`{name}`", f"`{key}`", describe(search), f"`{default}`"])
         if not algorithm.tunable:
             rows.append([f"`{name}`", "—", "declares none (give --space)", ""])
-    return "\n".join(report.markdown_table(["algorithm", "key", "searched", "default"], rows))
+    sizes = [[f"`{name}`", str(space_size(algorithm.tunable)) if algorithm.tunable else "—"]
+             for name, algorithm in ALGORITHMS.items()]  # fmt: skip
+    return "\n".join([*report.markdown_table(["algorithm", "key", "searched", "default"], rows), "",
+                      "Space sizes (grid points; a log range counts its grid points): what a grid search tries, and "
+                      "the most distinct points --budget can give.", "",
+                      *report.markdown_table(["algorithm", "points"], sizes)])  # fmt: skip

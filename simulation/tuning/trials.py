@@ -46,6 +46,8 @@ class Trial:
     seeds: Sequence[int]
     statuses: Sequence[str]  # per seed: completed, budget-spent, failed, diverged …
     scores: Sequence[float | None]  # per seed: the validation score of a finished run, else None
+    origin: str = ""  # a --budget search: what proposed the point (grid, TPE, or the seeded order after repeats)
+    repeats: int = 0  # a --budget search: later proposals of the same point (told its score, nothing run)
 
     @property
     def status(self) -> str:
