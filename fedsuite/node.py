@@ -130,13 +130,7 @@ class ClientNode:
     def initial_buffers(self) -> torch.Tensor:
         """The model's floating-point buffers at start (BatchNorm statistics; empty for buffer-free models), the
         same in every process: where buffers='local' clients start from before their first round."""
-        key = ("buffers", *self._model_key())
-        with _CACHE_LOCK:
-            if key not in _MODELS:
-                cfg, ds = self.cfg, self.shapes
-                _MODELS[key] = initial_buffers(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
-                                               cfg.model_args)  # fmt: skip
-            return _MODELS[key].to(self.device)
+        return self._initial("buffers", initial_buffers).to(self.device)
 
     def client_state(self, specs: Sequence[StateSpec]) -> ClientState:
         """This partition's declared persistent vectors (fedsuite.declared), from the node's store."""
@@ -147,13 +141,16 @@ class ClientNode:
     def initial_x(self) -> torch.Tensor:
         """x^0, rebuilt from the run seed exactly as the server builds it, once per process (FedADMM's x̂_i and
         relaxed initialisation's x_i^last start there); a fresh copy each call."""
-        key = ("x0", *self._model_key())
+        return self._initial("x0", initial_vector).to(self.device, copy=True)
+
+    def _initial(self, what: str, build) -> torch.Tensor:
+        """`build(model, input shape, classes, task, seed, model args)` of this run's model, once per process."""
+        key = (what, *self._model_key())
         with _CACHE_LOCK:
             if key not in _MODELS:
                 cfg, ds = self.cfg, self.shapes
-                _MODELS[key] = initial_vector(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
-                                              cfg.model_args)  # fmt: skip
-            return _MODELS[key].to(self.device, copy=True)
+                _MODELS[key] = build(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
+            return _MODELS[key]
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""

@@ -80,12 +80,13 @@ class Federation:
         return np.sum([wi * v for wi, v in zip(w / w.sum(), vectors, strict=True)], axis=0)
 
 
-def scaffold(f: Federation) -> np.ndarray:
+def scaffold(f: Federation, gradient=grad) -> np.ndarray:
+    """SCAFFOLD option II; `gradient` is where the loss gradient is taken (FedGAMMA: the SAM point)."""
     x, c, ci = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
     for t in range(f.rounds):
         lr, cohort, deltas, dcs = f.lr(t), f.sampler.cohort(t + 1), [], []
         for i in cohort:
-            xi = f.local(i, x, lr, lambda a, b, y, i=i: grad(a, b, y) - ci[i] + c)
+            xi = f.local(i, x, lr, lambda a, b, y, i=i, c=c: gradient(a, b, y) - ci[i] + c)
             new = ci[i] - c + (x - xi) / (f.steps(i) * lr)
             deltas.append(xi - x)
             dcs.append(new - ci[i])
@@ -208,18 +209,7 @@ def fedexp(f: Federation, eps: float) -> np.ndarray:
 
 def fedgamma(f: Federation, rho: float) -> np.ndarray:
     """FedGAMMA (docs/algorithms/fedgamma.md): SCAFFOLD's option II with the gradient at ESAM's point (ε = 1e-7)."""
-    x, c, ci = f.x0.copy(), np.zeros_like(f.x0), [np.zeros_like(f.x0) for _ in range(f.n)]
-    for t in range(f.rounds):
-        lr, cohort, deltas, dcs = f.lr(t), f.sampler.cohort(t + 1), [], []
-        for i in cohort:
-            xi = f.local(i, x, lr, lambda a, b, y, i=i, c=c: sam_grad(a, b, y, rho, 1e-7) - ci[i] + c)
-            new = ci[i] - c + (x - xi) / (f.steps(i) * lr)
-            deltas.append(xi - x)
-            dcs.append(new - ci[i])
-            ci[i] = new
-        x = x + f.server_lr * f.mean(cohort, deltas)
-        c = c + np.sum(dcs, axis=0) / f.n
-    return x
+    return scaffold(f, lambda a, b, y: sam_grad(a, b, y, rho, 1e-7))
 
 
 def fedsmoo(f: Federation, mu: float, rho: float) -> np.ndarray:
@@ -245,3 +235,13 @@ def fedsmoo(f: Federation, mu: float, rho: float) -> np.ndarray:
         x = np.mean(local_models, axis=0) + h
         s = rho * m / (np.linalg.norm(m) + 1e-7)
     return x
+
+
+def check_trajectory(cfg: dict, reference) -> None:
+    """A whole in-process run of `cfg` equals `reference(Federation(cfg))` to 1e-5 relative, and has moved."""
+    from fedsuite.inprocess import run_inprocess
+
+    expected = reference(Federation(cfg))
+    got = run_inprocess(cfg).x
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < 1e-5
+    assert np.linalg.norm(got - Federation(cfg).x0) / np.linalg.norm(expected) > 1e-2  # it moved
