@@ -76,7 +76,7 @@ def test_every_study_folder_has_a_page_in_the_navigation():
 def test_readme_is_a_short_front_door_whose_links_exist():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 300
-    assert 'pip install -e ".[dev]"' in text and 'python -m pytest -m "not slow and not deploy"' in text
+    assert 'pip install -e ".[dev]"' in text and 'python -m pytest -m "not slow and not deploy" -n 2' in text
     for target in re.findall(r"\]\(((?:docs/)[^)#\s]+)", text):
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
 
