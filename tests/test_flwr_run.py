@@ -280,7 +280,8 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
     the stateful runs equal the in-process run to 1e-6 and keep their invariants (no client state may
     live in a shared node's Context, which Flower writes back last-write-wins). The main suite's case also draws
     each client's K_i per round, which the fit config carries through Ray, drops clients and samples only the
-    available ones (docs/running/systems.md): the same events as in process."""
+    available ones (docs/running/systems.md): the same events as in process; and its clients start from relaxed
+    points (docs/running/relaxed-init.md), their last local models kept on the nodes beside their duals."""
     from fedsuite import checkpoint
 
     cfg = {"dataset": "synthetic-lsq", "algorithm": algorithm, "num-clients": 40, "clients-per-round": 20,
@@ -288,7 +289,8 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
            "client-state": mode, "eval-every": 1000}  # fmt: skip
     if (algorithm, mode) == MANY_ON_TWO[0]:  # and the other system models: drop-outs, Markov availability
         cfg.update({"local-work": "per-round", "local-steps-min": 1, "dropout-rate": 0.2, "availability": "markov",
-                    "availability-p-off": 0.3, "availability-p-on": 0.5, "min-replies": 0.25})  # fmt: skip
+                    "availability-p-off": 0.3, "availability-p-on": 0.5, "min-replies": 0.25,
+                    "relaxed-init": 0.1})  # fmt: skip
     if mode == "disk":
         cfg["client-state-dir"] = str(tmp_path / "state")
     folder = launch.run({**cfg, "out-dir": str(tmp_path), "run-name": "r", "checkpoint-every": 3}, quiet=True,
