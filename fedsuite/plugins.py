@@ -125,6 +125,9 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
             module, sep, cls = str(path).partition(":")
             if not (isinstance(path, str) and sep and module and cls):
                 return f"plug-in algorithm {name!r} refused: {what}={path!r}, expected 'module:Class'"
+            if module.partition(".")[0] in ("clients", "strategies"):  # the checkout's folder, not the package
+                return (f"plug-in algorithm {name!r} refused: {what}={path!r} names a built-in half by its folder; "
+                        f"write 'fedsuite.{path}' (docs/developer/add-an-algorithm.md)")  # fmt: skip
         built_in = {k.name: k for k in COMMON_KEYS}
         built_in.update({k.name: k for name in self.built_in for k in self._algorithms[name].keys})
         declared = {k.name: (k, "a built-in key") for k in built_in.values()}

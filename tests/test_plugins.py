@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -145,6 +146,18 @@ def test_a_clash_with_a_built_in_name_or_key_is_refused_in_one_line(caplog):
     with pytest.raises(PluginError, match="reads run-config key 'loose-lr', which no one declares"):
         plugged.register(unknown)
     assert set(plugged) == set(plugged.built_in)
+
+
+@pytest.mark.parametrize("strategy,client", [("strategies.fedavg:FedAvg", FEDAVG_CLIENT),
+                                             (FEDAVG, "clients.fedavg:FedAvgClient")])  # fmt: skip
+def test_a_built_in_half_named_by_its_folder_is_refused_with_its_package_spelling(strategy, client):
+    """The checkout's folders import from the repository root only, and then as second classes: the one line says
+    how to write it (fedsuite.strategies.… / fedsuite.clients.…)."""
+    plugged = AlgorithmRegistry(built_ins(), discover=list)
+    old = registry.Algorithm("old-spelling", strategy, client, "", "")
+    path = strategy if strategy != FEDAVG else client
+    with pytest.raises(PluginError, match=re.escape(f"names a built-in half by its folder; write 'fedsuite.{path}'")):
+        plugged.register(old)
 
 
 def test_readme_tables_list_the_shipped_algorithms_only(monkeypatch):
