@@ -115,6 +115,15 @@ def test_the_last_local_model_is_client_state_beside_every_algorithms_own(algori
     assert names == (*own, "x_last")
 
 
+def test_the_memory_plan_counts_the_last_local_model():
+    from fedsuite.state_plan import state_plan
+
+    for algorithm in ("fedavg", "scaffold"):
+        plain = state_plan(resolve({"algorithm": algorithm}), dim=10, buffer_floats=0)
+        relaxed = state_plan(resolve({"algorithm": algorithm, "relaxed-init": BETA}), dim=10, buffer_floats=0)
+        assert relaxed.vectors == plain.vectors + 1
+
+
 def test_the_shift_of_the_start_travels_only_for_the_servers_that_average_local_models():
     from fedsuite import costs
 
