@@ -36,3 +36,20 @@ def local_gd(a: np.ndarray, b: np.ndarray, x0: np.ndarray, lr: float, steps: int
         grad = a.T @ (a @ x - b) / len(b)
         x = x - lr * (grad + mu * (x - x0) + wd * x)
     return x
+
+
+def one_client_of_a_2nn():
+    """(the 2NN, 40 random Fashion-MNIST-shaped samples, x^0) under torch.manual_seed(0): one client's round against
+    the FedSpeed authors' simulator's form (tests/test_fl_simulator_form.py, tests/test_fedsmoo_fedgamma.py). The
+    global generator is left where the draws stop, so a test's next draws are its own and reproducible."""
+    import copy
+
+    import torch
+
+    from fedsuite.local import LocalData
+    from fedsuite.models import FlatModel, build_model
+
+    torch.manual_seed(0)
+    net = build_model("2nn", (1, 28, 28), 10, "classification")
+    data = LocalData(torch.randn(40, 1, 28, 28), torch.randint(0, 10, (40,)))
+    return net, data, FlatModel(copy.deepcopy(net)).x.detach().clone()

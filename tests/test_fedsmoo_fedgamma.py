@@ -26,7 +26,7 @@ from fedsuite.client_rule import RoundContext
 from fedsuite.clients.fedgamma import FedGammaClient
 from fedsuite.clients.fedsmoo import FedSMOOClient
 from fedsuite.config import ConfigError, resolve
-from fedsuite.local import DualRegularisedSharpness, LocalData, SharpnessAware, minibatches, train_local
+from fedsuite.local import DualRegularisedSharpness, SharpnessAware, minibatches, train_local
 from fedsuite.models import FlatModel, build_model, loss_function
 from fedsuite.rounds import Reply
 from fedsuite.rule import RuleSettings
@@ -34,16 +34,14 @@ from fedsuite.sampling import Sampler
 from fedsuite.state import ClientState
 from fedsuite.strategies.fedsmoo import FedSMOO
 from tests import reference as ref
+from tests.helpers import one_client_of_a_2nn
 
 MU, RHO, LR, WD, EPOCHS, BATCH = 0.1, 0.1, 0.05, 1e-3, 2, 8  # 40 samples / B = 8: K = 10, FedGamma's nominal K
 
 
 @pytest.fixture(scope="module")
 def setting():
-    torch.manual_seed(0)
-    net = build_model("2nn", (1, 28, 28), 10, "classification")
-    data = LocalData(torch.randn(40, 1, 28, 28), torch.randint(0, 10, (40,)))
-    x0 = FlatModel(copy.deepcopy(net)).x.detach().clone()
+    net, data, x0 = one_client_of_a_2nn()
     d = x0.numel()
     vectors = {
         "h_i": torch.randn(d) * 0.5,  # FedSMOO: the server's sum of this client's displacements, ĝ_i = −μ·h_i
@@ -253,7 +251,8 @@ SETTINGS = {
 }
 
 
-@pytest.mark.slow  # in the main suite: ρ = 0 is SCAFFOLD / FedDyn bit for bit (above), which reach x* (test_drift_family)
+# slow: the main suite has ρ = 0 as SCAFFOLD / FedDyn bit for bit (above), which reach x* (tests/test_drift_family.py)
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", list(SETTINGS))
 def test_rho_zero_reaches_the_optimum(algorithm):
     lsq = kit.least_squares(FED)

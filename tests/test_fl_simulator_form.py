@@ -16,18 +16,16 @@ from torch import nn
 from fedsuite.client_rule import RoundContext
 from fedsuite.clients.fedspeed import FedSpeedClient
 from fedsuite.config import resolve
-from fedsuite.local import LocalData, minibatches, train_local
-from fedsuite.models import FlatModel, build_model, loss_function
+from fedsuite.local import minibatches, train_local
+from fedsuite.models import FlatModel, loss_function
+from tests.helpers import one_client_of_a_2nn
 
 MU, RHO, LR, WD, EPOCHS, BATCH = 0.1, 0.1, 0.05, 1e-3, 2, 16
 
 
 @pytest.fixture(scope="module")
 def setting():
-    torch.manual_seed(0)
-    net = build_model("2nn", (1, 28, 28), 10, "classification")
-    data = LocalData(torch.randn(40, 1, 28, 28), torch.randint(0, 10, (40,)))
-    x0 = FlatModel(copy.deepcopy(net)).x.detach().clone()
+    net, data, x0 = one_client_of_a_2nn()
     h_i = torch.randn(x0.numel()) * 0.5  # the server's sum of this client's displacements: ĝ_i = −μ·h_i
     return net, data, x0, h_i
 

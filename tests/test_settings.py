@@ -73,7 +73,8 @@ def test_the_groups_named_in_the_brief_hold_these_keys():
         "epochs": "local-epochs", "steps": "local-steps", "work": "local-work", "steps_min": "local-steps-min",
         "batch_size": "batch-size", "lr": "lr",
         "lr_decay": "lr-decay", "weight_decay": "weight-decay", "clip_norm": "clip-norm", "clip_scope": "clip-scope",
-        "relaxed_init": "relaxed-init", "local_batches": "local-batches", "blocks": "losac-blocks", "loss_reduction": "loss-reduction",
+        "relaxed_init": "relaxed-init", "local_batches": "local-batches", "blocks": "losac-blocks",
+        "loss_reduction": "loss-reduction",
         "client_threads": "client-threads", "autocast": "autocast", "channels_last": "channels-last",
     }  # fmt: skip
     assert C.ClientStateSettings.keys() == {
