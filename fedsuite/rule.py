@@ -139,12 +139,17 @@ class ServerRule:
         get = (lambda r: r.arrays[value]) if isinstance(value, str) else value
         if self.settings.expected_cohort is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
             return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
-        w = np.array([r.num_examples if self.settings.weighting == "samples" else 1.0 for r in replies], np.float64)
-        w /= w.sum()
+        w = self.cohort_weights(replies)
         out, term = np.zeros(self.dim, np.float64), np.empty(self.dim, np.float64)  # one temporary for all terms
         for weight, r in zip(w, replies, strict=True):
             out += np.multiply(weight, get(r), out=term)
         return out
+
+    def cohort_weights(self, replies: Sequence[Reply]) -> np.ndarray:
+        """The weights of `cohort_mean` without a fixed denominator: uniform, or n_i / Σ n (weighting='samples')."""
+        w = np.array([r.num_examples if self.settings.weighting == "samples" else 1.0 for r in replies], np.float64)
+        w /= w.sum()
+        return w
 
     def cohort_size(self, replies: Sequence[Reply]) -> float:
         """|S| of the round, or the expected cohort p·N where the means use it (RuleSettings.expected_cohort)."""

@@ -36,9 +36,8 @@ class FedExP(ServerRule):
 
     def mean_squared_norm(self, replies: Sequence[Reply]) -> float:
         """mean_S ‖Δ_i‖², with the weights of `cohort_mean` (uniform, or n_i under weighting='samples')."""
-        w = np.array([r.num_examples if self.settings.weighting == "samples" else 1.0 for r in replies], np.float64)
         norms = [float(np.dot(d, d)) for d in (np.asarray(r.arrays["delta"], np.float64) for r in replies)]
-        return float(np.dot(w / w.sum(), norms))
+        return float(np.dot(self.cohort_weights(replies), norms))
 
     def server_step(self, server_round: int, replies: Sequence[Reply], mean: np.ndarray) -> float:
         """η_g^t = max(1, mean_S ‖Δ_i‖² / (2 (‖Δ̄‖² + |S| ε_t)))."""
