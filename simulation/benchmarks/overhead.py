@@ -14,7 +14,8 @@ per-round generator), then take the plain mean of the client models (FedAvg with
 - in process, one at a time and batched: the same run through `fedsuite.inprocess.run_inprocess` (no Ray), its
   clients trained one after another, then with batch-clients=true as one stacked computation
   (docs/running/batched.md). `batched_ratio x`, printed just before the last line, is batched steady round / one-at-a-
-  time steady round on that same path: below 1 = batching is faster.
+  time steady round on that same path: below 1 = batching is faster; nan when the batched run fell back to one client
+  at a time (the reason is printed).
 Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
 discovery: the federation has as many SuperNodes as workers, whatever N) and the last round
 also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path
@@ -155,7 +156,8 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
     numbers = {"num_clients": num_clients, "suite_wall_s": suite_wall, **path_numbers(suite, bare, seq)}
     numbers["inprocess_steady_round_s"] = one_at_a_time["steady_s"]
     numbers["batched_steady_round_s"] = batched["steady_s"]
-    numbers["batched_ratio"] = batched["steady_s"] / one_at_a_time["steady_s"]
+    # a batched run whose clients fell back to one at a time timed no batching: no ratio (nan), the reason printed
+    numbers["batched_ratio"] = float("nan") if batched["fell_back"] else batched["steady_s"] / one_at_a_time["steady_s"]
     rows = {"suite": suite, "bare_2proc": bare, "bare_1proc": seq, "inprocess_seconds": one_at_a_time["seconds"],
             "batched_seconds": batched["seconds"]}  # fmt: skip
     return {"config": overrides, "suite_folder": str(folder), **numbers, "batched_fell_back": batched["fell_back"],
@@ -228,26 +230,32 @@ def main(argv: list[str] | None = None) -> None:
     (out_dir / "benchmark.json").write_text(json.dumps(report, indent=2))
     print(f"\nresults: {out_dir / 'benchmark.json'}")
     if len(reports) > 1:
-        print(f"\n{'N':>7} {'cold start s':>13} {'suite steady s':>15} {'bare steady s':>14} {'overhead':>9} "
-              f"{'flwr run wall s':>16}")  # fmt: skip
-        for r in reports:
-            cells = (
-                f"{r['num_clients']:>7}",
-                f"{r['suite_cold_start_s']:>13.2f}",
-                f"{r['suite_steady_round_s']:>15.3f}",
-                f"{r['bare_steady_round_s']:>14.3f}",
-                f"{r['overhead_ratio']:>9.3f}",
-                f"{r['suite_wall_s']:>16.1f}",
-            )
-            print(" ".join(cells))
-        print(f"batched_ratio {max(r['batched_ratio'] for r in reports):.3f}")
-        print(f"overhead_ratio {max(r['overhead_ratio'] for r in reports):.3f}")  # the worst size
+        print_sizes(reports)
         return
     numbers = {k: v for k, v in reports[0].items() if isinstance(v, float)}
     last = ("batched_ratio", "overhead_ratio")  # the issue's two headline figures, overhead_ratio last
     for key in [k for k in numbers if k not in last] + list(last):
         value = numbers[key]
         print(f"{key} {value:.3g}" if key == "train_loss_max_abs_diff" else f"{key} {value:.3f}")
+
+
+def print_sizes(reports: list[dict]) -> None:
+    """Several federation sizes side by side, then the worst size's batched and overhead ratios."""
+    print(f"\n{'N':>7} {'cold start s':>13} {'suite steady s':>15} {'bare steady s':>14} {'overhead':>9} "
+          f"{'flwr run wall s':>16}")  # fmt: skip
+    for r in reports:
+        cells = (
+            f"{r['num_clients']:>7}",
+            f"{r['suite_cold_start_s']:>13.2f}",
+            f"{r['suite_steady_round_s']:>15.3f}",
+            f"{r['bare_steady_round_s']:>14.3f}",
+            f"{r['overhead_ratio']:>9.3f}",
+            f"{r['suite_wall_s']:>16.1f}",
+        )
+        print(" ".join(cells))
+    ratios = [r["batched_ratio"] for r in reports]  # nan where a size's batched run fell back
+    print(f"batched_ratio {max(ratios) if all(x == x for x in ratios) else float('nan'):.3f}")
+    print(f"overhead_ratio {max(r['overhead_ratio'] for r in reports):.3f}")  # the worst size
 
 
 if __name__ == "__main__":
