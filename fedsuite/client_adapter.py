@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import time
 import traceback
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.client import NumPyClient
 
@@ -104,8 +106,21 @@ def error_reply(partition_id: int, err: BaseException) -> dict:
     return {"partition-id": partition_id, "error": message, "traceback": details}
 
 
+def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A downlink array as a tensor on `device` that the client may write (see RuleClient._downlink)."""
+    if array.flags.writeable:
+        return torch.from_numpy(array).to(device)
+    if device.type == "cpu":
+        return torch.from_numpy(array.copy())
+    with warnings.catch_warnings():  # torch warns of a tensor over read-only memory: it is only the copy's source
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array).to(device)
+
+
 class RuleClient(NumPyClient):
     """An algorithm's ClientRule behind Flower's NumPyClient API (module docstring)."""
+
+    READ_ONLY_ARRAYS = True  # fit and evaluate copy what they keep: the in-process engines may pass read-only views
 
     def __init__(self, client_rule: ClientRule):
         self.client_rule = client_rule
@@ -291,10 +306,12 @@ class RuleClient(NumPyClient):
 
     # ---- the wire and the model's buffers --------------------------------------------------------
     def _downlink(self, parameters, names) -> dict[str, torch.Tensor]:
-        """The message's arrays by their names (fedsuite.payload), as tensors on the node's device."""
+        """The message's arrays by their names (fedsuite.payload), as tensors on the node's device: a writable array
+        is this message's own copy (Flower's decoding) and becomes the tensor, on the CPU without a copy more; a
+        read-only one is a view of the message's bytes (the in-process engines, READ_ONLY_ARRAYS) and is copied,
+        by the move to the device, or on the CPU into the client's own tensor."""
         device = self.node.device
-        # the arrays are this message's own copies (Flower's decoding, or fedsuite/server/direct_calls.py): no copy more
-        return {k: torch.from_numpy(v).to(device) for k, v in unpack(parameters, str(names)).items()}
+        return {k: _tensor(v, device) for k, v in unpack(parameters, str(names)).items()}
 
     def _load_buffers(self, sent: torch.Tensor | None) -> None:
         """The buffers this round trains from: the server's (buffers='average'), this client's own (buffers='local',

@@ -30,6 +30,7 @@ from fedsuite.sampling import Sampler
 __all__ = ["Answer", "Query", "Reply", "RuleSettings", "ServerRule"]
 
 MODEL = Vector("x", "float32")  # the global model, part of every rule's state
+MEAN_BLOCK = 1 << 15  # coordinates per pass of cohort_mean: its temporary stays in the CPU cache
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,13 @@ class ServerRule:
         if self.settings.expected_cohort is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
             return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
         w = self.cohort_weights(replies)
-        out, term = np.zeros(self.dim, np.float64), np.empty(self.dim, np.float64)  # one temporary for all terms
+        out = np.zeros(self.dim, np.float64)
+        term = np.empty(min(self.dim, MEAN_BLOCK), np.float64)  # a cache-sized temporary, never a fresh d-vector
         for weight, r in zip(w, replies, strict=True):
-            out += np.multiply(weight, get(r), out=term)
+            vector = get(r)
+            for start in range(0, self.dim, MEAN_BLOCK):  # out += weight·vector, element by element as one pass
+                stop = min(start + MEAN_BLOCK, self.dim)
+                out[start:stop] += np.multiply(weight, vector[start:stop], out=term[: stop - start])
         return out
 
     def cohort_weights(self, replies: Sequence[Reply]) -> np.ndarray:

@@ -273,6 +273,10 @@ COMMON_KEYS: tuple[Key, ...] = (
         "and update rule as one stacked computation (GPU speed option; equal up to float rounding, "
         "docs/running/batched.md); the Ray simulation and deployments ignore it with one line", tunable=False,
         app="fedsuite.app clients train one at a time"),
+    Key("cuda-graphs", True, "with batch-clients=true on a CUDA device: each round's stacked step recorded once as a "
+        "CUDA graph and replayed (GPU speed option; the same kernels, so the same numbers; rules whose stages change "
+        "between steps run step by step, docs/running/batched.md#cuda-graphs)", tunable=False,
+        app="fedsuite.app clients train one at a time"),
     Key("synthetic-dim", 20, "d of the synthetic federation", low=1, app=APP_OWN_DATA),
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1, app=APP_OWN_DATA),
     Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0, app=APP_OWN_DATA),

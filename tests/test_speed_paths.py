@@ -185,3 +185,49 @@ def test_the_clients_finiteness_check_names_the_first_bad_array_and_survives_an_
         poisoned = torch.zeros(5, dtype=torch.float64)
         poisoned[3] = bad
         assert first_not_finite({"delta": big, "delta_c": poisoned, "y": torch.ones(2)}) == "delta_c"
+
+
+def test_the_replies_float64_copies_reuse_only_buffers_nothing_else_holds():
+    """fedsuite.server.wide_copies: a copy is astype(float64) bit for bit; a buffer of the round before is written
+    again only when nothing but the pool refers to it; one a rule kept (itself, a slice, a torch view) is left alone."""
+    import torch
+
+    from fedsuite.server.wide_copies import WideCopies
+
+    pool = WideCopies()
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(1000).astype(np.float32) for _ in range(5)]
+    first = [pool.copy(a, 1) for a in arrays]
+    assert all(
+        c.dtype == np.float64 and np.array_equal(c, a.astype(np.float64)) for c, a in zip(first, arrays, strict=True)
+    )
+    kept_whole, kept_slice, kept_torch = first[0], first[1][10:20], torch.from_numpy(first[2])
+    snapshots = [first[i].copy() for i in range(3)]
+    ids = [id(c) for c in first]
+    del first
+    second = [pool.copy(a[::-1].copy(), 2) for a in arrays]  # round 2: other values
+    assert pool.reused == 2 and {id(c) for c in second} & set(ids) == set(ids[3:])  # the two nobody kept
+    assert np.array_equal(kept_whole, snapshots[0]) and np.array_equal(kept_slice, snapshots[1][10:20])
+    assert np.array_equal(kept_torch.numpy(), snapshots[2])
+    assert all(np.array_equal(c, a[::-1].astype(np.float64)) for c, a in zip(second, arrays, strict=True))
+    assert pool.copy(np.ones(7, np.float16), 3).dtype == np.float64  # another shape: a fresh buffer
+
+
+def test_cohort_mean_in_blocks_is_the_one_pass_weighted_sum_bit_for_bit():
+    """ServerRule.cohort_mean sums weight·vector a cache-sized block at a time: the same operations per element, in the
+    same order, as out += np.multiply(weight, vector) over the whole vectors."""
+    from types import SimpleNamespace
+
+    from fedsuite.rule import MEAN_BLOCK, ServerRule
+
+    dim = 2 * MEAN_BLOCK + 17
+    rng = np.random.default_rng(1)
+    replies = [SimpleNamespace(arrays={"delta": rng.standard_normal(dim)}, num_examples=n) for n in (3, 9, 4)]
+    rule = SimpleNamespace(dim=dim, settings=SimpleNamespace(expected_cohort=None, weighting="samples"))
+    rule.cohort_weights = lambda rs: ServerRule.cohort_weights(rule, rs)
+    got = ServerRule.cohort_mean(rule, replies, "delta")
+    w = np.array([3.0, 9.0, 4.0]) / 16.0
+    expected = np.zeros(dim)
+    for weight, r in zip(w, replies, strict=True):
+        expected += np.multiply(weight, r.arrays["delta"])
+    assert np.array_equal(got, expected)

@@ -25,7 +25,7 @@ from fedsuite.client_adapter import PreparedFit, RuleClient, client_for, error_r
 from fedsuite.client_app import node_for
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
 from fedsuite.rounds import PHASE_KEY
-from fedsuite.server.wire import to_parameters, writable_arrays_of
+from fedsuite.server.wire import arrays_of, to_parameters
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -102,7 +102,7 @@ class BatchedDispatcher:
             return
         item.client = client
         try:
-            item.fit = client.prepare(writable_arrays_of(item.ins.parameters), config)
+            item.fit = client.prepare(arrays_of(item.ins.parameters), config)  # views: prepare copies what it keeps
         except Exception as err:
             item.reply = ([], 0, error_reply(client.node.partition_id, err))
 
@@ -130,6 +130,10 @@ class BatchedDispatcher:
                 steps=group[0].fit.steps,
                 batch_size=local.batch_size,
                 generators=[item.fit.generator for item in group],
+                cuda_graphs=bool(first.node.cfg["cuda-graphs"]),
+                on_graph_failure=lambda why: self.say(
+                    f"a group's step could not be recorded as a CUDA graph ({why}); it ran step by step"
+                ),  # fmt: skip
             )
         except Exception as err:
             message = f"{type(err).__name__}: {err}".splitlines()[0][:300]

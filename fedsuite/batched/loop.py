@@ -11,11 +11,12 @@ The clients must share K_i and every step's minibatch size (fedsuite/batched/gro
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from fedsuite.batched.draws import drawable, drawn_round
+from fedsuite.batched.graph import RecordedStep, not_replayable
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.stacking import stack_rules
 from fedsuite.local import LocalData, LocalResult, StepContext, UpdateRule, move, plain_batches
@@ -37,9 +38,13 @@ def train_stacked(
     steps: int,
     batch_size: int,
     generators: Sequence[torch.Generator],
+    cuda_graphs: bool = False,
+    on_graph_failure: Callable[[str], None] | None = None,
 ) -> list[LocalResult]:
     """One LocalResult per client, its x a row of the stacked iterate. The clients' own rules take their final
     stage tensors (write-back) only once the loop has run to the end; `model` lends its module, never its x.
+    `cuda_graphs`: on a CUDA device, record the step once and replay it (fedsuite/batched/graph.py) where the rule
+    allows; `on_graph_failure(reason)` hears of a recording that could not be made.
     Each result's `seconds` is the group's time divided by C."""
     start = time.perf_counter()
     stacked = stack_rules(rules)
@@ -53,15 +58,25 @@ def train_stacked(
     loss_sum = torch.zeros(clients, device=x.device)
     first_loss = None
     k = 0
+
+    def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = rule.point(model_c, loss_fn, inputs, targets)
+        move(model_c.grad, ctx, rule, batch=targets.shape[1], weight_decay=weight_decay, clip_norm=clip_norm,
+             loss_reduction=loss_reduction)  # fmt: skip
+        return loss
+
+    recorded = None
+    if cuda_graphs and steps and not_replayable(rule, x.device, steps) is None:
+        recorded = RecordedStep(step, x.device)  # fedsuite/batched/graph.py
     for inputs, targets, blocks in _steps(datas, rules, epochs, steps, batch_size, generators):
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
-        loss = rule.point(model_c, loss_fn, inputs, targets)
+        loss = step(inputs, targets) if recorded is None else recorded.run(k, inputs, targets)
         loss_sum += loss
         if first_loss is None:
             first_loss = loss.detach().clone()
-        move(model_c.grad, ctx, rule, batch=targets.shape[1], weight_decay=weight_decay, clip_norm=clip_norm,
-             loss_reduction=loss_reduction)  # fmt: skip
         k += 1
+    if recorded is not None and recorded.failed and on_graph_failure is not None:
+        on_graph_failure(recorded.failed)
     stacked.write_back()
     sums = loss_sum.tolist()
     firsts = [None] * clients if first_loss is None else first_loss.tolist()

@@ -68,6 +68,7 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
+from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
 from fedsuite.systems import SystemModel
 
@@ -92,6 +93,7 @@ class RuleStrategy(Strategy):
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.rounds = RoundLog()
+        self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
         self.systems = SystemModel.from_run_config(plan.run_config)  # work, drop-outs, deadline (fedsuite/systems)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
@@ -358,7 +360,8 @@ class RuleStrategy(Strategy):
     # ---- internals -------------------------------------------------------------------------------
     def _accept(self, server_round: int, res: FitRes) -> Reply:
         res, buffers = (res, None) if self.averaged is None else self.averaged.take(res)
-        reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim)
+        reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim,
+                         lambda a: self._wide.copy(a, server_round))  # fmt: skip
         if self.averaged is not None:
             self.averaged.keep(reply.partition_id, buffers)
         for observer in self.observers:

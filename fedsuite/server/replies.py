@@ -27,8 +27,10 @@ class RejectedReply(ValueError):
         self.diverged, self.details = diverged, details
 
 
-def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: Collection[int], dim: int) -> Reply:
-    """The reply as float64 arrays, or RejectedReply. `expected(partition)` names the arrays it must hold."""
+def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: Collection[int], dim: int,
+             widen: Callable[[np.ndarray], np.ndarray] | None = None) -> Reply:  # fmt: skip
+    """The reply as float64 arrays, or RejectedReply. `expected(partition)` names the arrays it must hold; `widen`
+    makes an array's float64 copy (default `astype`; the strategy's WideCopies reuses earlier rounds' buffers)."""
     metrics = dict(res.metrics or {})
     if "error" in metrics:
         error = str(metrics["error"])
@@ -45,7 +47,7 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
     for name, a in arrays.items():
         if a.shape != (dim,):
             raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({dim},)")
-        wide[name] = a.astype(np.float64)
+        wide[name] = a.astype(np.float64) if widen is None else widen(a)
         if not all_finite(wide[name]):
             raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
     if pid not in sampled:

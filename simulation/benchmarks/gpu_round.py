@@ -48,6 +48,7 @@ from simulation.benchmarks.fake_cifar import write_fake_cifar10
 TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing"})  # the SAM rule's cost
 SAM_RHO = 0.1  # as simulation/benchmarks/local_loop.py
 BATCHED = {"batch-clients": True}
+STEPWISE = {"cuda-graphs": False}  # batched, every step launched as usual (no CUDA graph)
 
 
 def sync(device: torch.device) -> None:
@@ -168,7 +169,7 @@ def _bare_rounds(run_config: dict, two_gradients: bool, device: torch.device) ->
     return {"seconds": seconds, "losses": losses, "steady_s": steady(seconds), "peak_mib": peak_mib(device)}
 
 
-def batched_path(algorithm: str, run_config: dict, device: torch.device) -> dict:
+def batched_path(algorithm: str, run_config: dict, device: torch.device, name: str = "batched") -> dict:
     """The suite with batch-clients=true, its row printed (with the reasons any client fell back to one at a time),
     or `not_available` where this fedsuite has no such key."""
     try:
@@ -178,7 +179,7 @@ def batched_path(algorithm: str, run_config: dict, device: torch.device) -> dict
         return {"not_available": one_line(err)}
     result = suite_path({**run_config, **BATCHED}, device)
     fell = result["fell_back"]
-    print(row(algorithm, "batched", result) + (f" (fell back: {'; '.join(fell)})" if fell else ""), flush=True)
+    print(row(algorithm, name, result) + (f" (fell back: {'; '.join(fell)})" if fell else ""), flush=True)
     return result
 
 
@@ -220,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m simulation.benchmarks.gpu_round", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--algorithms", default="fedavg,scaffold,fedspeed,fadamgt")
+    parser.add_argument(
+        "--stepwise",
+        action="store_true",
+        help="also the batched path with cuda-graphs=false (what recording the step saves)",
+    )
     args = workload_arguments(parser, argv, "path")
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     device = torch.device(args.device)
@@ -256,6 +262,8 @@ def measure(args, algorithms: list[str], data_dir: str, device: torch.device) ->
         entry: dict = {"suite": suite_path(run_config, device)}
         print(row(algorithm, "suite", entry["suite"]), flush=True)
         entry["batched"] = batched_path(algorithm, run_config, device)
+        if args.stepwise and "not_available" not in entry["batched"]:  # the same, without the recorded step
+            entry["batched_stepwise"] = batched_path(algorithm, {**run_config, **STEPWISE}, device, "batched, stepwise")
         two = algorithm in TWO_GRADIENTS
         if two not in bare:
             bare[two] = bare_path(run_config, two, device)

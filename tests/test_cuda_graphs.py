@@ -1,0 +1,90 @@
+"""The batched step recorded as a CUDA graph (cuda-graphs, fedsuite/batched/graph.py, docs/running/batched.md).
+
+On every machine: which stacked rules are recorded and which run step by step, and why. With a CUDA device (CI has
+none; run it where a GPU is lent): every algorithm of the registry, batched with the recording and without it, ends
+with the same model, and a convolutional model on CIFAR-shaped data does too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedsuite import registry
+from fedsuite import testing as kit
+from fedsuite.adaptive import AdamStep, GradientSum
+from fedsuite.batched import graph, loop
+from fedsuite.local import AddVector, SharpnessAware, UpdateRule
+from fedsuite.variance import FixedBlocks
+
+CUDA = torch.device("cuda")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# Every stage of the loop, 2 rounds (client state written in round 1 is read in round 2), 5 steps: the first runs
+# as usual, the second is recorded, every other is a replay.
+BASE = {**kit.PARTIAL, "num-clients": 5, "clients-per-round": 4, "synthetic-samples": 12, "batch-size": 4,
+        "local-steps": 5, "num-server-rounds": 2, "clip-norm": 0.5, "device": "cuda", "batch-clients": True,
+        "model": "tests.test_batched_clients:double_linear", "losac-blocks": 4}  # fmt: skip
+
+
+def test_which_stacked_rules_are_recorded_and_why_the_others_are_not():
+    vector = torch.zeros(3)
+    assert graph.not_replayable(UpdateRule(), CUDA, 5) is None
+    sam = UpdateRule(point=SharpnessAware(0.1), unclipped=(AddVector(vector),), step=AdamStep(vector, 0.9, 0.99, 1e-8))
+    assert graph.not_replayable(sam, CUDA, 5) is None
+    assert graph.not_replayable(UpdateRule(), torch.device("cpu"), 5) == "not a CUDA device"
+    assert graph.not_replayable(UpdateRule(), CUDA, 2) == "a round of 2 steps"
+    counted = UpdateRule(clipped=(GradientSum(0.0),))  # a Python step counter: a replay would not count
+    assert "GradientSum" in graph.not_replayable(counted, CUDA, 5)
+    blocks = UpdateRule(batches=FixedBlocks.__new__(FixedBlocks))
+    assert "picks a data block per step" in graph.not_replayable(blocks, CUDA, 5)
+
+
+def test_a_cpu_run_never_builds_a_recording(monkeypatch):
+    built = []
+    monkeypatch.setattr(loop, "RecordedStep", lambda *a: built.append(a) or graph.RecordedStep(*a))
+    kit.run_algorithm("fedavg", {**BASE, "device": "cpu"})
+    assert not built
+
+
+@pytest.fixture
+def recordings(monkeypatch):
+    """Every RecordedStep the batched loop builds."""
+    made: list[graph.RecordedStep] = []
+
+    def record(*args):
+        made.append(graph.RecordedStep(*args))
+        return made[-1]
+
+    monkeypatch.setattr(loop, "RecordedStep", record)
+    return made
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", tuple(registry.ALGORITHMS))
+def test_every_algorithm_recorded_ends_where_step_by_step_ends(name, recordings):
+    stepwise = kit.run_algorithm(name, {**BASE, "cuda-graphs": False})
+    assert not recordings
+    recorded = kit.run_algorithm(name, BASE)
+    assert all(r.failed is None for r in recordings), [r.failed for r in recordings]
+    gap = float(np.max(np.abs(stepwise.x.astype(np.float64) - recorded.x.astype(np.float64))))
+    print(f"{name}: {len(recordings)} recordings, max |Δx| {gap:.3e}")
+    assert gap <= 1e-12
+
+
+@needs_cuda
+def test_a_convolutional_model_recorded_ends_where_step_by_step_ends(tmp_path, recordings):
+    from simulation.benchmarks.fake_cifar import write_fake_cifar10
+
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    data = str(write_fake_cifar10(tmp_path, 4 * 60, 100))
+    config = {"dataset": "cifar10", "data-dir": data, "model": "cnn", "num-clients": 4, "clients-per-round": 4,
+              "sampling": "fixed", "local-steps": 6, "batch-size": 8, "num-server-rounds": 2, "device": "cuda",
+              "batch-clients": True, "clip-norm": 10.0, "weight-decay": 1e-3}  # fmt: skip
+    for name in ("fedavg", "fedspeed"):
+        stepwise = kit.run_algorithm(name, {**config, "cuda-graphs": False})
+        recorded = kit.run_algorithm(name, config)
+        assert recordings and all(r.failed is None for r in recordings)
+        gap = float(np.max(np.abs(stepwise.x.astype(np.float64) - recorded.x.astype(np.float64))))
+        print(f"{name} cnn: max |Δx| {gap:.3e}")
+        assert gap <= 1e-6 * max(1.0, float(np.abs(stepwise.x).max()))
