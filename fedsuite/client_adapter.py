@@ -43,6 +43,7 @@ from fedsuite.adaptive import TRACKING_KEY, tracks
 from fedsuite.client_rule import ClientRule, RoundContext
 from fedsuite.config import Config
 from fedsuite.declared import BUFFERS, LAST_ITERATE
+from fedsuite.device import to_host
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
@@ -231,7 +232,7 @@ class RuleClient(NumPyClient):
             self.state.set(LAST_ITERATE.name, result.x)
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
-        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in uplink.items()})
+        arrays, names = pack({k: to_host(v) for k, v in uplink.items()})
         metrics = {
             ARRAYS_KEY: names,
             "partition-id": node.partition_id,
@@ -274,7 +275,7 @@ class RuleClient(NumPyClient):
         bad = first_not_finite(answer)
         if bad is not None:
             raise FloatingPointError(f"{bad} is not finite")
-        arrays, names = pack({k: v.detach().cpu().numpy() for k, v in answer.items()})
+        arrays, names = pack({k: to_host(v) for k, v in answer.items()})
         metrics = {ARRAYS_KEY: names, "partition-id": node.partition_id, "compute-seconds": time.perf_counter() - start}
         return arrays, len(node.data), metrics
 

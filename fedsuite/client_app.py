@@ -122,6 +122,8 @@ def _checked(root, key: str, setting: str) -> None:
 class Worker(NumPyClient):
     """Hands each message to the client of the partition it names; without a name, the node config's."""
 
+    READ_ONLY_ARRAYS = True  # it passes the arrays to a RuleClient, which copies what it keeps
+
     def __init__(self, context: Context):
         self.context = context
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsuite import blockwise
 from fedsuite.declared import StateSpec, Vector, check_state
 from fedsuite.rounds import Answer, Query, Reply
 from fedsuite.sampling import Sampler
@@ -30,7 +31,6 @@ from fedsuite.sampling import Sampler
 __all__ = ["Answer", "Query", "Reply", "RuleSettings", "ServerRule"]
 
 MODEL = Vector("x", "float32")  # the global model, part of every rule's state
-MEAN_BLOCK = 1 << 15  # coordinates per pass of cohort_mean: its temporary stays in the CPU cache
 
 
 @dataclass(frozen=True)
@@ -142,12 +142,13 @@ class ServerRule:
             return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
         w = self.cohort_weights(replies)
         out = np.zeros(self.dim, np.float64)
-        term = np.empty(min(self.dim, MEAN_BLOCK), np.float64)  # a cache-sized temporary, never a fresh d-vector
-        for weight, r in zip(w, replies, strict=True):
-            vector = get(r)
-            for start in range(0, self.dim, MEAN_BLOCK):  # out += weight·vector, element by element as one pass
-                stop = min(start + MEAN_BLOCK, self.dim)
-                out[start:stop] += np.multiply(weight, vector[start:stop], out=term[: stop - start])
+        # out += w_i·v_i in reply order, each block of coordinates on its own (fedsuite/blockwise.py): every element
+        # gets the operations of one whole-vector pass, in the same order, so the sum is the same bit for bit
+        if isinstance(value, str):  # the vectors are there already: each block takes all of them at once
+            _add_weighted(out, list(zip(w, (r.arrays[value] for r in replies), strict=True)))
+        else:  # one computed vector at a time
+            for weight, r in zip(w, replies, strict=True):
+                _add_weighted(out, [(weight, value(r))])
         return out
 
     def cohort_weights(self, replies: Sequence[Reply]) -> np.ndarray:
@@ -166,3 +167,14 @@ class ServerRule:
         if self.settings.agg_scale == "1/N":
             return sum(r.arrays[name] for r in replies) / self.num_clients
         return self.cohort_mean(replies, name)
+
+
+def _add_weighted(out: np.ndarray, terms: Sequence[tuple[float, np.ndarray]]) -> None:
+    """out += Σ weight·vector, term after term, a block of coordinates at a time on the block threads."""
+
+    def block(span: tuple[int, int]) -> None:
+        a, b = span
+        for weight, vector in terms:
+            out[a:b] += np.multiply(weight, vector[a:b])
+
+    blockwise.each(blockwise.spans(out.size), block)

@@ -213,21 +213,44 @@ def test_the_replies_float64_copies_reuse_only_buffers_nothing_else_holds():
     assert pool.copy(np.ones(7, np.float16), 3).dtype == np.float64  # another shape: a fresh buffer
 
 
-def test_cohort_mean_in_blocks_is_the_one_pass_weighted_sum_bit_for_bit():
-    """ServerRule.cohort_mean sums weight·vector a cache-sized block at a time: the same operations per element, in the
-    same order, as out += np.multiply(weight, vector) over the whole vectors."""
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cohort_mean_in_blocks_is_the_one_pass_weighted_sum_bit_for_bit(threads, monkeypatch):
+    """ServerRule.cohort_mean sums weight·vector a block of coordinates at a time on the block threads: the same
+    operations per element, in the same order, as out += np.multiply(weight, vector) over the whole vectors."""
     from types import SimpleNamespace
 
-    from fedsuite.rule import MEAN_BLOCK, ServerRule
+    from fedsuite import blockwise
+    from fedsuite.rule import ServerRule
 
-    dim = 2 * MEAN_BLOCK + 17
+    monkeypatch.setattr(blockwise, "threads", lambda: threads)
+    dim = 2 * blockwise.BLOCK + 17
     rng = np.random.default_rng(1)
     replies = [SimpleNamespace(arrays={"delta": rng.standard_normal(dim)}, num_examples=n) for n in (3, 9, 4)]
     rule = SimpleNamespace(dim=dim, settings=SimpleNamespace(expected_cohort=None, weighting="samples"))
     rule.cohort_weights = lambda rs: ServerRule.cohort_weights(rule, rs)
-    got = ServerRule.cohort_mean(rule, replies, "delta")
     w = np.array([3.0, 9.0, 4.0]) / 16.0
     expected = np.zeros(dim)
     for weight, r in zip(w, replies, strict=True):
         expected += np.multiply(weight, r.arrays["delta"])
-    assert np.array_equal(got, expected)
+    assert np.array_equal(ServerRule.cohort_mean(rule, replies, "delta"), expected)
+    assert np.array_equal(ServerRule.cohort_mean(rule, replies, lambda r: r.arrays["delta"]), expected)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_the_blockwise_reply_checks_and_copies_agree_with_one_pass(threads, monkeypatch):
+    """The float64 copy, the finiteness check and the local consistency, on the block threads: the one-pass values."""
+    from fedsuite import blockwise
+    from fedsuite.server.consistency import local_consistency
+    from fedsuite.server.replies import all_finite
+    from fedsuite.server.wide_copies import WideCopies
+
+    monkeypatch.setattr(blockwise, "threads", lambda: threads)
+    rng = np.random.default_rng(2)
+    deltas = [rng.standard_normal(3 * blockwise.BLOCK + 5) for _ in range(4)]
+    stacked = np.stack(deltas)
+    assert local_consistency(deltas) == np.mean(np.sum((stacked - stacked.mean(axis=0)) ** 2, axis=1))
+    wide = WideCopies().copy(deltas[0].astype(np.float32), 1)
+    assert np.array_equal(wide, deltas[0].astype(np.float32).astype(np.float64))
+    bad = deltas[1].copy()
+    bad[blockwise.BLOCK + 3] = np.nan
+    assert all_finite(deltas[1]) and not all_finite(bad)

@@ -11,7 +11,9 @@ round. Here the same sums are formed a cache-sized block of coordinates at a tim
   a multiple of 8 and the two halves' sums added. The blocks here are exactly the nodes of that tree of at most
   `LEAF` values; each block is summed by `np.sum` (the same pairwise summation below that node) and the block sums
   are added back up the same tree, so every row sum is the one `np.sum` of the whole row gives.
-tests/test_speed_paths.py checks the equality against the stacked expression.
+The blocks are independent, so runs of them are filled on the block threads (fedsuite/blockwise.py) and the sums
+added up afterwards, in the tree's order. tests/test_speed_paths.py checks the equality against the stacked
+expression.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from fedsuite import blockwise
 
 LEAF = 1 << 15  # coordinates per block: S blocks of float64 stay in the CPU's cache
 
@@ -50,17 +54,23 @@ def local_consistency(deltas: Sequence[np.ndarray]) -> float:
     count, dim = len(deltas), int(deltas[0].size)
     blocks: list[tuple[int, int]] = []
     _blocks(0, dim, blocks)
-    mean, deviation = np.empty(min(dim, LEAF)), np.empty(min(dim, LEAF))
     block_sums = np.empty((count, len(blocks)))
-    for j, (start, n) in enumerate(blocks):
-        m, t = mean[:n], deviation[:n]
-        np.copyto(m, deltas[0][start : start + n])
-        for delta in deltas[1:]:
-            m += delta[start : start + n]
-        m /= count
-        for i, delta in enumerate(deltas):
-            np.subtract(delta[start : start + n], m, out=t)
-            np.square(t, out=t)
-            block_sums[i, j] = np.sum(t)
+
+    def fill(group: range) -> None:  # a run of blocks j: their column block_sums[:, j]
+        mean, deviation = np.empty(min(dim, LEAF)), np.empty(min(dim, LEAF))
+        for j in group:
+            start, n = blocks[j]
+            m, t = mean[:n], deviation[:n]
+            np.copyto(m, deltas[0][start : start + n])
+            for delta in deltas[1:]:
+                m += delta[start : start + n]
+            m /= count
+            for i, delta in enumerate(deltas):
+                np.subtract(delta[start : start + n], m, out=t)
+                np.square(t, out=t)
+                block_sums[i, j] = np.sum(t)
+
+    per_task = max(1, blockwise.BLOCK // LEAF)
+    blockwise.each([range(j, min(j + per_task, len(blocks))) for j in range(0, len(blocks), per_task)], fill)
     rows = np.array([_tree_sum(block_sums[i].tolist(), dim, [0]) for i in range(count)])
     return float(np.mean(rows))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 from flwr.common import FitRes
 
+from fedsuite import blockwise
 from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
 from fedsuite.rounds import Reply
 from fedsuite.server.wire import arrays_of
@@ -76,11 +77,17 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
 
 
 def all_finite(a: np.ndarray) -> bool:
-    """`np.all(np.isfinite(a))` in one pass where it can be: a sum is finite only if every term is; a sum that
-    overflows (finite terms near the float's limit) is checked term by term."""
-    with np.errstate(over="ignore", invalid="ignore"):  # a NaN or an overflow in the sum is an answer, not a warning
-        total = np.sum(a)
-    return bool(np.isfinite(total)) or bool(np.all(np.isfinite(a)))
+    """`np.all(np.isfinite(a))` in one pass where it can be: a sum is finite only if every term is, so finite sums of
+    its blocks (fedsuite/blockwise.py) settle it; a sum that overflows (finite terms near the float's limit)
+    is checked term by term."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+
+    def block_sum(span: tuple[int, int]):
+        with np.errstate(over="ignore", invalid="ignore"):  # a NaN or an overflow in a sum is an answer, not a warning
+            return np.sum(flat[span[0] : span[1]])
+
+    sums = blockwise.each(blockwise.spans(flat.size), block_sum)  # finite block sums: every entry is finite
+    return bool(np.all(np.isfinite(sums))) or bool(np.all(np.isfinite(a)))
 
 
 def describe_failure(failure) -> str:

@@ -8,7 +8,8 @@ the buffers of the round before that nothing holds any more.
 A buffer is taken again only when its reference count says that this pool is its only holder: a rule, observer or
 test that kept a reply's array, or any view of it (a slice, `torch.from_numpy`, a memoryview), holds a reference
 to it, and such a buffer is left to its holder and never written again. The values are those of
-`array.astype(np.float64)`, so a run is the same bit for bit with or without reuse.
+`array.astype(np.float64)`, so a run is the same bit for bit with or without reuse. The conversion runs a block of
+coordinates at a time on a few threads (fedsuite/blockwise.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+
+from fedsuite import blockwise
 
 _ONLY_THE_POOL = 3  # the `_lent` list, the loop's name for the buffer, and getrefcount's own argument
 
@@ -34,7 +37,12 @@ class WideCopies:
             self._round = server_round
             self._reclaim()
         buffer = self._take(array.shape)
-        np.copyto(buffer, array, casting="unsafe")  # astype's conversion, into the buffer
+        flat_out, flat_in = buffer.reshape(-1), np.ascontiguousarray(array).reshape(-1)
+
+        def convert(span: tuple[int, int]) -> None:  # astype's conversion, into the buffer, a block at a time
+            np.copyto(flat_out[span[0] : span[1]], flat_in[span[0] : span[1]], casting="unsafe")
+
+        blockwise.each(blockwise.spans(flat_out.size), convert)
         self._lent.append(buffer)
         return buffer
 

@@ -15,7 +15,8 @@ temporary folder unless --data-dir is given) and partition, every client in ever
 batch, as it does for CIFAR. They run on the same engine, Flower's own round loop (`flwr.server.Server`) with
 in-process client proxies and one client at a time: fedsuite through `fedsuite.inprocess.run_inprocess`, the plain
 app through a `Server` of its own. A round is timed from the end of one aggregation to the end of the next; the
-steady figure is the median of rounds 2..R. Prints both and ends with `peers_ratio <x>` (fedsuite / plain Flower).
+steady figure is the median of rounds 2..R. Prints both and ends with `peers_ratio <x>` (fedsuite / plain Flower);
+with --batched it also runs fedsuite with batch-clients=true and prints `peers_ratio_batched <x>` before it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ from fedsuite.data import client_partition, load_dataset
 from fedsuite.models import seeded_model
 from fedsuite.schema import ConfigError
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
-from simulation.benchmarks.gpu_round import one_line, reference_config, steady, suite_path, sync, workload_arguments
+from simulation.benchmarks.gpu_round import (
+    BATCHED,
+    one_line,
+    reference_config,
+    steady,
+    suite_path,
+    sync,
+    workload_arguments,
+)
 
 LR, WEIGHT_DECAY = 0.01, 1e-3
 
@@ -174,6 +183,11 @@ def plain_path(run_config: dict, rounds: int, device: torch.device) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulation.benchmarks.peers", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--batched",
+        action="store_true",
+        help="also fedsuite with batch-clients=true (prints peers_ratio_batched before peers_ratio)",
+    )
     args = workload_arguments(parser, argv, "side")
     device = torch.device(args.device)
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -191,13 +205,21 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)  # fmt: skip
         suite = suite_path(run_config, device)
         print(f"fedsuite: {suite['steady_s']:.3f} s/round", flush=True)
+        batched = suite_path({**run_config, **BATCHED}, device) if args.batched else None
+        if batched is not None:
+            fell = f" (fell back: {'; '.join(batched['fell_back'])})" if batched["fell_back"] else ""
+            print(f"fedsuite, batch-clients=true: {batched['steady_s']:.3f} s/round{fell}", flush=True)
         plain = plain_path(run_config, args.rounds, device)
         print(f"plain Flower (quickstart-style NumPyClient): {plain['steady_s']:.3f} s/round", flush=True)
     ratio = suite["steady_s"] / plain["steady_s"]
+    if batched is not None:
+        print(f"peers_ratio_batched {batched['steady_s'] / plain['steady_s']:.3f}")
     if args.json:
         report = {"device": card, "torch": torch.__version__, "model": args.model, "clients": args.clients,
                   "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "fedsuite": suite,
                   "plain_flower": plain, "peers_ratio": ratio}  # fmt: skip
+        if batched is not None:
+            report.update(fedsuite_batched=batched, peers_ratio_batched=batched["steady_s"] / plain["steady_s"])
         Path(args.json).write_text(json.dumps(report, indent=2, default=lambda v: np.asarray(v).tolist()))
     print(f"peers_ratio {ratio:.3f}")
     return 0
