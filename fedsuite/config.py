@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Self, get_type_hints
 
 from fedsuite.presets import apply_preset, preset_error
+from fedsuite.pruning import parse_marks
 from fedsuite.registry import ALGORITHMS as ALGORITHMS_REGISTRY
 from fedsuite.registry import BUILT_IN_SCHEMA, active_schema, algorithm_errors
 from fedsuite.schema import (
@@ -656,6 +657,14 @@ def _evaluation_errors(v: dict[str, Scalar]) -> list[str]:
                       "accuracy, val-accuracy")  # fmt: skip
     if metric in ("val-accuracy", "fed-val-accuracy") and v.get("validation-fraction") == 0.0:
         errors.append(f"target-metric={metric!r} needs a validation split: set validation-fraction > 0")
+    if str(v.get("prune-at", "")).strip():
+        try:
+            parse_marks(str(v["prune-at"]))
+        except ValueError as err:
+            errors.append(f"prune-at={v['prune-at']!r}: {err}; write 'round:value' pairs such as '20:0.5,40:0.6'")
+        if v.get("validation-fraction") == 0.0:
+            errors.append(f"prune-at needs a validation split (prune-score={v.get('prune-score', 'val_accuracy')!r}): "
+                          "set validation-fraction > 0")  # fmt: skip
     return errors
 
 

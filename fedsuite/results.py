@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # Final statuses, with the exit code simulation.run gives each (interrupted: 128 + the signal's number).
-STATUSES = {"completed": 0, "budget-spent": 0, "failed": 1, "diverged": 3, "interrupted": 130}
+STATUSES = {"completed": 0, "budget-spent": 0, "pruned": 0, "failed": 1, "diverged": 3, "interrupted": 130}
 # Runs that ended as their config asked: every round, or as many as dp-target-epsilon allowed (docs/privacy.md).
 # Studies average them, reuse them and exit 0 for them.
 FINISHED = ("completed", "budget-spent")

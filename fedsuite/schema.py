@@ -86,6 +86,7 @@ PARTITIONS = ("iid", "dirichlet", "shards", "mixture", "natural")
 BUFFERS = ("average", "local")
 EVALUATIONS = ("central", "federated", "both")
 TARGET_METRICS = ("auto", "accuracy", "fed-accuracy", "val-accuracy", "fed-val-accuracy")
+PRUNE_SCORES = ("val_accuracy", "val_loss", "fed_val_accuracy", "fed_val_loss")  # what prune-at may read
 LABEL_TRANSFORMS = ("none", "binary")
 # Datasets with a binary label rule (docs/reference/protocol.md, Label transforms; the rules: fedsuite/data/labels.py).
 BINARY_LABEL_DATASETS = ("mnist", "fashion-mnist", "har", "esr")
@@ -237,6 +238,11 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("target-metric", "auto", "the accuracy rounds-to-target reads: accuracy (central test), fed-accuracy, "
         "val-accuracy, fed-val-accuracy; auto = accuracy, or fed-accuracy when evaluation='federated'",
         TARGET_METRICS),
+    Key("prune-at", "", "stop the run (status pruned) at the end of round r when its prune-score is worse than v: "
+        "'r:v,r:v,…' (simulation.tune --prune sets it from earlier trials; docs/running/tuning.md#pruning)",
+        tunable=False),
+    Key("prune-score", "val_accuracy", "the validation column prune-at reads (an accuracy must reach its mark, a loss "
+        "stay at or below it)", PRUNE_SCORES, tunable=False),
     Key("server-data", True, "the server holds the dataset (for x^0's shapes, the partition and central evaluation); "
         "false = data lives only on the nodes: the model is built from input-shape and num-classes, evaluation "
         "must be federated", app=APP_OWN_DATA),

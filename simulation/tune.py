@@ -51,6 +51,7 @@ from simulation.launcher.overrides import parse_overrides
 from simulation.launcher.preflight import preflight
 from simulation.tuning.budget import budget_search, distinct_points
 from simulation.tuning.outputs import final_settings, outputs, summary_markdown, write_search
+from simulation.tuning.pruning import PRUNERS, MedianPruning, check_prunable, compute_line
 from simulation.tuning.space import (
     DEFAULT_VALIDATION_FRACTION,
     SCORES,
@@ -67,6 +68,7 @@ from simulation.tuning.trials import (
     chosen,
     grid_search,
     optuna_search,
+    run_trials,
     score_column,
     stage_group,
 )
@@ -95,6 +97,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f'--space "{args.space}"')
     if args.score != "accuracy" or args.last != 3:
         parts.append(f"--score {args.score} --last {args.last}")
+    if args.prune != "off":
+        parts.append(f"--prune {args.prune}")
     parts += [f'-c "{c}"' for c in args.run_config]
     parts += [f"--final-seeds {args.final_seeds}", f"--engine {args.engine}"]
     if args.parallel > 1:  # an Optuna search asks K trials at a time: K is part of what it proposes
@@ -121,6 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score", choices=SCORES, default="accuracy",
                         help="validation accuracy (higher is better) or validation loss (lower)")  # fmt: skip
     parser.add_argument("--last", type=int, default=3, help="evaluations averaged into a run's score")
+    parser.add_argument("--prune", choices=PRUNERS, default="off",
+                        help="median: stop a trial's runs that fall behind the median of the trials run before them "
+                             "at an evaluated round (docs/running/tuning.md#pruning)")  # fmt: skip
     parser.add_argument("--final-seeds", default="10,11,12", help="seeds of the final runs; none = no final runs")
     parser.add_argument("--out", default="results/tune")
     parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
@@ -156,6 +163,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
     if args.budget is not None:
         _check_budget(args.budget, spaces)
     cfg = resolved(search_shared)
+    check_prunable(cfg, args.prune)
     out = Path(args.out).resolve()
     column = score_column(str(cfg["evaluation"]), args.score)
     setting = Setting(search_shared, seeds, out / "search", args.engine, args.parallel, column, args.last,
@@ -221,9 +229,10 @@ def print_plan(spaces: Mapping[str, Mapping[str, Search]], setting: Setting, arg
             lines[-1] += f" ({sum(1 for j in jobs if reusable(j))} of {len(jobs)} runs ended earlier)"
     finals = len(spaces) * len(final_seeds)
     search = f"{args.search} search" if args.budget is None else f"optuna search of {args.budget} distinct points"
+    pruned = "" if args.prune == "off" else f"; --prune {args.prune} stops runs behind the earlier trials' median"
     print(
         f"tune: {search}, {total} search runs ({len(setting.seeds)} seeds each) + {finals} final "
-        f"runs = {(total + finals) * rounds} rounds ({rounds} per run), scored by {setting.column}",
+        f"runs = {(total + finals) * rounds} rounds at most ({rounds} per run), scored by {setting.column}{pruned}",
         flush=True,
     )
     print("\n".join(lines), flush=True)
@@ -233,11 +242,13 @@ def print_plan(spaces: Mapping[str, Mapping[str, Search]], setting: Setting, arg
 
 
 def tune(algorithms: list[str], spaces: dict, setting: Setting, args: argparse.Namespace) -> dict[str, list[Trial]]:
+    pruning = MedianPruning(int(resolved(setting.shared)["num-server-rounds"])) if args.prune == "median" else None
+    run = pruning or run_trials
     if args.search == "grid":
-        return grid_search(setting, spaces)
+        return grid_search(setting, spaces, pruning)
     if args.budget is not None:
-        return {a: budget_search(setting, a, spaces[a], args.budget, args.sampler_seed) for a in algorithms}
-    return {a: optuna_search(setting, a, spaces[a], args.trials, args.sampler_seed) for a in algorithms}
+        return {a: budget_search(setting, a, spaces[a], args.budget, args.sampler_seed, run) for a in algorithms}
+    return {a: optuna_search(setting, a, spaces[a], args.trials, args.sampler_seed, run) for a in algorithms}
 
 
 @dataclass
@@ -311,7 +322,9 @@ class Tuning(Study):
         # a grid or --budget search draws from the grid points; --trials draws a log range's values between its ends
         on_grid = plan.args.search == "grid" or plan.args.budget is not None
         sizes = {a: space_size(space) for a, space in plan.spaces.items()} if on_grid else None
-        text = summary_markdown(tuned.trials, tuned.best, plan.setting, self.reproduce(plan), tuned.final_text, sizes)
+        compute = compute_line(tuned.trials) if plan.args.prune != "off" else None
+        text = summary_markdown(tuned.trials, tuned.best, plan.setting, self.reproduce(plan), tuned.final_text, sizes,
+                                compute)  # fmt: skip
         (plan.out / "tune.md").write_text(text)
         return text
 

@@ -47,6 +47,7 @@ from fedsuite.payload import (
     nbytes,
     pack,
 )
+from fedsuite.pruning import PRUNED, Pruning
 from fedsuite.rounds import Reply
 from fedsuite.rule import ServerRule
 from fedsuite.server import checkpointing
@@ -92,6 +93,7 @@ class RuleStrategy(Strategy):
         self.observers = list(observers)
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
+        self.pruning = Pruning.from_run_config(plan.run_config)
         self.rounds = RoundLog()
         self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
         self.systems = SystemModel.from_run_config(plan.run_config)  # work, drop-outs, deadline (fedsuite/systems)
@@ -343,8 +345,8 @@ class RuleStrategy(Strategy):
         # with a validation split the guard reads it, so the test set decides nothing (not even which tuning trial
         # counts as diverged); else the central test loss, else the federated one
         loss = next((metrics[k] for k in ("val_loss", "loss", "fed_val_loss", "fed_loss") if k in metrics), None)
-        verdict = self.guard.test_loss(server_round, loss)
-        if verdict is not None:
+        verdict = self.guard.test_loss(server_round, loss) or self.pruning.check(server_round, metrics)
+        if verdict is not None:  # diverged, or behind a prune-at mark (fedsuite/pruning.py)
             self._record(row, *verdict)
             raise RunAborted(*verdict)
         due = checkpointing.due(plan, server_round)
@@ -383,7 +385,9 @@ class RuleStrategy(Strategy):
         raise RunAborted(status, reason)
 
     def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
-        if status not in (None, "running"):
+        if status in (BUDGET_SPENT, PRUNED):  # stopped as the run config asked
+            log.info("fedsuite │ %s: %s", status, reason)
+        elif status not in (None, "running"):
             log.error("fedsuite │ %s: %s", status, reason)
         for observer in self.observers:
             observer.recorded(row)

@@ -15,6 +15,7 @@ from flwr.server import History, Server
 from flwr.server.client_manager import SimpleClientManager
 
 from fedsuite import state
+from fedsuite.pruning import PRUNED
 from fedsuite.server.guard import RunAborted
 from fedsuite.server.privacy import BUDGET_SPENT
 
@@ -36,7 +37,7 @@ class RecordingServer(Server):
             result = self._rounds(num_rounds, timeout)
         except RunAborted as err:
             self._ended(err.status, str(err))
-            if err.status == BUDGET_SPENT:  # stopped as the run config asked (dp-target-epsilon): not an error
+            if err.status in (BUDGET_SPENT, PRUNED):  # stopped as the run config asked (dp-target-epsilon, prune-at)
                 return History(), 0.0
             raise
         except (KeyboardInterrupt, SystemExit) as err:

@@ -12,6 +12,7 @@ from typing import Any
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.presets import describe as describe_config
 from fedsuite.presets import expand as expand_preset
+from fedsuite.pruning import PRUNED
 from fedsuite.results import FINISHED
 from fedsuite.tracking import tracking_errors
 from simulation.experiment.report import damage, run_status
@@ -70,12 +71,13 @@ def validate(jobs: Sequence[Job]) -> list[Config]:
     return configs
 
 
-SETTLED = (*FINISHED, "diverged")  # outcomes a rerun with the same seed and settings would repeat
+SETTLED = (*FINISHED, "diverged", PRUNED)  # outcomes a rerun with the same seed and settings would repeat
 
 
 def ended_as(folder: Path, explicit: dict) -> str | None:
-    """How the run in `folder` ended, when a rerun would only repeat it: `completed` or `diverged` (the same seed
-    and settings diverge the same way), and every setting given explicitly now is the one it ran with; None for a
+    """How the run in `folder` ended, when a rerun would only repeat it: `completed`, `diverged` (the same seed
+    and settings diverge the same way) or `pruned` (by the same prune-at marks), and every setting given explicitly
+    now is the one it ran with; None for a
     run that is missing, unfinished, failed (a crash is worth another try) or ran with other settings."""
     try:
         status = json.loads((folder / "summary.json").read_text())["status"]
@@ -83,6 +85,8 @@ def ended_as(folder: Path, explicit: dict) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if status not in SETTLED or not all(ran.get(k) == v for k, v in explicit.items()):
+        return None
+    if status == PRUNED and ran.get("prune-at") != explicit.get("prune-at"):  # stopped by marks this job lacks
         return None
     return None if damage(folder) else status  # a damaged run (a line of rounds.jsonl cut short) runs again
 

@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 
 from fedsuite.config import ConfigError
+from fedsuite.pruning import PRUNED
 from fedsuite.results import FINISHED
 from simulation.experiment import engines
 from simulation.experiment.jobs import Job, Outcome, damaged_earlier, planned_rounds, reusable
 from simulation.experiment.progress import StudyProgress
-from simulation.experiment.report import run_status
+from simulation.experiment.report import read_summary, run_status
 from simulation.experiment.signals import (
     as_interrupted,
     ignore_signals,
@@ -38,7 +39,10 @@ def _run_here(job: Job, engine: str) -> Outcome:
             return Outcome(job, "completed", value=job.work())
         engines.launch(job.overrides(), engine, job.group)
         status = run_status(job.folder)  # a run that ended normally: completed, or budget-spent (its target ε)
-        return Outcome(job, status, "" if status in FINISHED else f"the run returned, but its summary says {status}")
+        said = "" if status in FINISHED else f"the run returned, but its summary says {status}"
+        if status == PRUNED:  # stopped as its run config asked: its reason says where and why
+            said = str(read_summary(job.folder).get("reason", ""))
+        return Outcome(job, status, said)
     except RunFailed as err:
         return Outcome(job, err.status, str(err))
     except (Interrupted, KeyboardInterrupt) as err:

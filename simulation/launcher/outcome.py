@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from fedsuite.pruning import PRUNED
 from fedsuite.results import FINISHED, STATUSES, mark_stopped
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -51,7 +52,7 @@ def outcome(folder: Path, run_id: str, flower_status: str, full: str | None = No
     except (OSError, ValueError):
         summary = {}
     status, reason = summary.get("status"), summary.get("reason")
-    if status in FINISHED and flower_status == "finished:completed":
+    if status in (*FINISHED, PRUNED) and flower_status == "finished:completed":  # pruned: stopped as asked
         if full:
             print(f"warning: {full} (flwr.log is incomplete; the results are whole)", file=sys.stderr)
         return folder

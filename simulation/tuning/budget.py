@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from fedsuite.tunable import Search, grid_values
 from simulation.tuning.space import Point, TuneError, grid_points
-from simulation.tuning.trials import Runner, Setting, Trial, run_trials
+from simulation.tuning.trials import Runner, Setting, Trial, run_trials, tell
 
 MAX_REPEATS = 10  # repeated proposals in a row before the next untried point is taken in the seeded order
 GRID = "grid"  # the space has no more points than the budget: every point is tried
@@ -61,10 +61,10 @@ def budget_search(setting: Setting, algorithm: str, space: Mapping[str, Search],
         results = run(setting, algorithm, list(batch), len(tried) + 1)
         for (point, (asked, origin)), result in zip(batch.items(), results, strict=True):
             result.origin = origin
-            _tell(study, asked, result)
+            tell(study, asked, result)
             tried[point] = result
         for asked, point in waiting:
-            _tell(study, asked, tried[point])
+            tell(study, asked, tried[point])
             tried[point].repeats += 1
     return list(tried.values())
 
@@ -87,7 +87,7 @@ def _ask_batch(study, distributions: Mapping, tried: dict[Point, Trial], untried
         asked = study.ask(distributions)
         point = tuple((key, asked.params[key]) for key in distributions)
         if point in tried:
-            _tell(study, asked, tried[point])
+            tell(study, asked, tried[point])
             tried[point].repeats += 1
             repeats += 1
         elif point in batch:
@@ -103,13 +103,3 @@ def _marked(trials: list[Trial], origin: str) -> list[Trial]:
     for trial in trials:
         trial.origin = origin
     return trials
-
-
-def _tell(study, asked, trial: Trial) -> None:
-    """Tell Optuna a trial's score; one without a score as failed (it never counts as a result)."""
-    import optuna
-
-    if trial.score is None:
-        study.tell(asked, state=optuna.trial.TrialState.FAIL)
-    else:
-        study.tell(asked, trial.score)

@@ -18,13 +18,17 @@ def search_rows(trials: Sequence[Trial], best: Trial | None) -> tuple[list[dict]
     keys = list(dict.fromkeys(k for t in trials for k, _ in t.point))
     seeds = list(trials[0].seeds) if trials else []
     budgeted = any(t.origin for t in trials)  # a --budget search also says what proposed each point
+    pruning = any(t.rounds_planned for t in trials)  # --prune: where each trial stopped and the rounds it took
     fields = ["trial", *keys, *(f"seed_{s}" for s in seeds), "mean_score", "status", "chosen",
-              *(["proposed_by", "repeated_proposals"] if budgeted else [])]  # fmt: skip
+              *(["proposed_by", "repeated_proposals"] if budgeted else []),
+              *(["pruned_at_round", "rounds_run"] if pruning else [])]  # fmt: skip
     rows = []
     for t in trials:
         rows.append({"trial": t.number, **t.values, **{f"seed_{s}": v for s, v in zip(seeds, t.scores, strict=True)},
                      "mean_score": t.score, "status": t.status, "chosen": t is best,
-                     **({"proposed_by": t.origin, "repeated_proposals": t.repeats} if budgeted else {})})  # fmt: skip
+                     **({"proposed_by": t.origin, "repeated_proposals": t.repeats} if budgeted else {}),
+                     **({"pruned_at_round": t.pruned_at, "rounds_run": f"{t.rounds_run}/{t.rounds_planned}"}
+                        if pruning else {})})  # fmt: skip
     return rows, fields
 
 
@@ -48,7 +52,7 @@ def search_markdown(algorithm: str, trials: Sequence[Trial], best: Trial | None,
     cells = [[_cell(f, r[f]) for f in fields] for r in rows]
     lines = [f"# {algorithm}: search on the validation split", "",
              f"Score: mean `{column}` over the last {last} evaluations, per seed; mean over the seeds. A trial "
-             "with a failed or diverged seed has no score and is never chosen." + (_BUDGET_NOTE if
+             "with a failed, diverged or pruned seed has no score and is never chosen." + (_BUDGET_NOTE if
                                                                                    "proposed_by" in fields else ""),
              "",
              *report.markdown_table(head, cells)]  # fmt: skip
@@ -83,7 +87,8 @@ def points_tried(trials: Sequence[Trial], space_size: int | None) -> str:
 
 
 def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Trial | None], setting: Setting,
-                     command: str, final_text: str, space_sizes: Mapping[str, int] | None = None) -> str:  # fmt: skip
+                     command: str, final_text: str, space_sizes: Mapping[str, int] | None = None,
+                     compute: Mapping | None = None) -> str:  # fmt: skip
     """tune.md: the command, per algorithm the chosen values, their score, the scored trials and the distinct
     points tried (of its space's size), and the final runs' table."""
     head = ["algorithm", "chosen values", f"validation score ({setting.column})", "trials with a score",
@@ -95,8 +100,12 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
         cells.append([algorithm, values, report.fmt(pick.score if pick else None, ".4f"),
                       f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}",
                       points_tried(trials, (space_sizes or {}).get(algorithm))])  # fmt: skip
+    spent = [] if compute is None else [
+        "", f"Search compute: {compute['rounds_run']} of {compute['rounds_planned']} planned rounds; pruning stopped "
+        f"{compute['pruned_trials']} of {compute['trials']} trials early and saved {compute['saved']:.0%} of the "
+        "search's rounds."]  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
-             *report.markdown_table(head, cells), "", "## Final runs (test accuracy, no validation split)", "",
+             *report.markdown_table(head, cells), *spent, "", "## Final runs (test accuracy, no validation split)", "",
              final_text.partition("\n\n")[2] if final_text.startswith("Reproduce:") else "No final runs."]  # fmt: skip
     return "\n".join(lines) + "\n"
 

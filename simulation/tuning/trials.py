@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedsuite.config import Scalar
@@ -48,6 +48,12 @@ class Trial:
     scores: Sequence[float | None]  # per seed: the validation score of a finished run, else None
     origin: str = ""  # a --budget search: what proposed the point (grid, TPE, or the seeded order after repeats)
     repeats: int = 0  # a --budget search: later proposals of the same point (told its score, nothing run)
+    # --prune (simulation/tuning/pruning.py): the validation curve (round → mean over the seeds), the rounds its
+    # runs took and would have taken in full, and the round of its earliest pruned seed (None: not pruned)
+    curve: dict[int, float] = field(default_factory=dict)
+    rounds_run: int = 0
+    rounds_planned: int = 0
+    pruned_at: int | None = None
 
     @property
     def status(self) -> str:
@@ -146,9 +152,15 @@ def chosen(trials: Sequence[Trial], maximize: bool = True) -> Trial | None:
 # --- searches -------------------------------------------------------------------------------------------------------
 
 
-def grid_search(setting: Setting, spaces: Mapping[str, Mapping[str, Search]]) -> dict[str, list[Trial]]:
-    """Every algorithm's grid, all runs of all algorithms in one batch (so --parallel keeps K busy)."""
+def grid_search(setting: Setting, spaces: Mapping[str, Mapping[str, Search]], run: Runner | None = None
+                ) -> dict[str, list[Trial]]:  # fmt: skip
+    """Every algorithm's grid, all runs of all algorithms in one batch (so --parallel keeps K busy); with a runner
+    of its own (--prune), each algorithm's points in batches of --parallel, one batch after the other."""
     points = {a: grid_points(space) for a, space in spaces.items()}
+    if run is not None:
+        size = max(setting.parallel, 1)
+        return {a: [t for i in range(0, len(ps), size) for t in run(setting, a, ps[i : i + size], i + 1)]
+                for a, ps in points.items()}  # fmt: skip
     statuses = run_points(setting, [(a, p) for a, ps in points.items() for p in ps])
     return {a: trials_from(setting, a, ps, statuses) for a, ps in points.items()}
 
@@ -185,9 +197,21 @@ def optuna_search(setting: Setting, algorithm: str, space: Mapping[str, Search],
         asked = [study.ask() for _ in range(min(max(setting.parallel, 1), trials - len(done)))]
         results = run(setting, algorithm, [_suggest(t, space) for t in asked], len(done) + 1)
         for proposal, result in zip(asked, results, strict=True):
-            if result.score is None:
-                study.tell(proposal, state=optuna.trial.TrialState.FAIL)
-            else:
-                study.tell(proposal, result.score)
+            tell(study, proposal, result)
         done += results
     return done
+
+
+def tell(study, asked, trial: Trial) -> None:
+    """Tell Optuna a trial's score; a pruned one as pruned, with its curve as its intermediate values; one without
+    a score as failed (it never counts as a result)."""
+    import optuna
+
+    if trial.pruned_at is not None and trial.score is None:
+        for step, value in trial.curve.items():
+            asked.report(value, step)
+        study.tell(asked, state=optuna.trial.TrialState.PRUNED)
+    elif trial.score is None:
+        study.tell(asked, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(asked, trial.score)
