@@ -42,6 +42,16 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist: it makes its own pool when it needs one."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def spans(dim: int, block: int = BLOCK) -> list[tuple[int, int]]:
     """[start, stop) of each block of `dim` coordinates, in order."""
     return [(start, min(start + block, dim)) for start in range(0, dim, block)]

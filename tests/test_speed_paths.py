@@ -254,3 +254,22 @@ def test_the_blockwise_reply_checks_and_copies_agree_with_one_pass(threads, monk
     bad = deltas[1].copy()
     bad[blockwise.BLOCK + 3] = np.nan
     assert all_finite(deltas[1]) and not all_finite(bad)
+
+
+def test_a_forked_child_makes_its_own_block_pool():
+    """fedsuite/blockwise.py: a child forked after the pool started (a process pool of the benchmarks) must not wait
+    on threads it does not have."""
+    import multiprocessing
+
+    from fedsuite import blockwise
+
+    blockwise.each([1, 2, 3], lambda i: i)  # the parent's pool exists (with more than one thread)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        assert pool.apply_async(_sum_in_blocks, ()).get(timeout=60) == float(3 * blockwise.BLOCK)
+
+
+def _sum_in_blocks() -> float:
+    from fedsuite import blockwise
+
+    return float(sum(blockwise.each(blockwise.spans(3 * blockwise.BLOCK), lambda span: span[1] - span[0])))
