@@ -221,8 +221,13 @@ def claim(root: Path, state_key: int | str, results: str | None = None, key: str
         Path(tmp).unlink(missing_ok=True)
 
 
+_UNREAD = object()  # a member of the partition's file not read yet
+
+
 class DiskStore(MutableMapping):
-    """Named arrays of one partition in `root/partition-<id>.npz`; the file is replaced atomically."""
+    """Named arrays of one partition in `root/partition-<id>.npz`; the file is replaced atomically. A member is read
+    from the file when it is first asked for, so one that is only deleted (the previous vectors of a write the
+    server confirmed, fedsuite.state.settle) is never read."""
 
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None):
         """`owner_key`: the run's state key, recorded as the folder's owner (claim) before its first file."""
@@ -232,11 +237,19 @@ class DiskStore(MutableMapping):
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
-            self._arrays = dict(np.load(self.path)) if self.path.is_file() else {}
+            self._arrays = {}
+            if self.path.is_file():
+                with np.load(self.path) as members:
+                    self._arrays = dict.fromkeys(members.files, _UNREAD)
         return self._arrays
 
     def __getitem__(self, key):
-        return self._load()[key]
+        arrays = self._load()
+        value = arrays[key]
+        if value is _UNREAD:
+            with np.load(self.path) as members:
+                value = arrays[key] = members[key]
+        return value
 
     def __setitem__(self, key, value):
         self._load()[key] = value
@@ -259,7 +272,7 @@ class DiskStore(MutableMapping):
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, **self._load())
+                np.savez(f, **{name: self[name] for name in self._load()})  # members not read yet are read now
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -273,3 +273,43 @@ def test_scaffold_option_one_stores_the_full_local_gradient_at_the_round_start()
         expected = a.T @ (a @ x0 - b) / len(b) + 0.01 * x0
         np.testing.assert_allclose(c_i[pid], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(strategy.rule.c, np.mean(c_i, 0), atol=1e-6)
+
+
+def test_a_confirmed_writes_previous_vectors_are_deleted_without_being_read(tmp_path, monkeypatch):
+    """DiskStore reads a member of the partition's file when it is asked for: settling a write the server accepted
+    drops the previous copy unread, and the next save still holds every vector it should."""
+
+    from fedsuite.state import PREVIOUS, WRITE_ROUND, ClientState, settle
+
+    first = ClientState(DiskStore(tmp_path, 3), 4)
+    first.set("c_i", torch.ones(4))
+    first.save(1)
+    second = ClientState(DiskStore(tmp_path, 3), 4)
+    second.accepted_round = 1
+    second.set("c_i", torch.full((4,), 2.0))
+    second.save(2)  # the file now holds c_i, prev:c_i and the write's round
+    read: list[str] = []
+    real_load = np.load
+
+    class Counting:
+        def __init__(self, path):
+            self.inner = real_load(path)
+            self.files = self.inner.files
+
+        def __getitem__(self, key):
+            read.append(key)
+            return self.inner[key]
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.inner.close()
+
+    monkeypatch.setattr(state_module.np, "load", Counting)
+    store = DiskStore(tmp_path, 3)
+    settle(store, 2)
+    assert PREVIOUS + "c_i" not in store and PREVIOUS + "c_i" not in read and WRITE_ROUND in read
+    store.flush()
+    monkeypatch.setattr(state_module.np, "load", real_load)
+    np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.full(4, 2.0, np.float32))
