@@ -125,3 +125,19 @@ def test_a_pruned_run_ends_its_launch_with_exit_code_0(tmp_path):
 
     (tmp_path / "summary.json").write_text(json.dumps({"status": "pruned", "reason": "round 4: …"}))
     assert outcome(tmp_path, "1", "finished:completed") == tmp_path and STATUSES["pruned"] == 0
+
+
+def test_a_budgeted_tpe_search_tells_optuna_of_its_pruned_trials_and_repeats_itself(tmp_path):
+    """--budget with --prune: TPE is told a pruned trial was pruned (its curve as intermediate values), the search
+    still gets its distinct points, and the same command proposes and prunes the same again."""
+    shared = SHARED.replace("validation-fraction=0.25", "validation-fraction=0.25 prox-mu=0.01")
+    argv = ["--algorithms", "fedprox", "--budget", "8", "--prune", "median", "-c", shared, "--score", "loss",
+            "--seeds", "0,1", "--final-seeds", "none", "--engine", "inprocess"]  # fmt: skip
+    assert tune.main([*argv, "--out", str(tmp_path / "a")]) == 0
+    assert tune.main([*argv, "--out", str(tmp_path / "b")]) == 0
+    with open(tmp_path / "a" / "search" / "fedprox.csv") as f:
+        rows = list(csv.DictReader(f))
+    with open(tmp_path / "b" / "search" / "fedprox.csv") as f:
+        assert list(csv.DictReader(f)) == rows
+    assert len({(row["lr"], row["prox-mu"]) for row in rows}) == 8
+    assert any(row["status"] == "pruned" for row in rows) and any(row["chosen"] == "True" for row in rows)
