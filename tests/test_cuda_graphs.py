@@ -36,6 +36,12 @@ def test_which_stacked_rules_are_recorded_and_why_the_others_are_not():
     assert graph.not_replayable(UpdateRule(), CUDA, 2) == "a round of 2 steps"
     counted = UpdateRule(clipped=(GradientSum(0.0),))  # a Python step counter: a replay would not count
     assert "GradientSum" in graph.not_replayable(counted, CUDA, 5)
+
+    class CountingAdd(AddVector):  # a plug-in's subclass of a replayable stage, with state of its own
+        def __call__(self, d, ctx):
+            super().__call__(d, ctx)
+
+    assert "CountingAdd" in graph.not_replayable(UpdateRule(clipped=(CountingAdd(vector),)), CUDA, 5)
     blocks = UpdateRule(batches=FixedBlocks.__new__(FixedBlocks))
     assert "picks a data block per step" in graph.not_replayable(blocks, CUDA, 5)
 
