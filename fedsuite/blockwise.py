@@ -52,9 +52,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def spans(dim: int, block: int = BLOCK) -> list[tuple[int, int]]:
-    """[start, stop) of each block of `dim` coordinates, in order."""
+def spans(dim: int, block: int | None = None) -> list[tuple[int, int]]:
+    """[start, stop) of each block of `dim` coordinates, in order: blocks of `block`, by default about 4 per thread
+    and no smaller than BLOCK (a task per small block would cost more to hand out than to run)."""
+    if block is None:
+        block = max(BLOCK, -(-dim // (4 * threads())))
     return [(start, min(start + block, dim)) for start in range(0, dim, block)]
+
+
+def tasks(count: int) -> list[range]:
+    """`range(count)` cut into about 4 runs per thread, in order (work items that are blocks already)."""
+    size = max(1, -(-count // (4 * threads())))
+    return [range(start, min(start + size, count)) for start in range(0, count, size)]
 
 
 def each(items: Sequence[T], work: Callable[[T], object]) -> list:

@@ -172,9 +172,11 @@ class ServerRule:
 def _add_weighted(out: np.ndarray, terms: Sequence[tuple[float, np.ndarray]]) -> None:
     """out += Σ weight·vector, term after term, a block of coordinates at a time on the block threads."""
 
-    def block(span: tuple[int, int]) -> None:
-        a, b = span
-        for weight, vector in terms:
-            out[a:b] += np.multiply(weight, vector[a:b])
+    def block(span: tuple[int, int]) -> None:  # in cache-sized pieces, the temporary made once
+        term = np.empty(min(blockwise.BLOCK, span[1] - span[0]))
+        for a in range(span[0], span[1], blockwise.BLOCK):
+            b = min(a + blockwise.BLOCK, span[1])
+            for weight, vector in terms:
+                out[a:b] += np.multiply(weight, vector[a:b], out=term[: b - a])
 
     blockwise.each(blockwise.spans(out.size), block)

@@ -70,7 +70,6 @@ def local_consistency(deltas: Sequence[np.ndarray]) -> float:
                 np.square(t, out=t)
                 block_sums[i, j] = np.sum(t)
 
-    per_task = max(1, blockwise.BLOCK // LEAF)
-    blockwise.each([range(j, min(j + per_task, len(blocks))) for j in range(0, len(blocks), per_task)], fill)
+    blockwise.each(blockwise.tasks(len(blocks)), fill)
     rows = np.array([_tree_sum(block_sums[i].tolist(), dim, [0]) for i in range(count)])
     return float(np.mean(rows))

@@ -48,9 +48,9 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
     for name, a in arrays.items():
         if a.shape != (dim,):
             raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({dim},)")
-        wide[name] = a.astype(np.float64) if widen is None else widen(a)
-        if not all_finite(wide[name]):
+        if not all_finite(a):  # as received: a float32 entry is finite exactly when its float64 copy is
             raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
+        wide[name] = a.astype(np.float64) if widen is None else widen(a)
     if pid not in sampled:
         raise RejectedReply(f"partition-id {pid} was not sampled this round")
     if res.num_examples <= 0 or int(metrics.get("steps", 0)) <= 0:
