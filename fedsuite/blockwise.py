@@ -43,9 +43,10 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def _forget_pool() -> None:
-    """In a forked child the pool's threads do not exist: it makes its own pool when it needs one."""
-    global _pool
-    _pool = None
+    """In a forked child the pool's threads do not exist (and the lock may have been held by one of them): it makes
+    its own lock, and its own pool when it needs one."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -662,9 +662,20 @@ def _evaluation_errors(v: dict[str, Scalar]) -> list[str]:
             parse_marks(str(v["prune-at"]))
         except ValueError as err:
             errors.append(f"prune-at={v['prune-at']!r}: {err}; write 'round:value' pairs such as '20:0.5,40:0.6'")
+        score = str(v.get("prune-score", "val_accuracy"))
         if v.get("validation-fraction") == 0.0:
-            errors.append(f"prune-at needs a validation split (prune-score={v.get('prune-score', 'val_accuracy')!r}): "
-                          "set validation-fraction > 0")  # fmt: skip
+            errors.append(f"prune-at needs a validation split (prune-score={score!r}): set validation-fraction > 0")
+        federated = score.startswith("fed_")
+        if v.get("evaluation") == ("central" if federated else "federated"):
+            errors.append(f"prune-score={score!r} is never written with evaluation={v['evaluation']!r}: allowed are "
+                          f"{'val_accuracy, val_loss' if federated else 'fed_val_accuracy, fed_val_loss'}")  # fmt: skip
+        try:
+            last = max(parse_marks(str(v["prune-at"])), default=0)
+        except ValueError:
+            last = 0
+        if "num-server-rounds" in v and last >= int(v["num-server-rounds"]):
+            errors.append(f"prune-at: a mark at round {last} is not before the last round (num-server-rounds="
+                          f"{v['num-server-rounds']}), where it would call a finished run pruned")  # fmt: skip
     return errors
 
 

@@ -21,7 +21,9 @@ def to_host(tensor: torch.Tensor) -> np.ndarray:
     """A tensor's values as a NumPy array on the host, for an array that is encoded and let go soon after (an
     uplink). From a CUDA device the copy goes through page-locked memory from torch's cache of pinned blocks: one
     DMA at full speed into memory that is mapped already, where a fresh pageable array would first fault in every
-    page. The array holds its pinned block until it is let go."""
+    page. The array holds its pinned block until it is let go (one client at a time: once its reply is encoded;
+    batched: a round's uplinks together until the round's replies are collected), and torch keeps the blocks cached
+    for the next round."""
     value = tensor.detach()
     if value.device.type != "cuda":
         return value.cpu().numpy()

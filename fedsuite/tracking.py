@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsuite.config import Config
+from fedsuite.results import STATUSES
 from fedsuite.server.observers import RoundObserver
 
 log = logging.getLogger("flwr.fedsuite")
@@ -251,4 +252,4 @@ class WandbTracker(Tracker):
         self.run.log(values, step=step)
 
     def _close(self, status: str | None) -> None:
-        self.run.finish(exit_code=None if status is None else 0 if status == "completed" else 1)
+        self.run.finish(exit_code=None if status is None else 0 if STATUSES.get(status) == 0 else 1)

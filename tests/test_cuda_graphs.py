@@ -15,11 +15,14 @@ from fedsuite import registry
 from fedsuite import testing as kit
 from fedsuite.adaptive import AdamStep, GradientSum
 from fedsuite.batched import graph, loop
+from fedsuite.batched.stacking import stack_rules
 from fedsuite.local import AddVector, SharpnessAware, UpdateRule
 from fedsuite.variance import FixedBlocks
 
 CUDA = torch.device("cuda")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# What runs step by step (GradientSum counts in Python; LoSAC and FedSaga read their step's data block).
+UNRECORDED = {"fadamgt", "losac", "fedsaga", "losac-prox"}
 # Every stage of the loop, 2 rounds (client state written in round 1 is read in round 2), 5 steps: the first runs
 # as usual, the second is recorded, every other is a replay.
 BASE = {**kit.PARTIAL, "num-clients": 5, "clients-per-round": 4, "synthetic-samples": 12, "batch-size": 4,
@@ -44,6 +47,9 @@ def test_which_stacked_rules_are_recorded_and_why_the_others_are_not():
     assert "CountingAdd" in graph.not_replayable(UpdateRule(clipped=(CountingAdd(vector),)), CUDA, 5)
     blocks = UpdateRule(batches=FixedBlocks.__new__(FixedBlocks))
     assert "picks a data block per step" in graph.not_replayable(blocks, CUDA, 5)
+    stacked = stack_rules([blocks, UpdateRule(batches=blocks.batches)]).rule  # what the loop holds: stages only
+    assert stacked.batches is None and graph.not_replayable(stacked, CUDA, 5) is None
+    assert "picks a data block per step" in graph.not_replayable(stacked, CUDA, 5, blocks.batches)
 
 
 def test_a_cpu_run_never_builds_a_recording(monkeypatch):
@@ -73,24 +79,27 @@ def test_every_algorithm_recorded_ends_where_step_by_step_ends(name, recordings)
     assert not recordings
     recorded = kit.run_algorithm(name, BASE)
     assert all(r.failed is None for r in recordings), [r.failed for r in recordings]
+    assert bool(recordings) == (name not in UNRECORDED), len(recordings)
     gap = float(np.max(np.abs(stepwise.x.astype(np.float64) - recorded.x.astype(np.float64))))
     print(f"{name}: {len(recordings)} recordings, max |Δx| {gap:.3e}")
-    assert gap <= 1e-12
+    assert gap == 0.0  # the same kernels: the same numbers (measured so on an H200)
 
 
 @needs_cuda
-def test_a_convolutional_model_recorded_ends_where_step_by_step_ends(tmp_path, recordings):
+def test_a_convolutional_model_recorded_ends_where_step_by_step_ends(tmp_path, recordings, monkeypatch):
     from simulation.benchmarks.fake_cifar import write_fake_cifar10
 
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # restored after the test
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     data = str(write_fake_cifar10(tmp_path, 4 * 60, 100))
     config = {"dataset": "cifar10", "data-dir": data, "model": "cnn", "num-clients": 4, "clients-per-round": 4,
               "sampling": "fixed", "local-steps": 6, "batch-size": 8, "num-server-rounds": 2, "device": "cuda",
               "batch-clients": True, "clip-norm": 10.0, "weight-decay": 1e-3}  # fmt: skip
     for name in ("fedavg", "fedspeed"):
+        recordings.clear()
         stepwise = kit.run_algorithm(name, {**config, "cuda-graphs": False})
         recorded = kit.run_algorithm(name, config)
         assert recordings and all(r.failed is None for r in recordings)
         gap = float(np.max(np.abs(stepwise.x.astype(np.float64) - recorded.x.astype(np.float64))))
         print(f"{name} cnn: max |Δx| {gap:.3e}")
-        assert gap <= 1e-6 * max(1.0, float(np.abs(stepwise.x).max()))
+        assert gap == 0.0  # deterministic convolutions, the same kernels (measured so on an H200)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,16 +60,41 @@ def test_a_run_behind_its_mark_stops_at_that_round_as_pruned(tmp_path):
     assert json.loads((tmp_path / "kept" / "summary.json").read_text())["status"] == "completed"
 
 
-def test_marks_are_the_median_of_the_earlier_trials_from_the_warmup_on():
+def test_marks_are_the_median_of_the_completed_trials_from_the_warmup_on(monkeypatch):
+    """MedianPruning: a mark per evaluated round from a quarter of the run on, before the last round, the median of
+    the completed trials' curves once STARTUP of them have a value there; a pruned or diverged trial adds none."""
+    from simulation.tuning import pruning as module
+    from simulation.tuning.trials import Trial
+
     pruning = MedianPruning(rounds=12)
-    curves = [{r: float(r * k) for r in range(1, 13)} for k in range(1, STARTUP)]
+    curves = [{r: float(r * k) for r in range(2, 13, 2)} for k in range(1, STARTUP)]
     pruning.curves["a"] = list(curves)
-    assert pruning.marks("a") == {}  # fewer than STARTUP trials: no mark
-    pruning.curves["a"].append({r: 100.0 for r in range(1, 5)})  # a trial pruned at round 4
+    assert pruning.marks("a") == {}  # fewer than STARTUP completed trials: no mark
+    pruning.curves["a"].append({r: 100.0 for r in range(2, 13, 2)})
     marks = pruning.marks("a")
-    assert sorted(marks) == [3, 4]  # from a quarter of the run on, where STARTUP trials have a value
-    assert marks[3] == pytest.approx((6.0 + 9.0) / 2) and marks[4] == pytest.approx((8.0 + 12.0) / 2)
+    assert sorted(marks) == [4, 6, 8, 10]  # round 2 is before a quarter of 12; round 12 is the last
+    assert marks[4] == pytest.approx((8.0 + 12.0) / 2) and marks[10] == pytest.approx((20.0 + 30.0) / 2)
     assert pruning.marks("b") == {}
+
+    made = [Trial(1, "b", (("lr", 0.1),), [0], ["completed"], [1.0]), Trial(2, "b", (("lr", 0.2),), [0], ["pruned"],
+            [None]), Trial(3, "b", (("lr", 0.3),), [0], ["diverged"], [None])]  # fmt: skip
+    monkeypatch.setattr(module, "run_trials", lambda setting, algorithm, points, first: made)
+    monkeypatch.setattr(module, "describe", lambda trial, *args: setattr(trial, "curve", {4: 1.0}))
+    setting = SimpleNamespace(shared={}, column="val_loss", jobs=lambda algorithm, point: [])
+    pruning(setting, "b", [t.point for t in made])
+    assert pruning.curves["b"] == [{4: 1.0}]  # the completed trial's curve only
+
+
+def test_the_rounds_saved_are_the_pruned_runs_rounds_only():
+    from simulation.tuning.pruning import compute_line
+    from simulation.tuning.trials import Trial
+
+    pruned = Trial(1, "a", (), [0, 1], ["pruned", "completed"], [None, 1.0], rounds_run=16, rounds_planned=24,
+                   pruned_at=4, rounds_saved=8)  # fmt: skip
+    diverged = Trial(2, "a", (), [0, 1], ["diverged", "completed"], [None, 1.0], rounds_run=15, rounds_planned=24)
+    line = compute_line({"a": [pruned, diverged]})
+    assert line["rounds_run"] == 31 and line["rounds_planned"] == 48 and line["saved"] == pytest.approx(8 / 48)
+    assert line["pruned_trials"] == 1 and line["trials"] == 2
 
 
 def _search(folder: Path) -> list[dict]:
@@ -127,13 +153,24 @@ def test_a_pruned_run_ends_its_launch_with_exit_code_0(tmp_path):
     assert outcome(tmp_path, "1", "finished:completed") == tmp_path and STATUSES["pruned"] == 0
 
 
-def test_a_budgeted_tpe_search_tells_optuna_of_its_pruned_trials_and_repeats_itself(tmp_path):
+def test_a_budgeted_tpe_search_tells_optuna_of_its_pruned_trials_and_repeats_itself(tmp_path, monkeypatch):
     """--budget with --prune: TPE is told a pruned trial was pruned (its curve as intermediate values), the search
     still gets its distinct points, and the same command proposes and prunes the same again."""
     shared = SHARED.replace("validation-fraction=0.25", "validation-fraction=0.25 prox-mu=0.01")
     argv = ["--algorithms", "fedprox", "--budget", "8", "--prune", "median", "-c", shared, "--score", "loss",
             "--seeds", "0,1", "--final-seeds", "none", "--engine", "inprocess"]  # fmt: skip
+    import optuna
+
+    told: list = []
+    real_tell = optuna.study.Study.tell
+
+    def tell(study, trial, values=None, state=None, **kwargs):
+        told.append(state)
+        return real_tell(study, trial, values, state, **kwargs)
+
+    monkeypatch.setattr(optuna.study.Study, "tell", tell)
     assert tune.main([*argv, "--out", str(tmp_path / "a")]) == 0
+    assert optuna.trial.TrialState.PRUNED in told
     assert tune.main([*argv, "--out", str(tmp_path / "b")]) == 0
     with open(tmp_path / "a" / "search" / "fedprox.csv") as f:
         rows = list(csv.DictReader(f))

@@ -41,14 +41,16 @@ REPLAYABLE = (AtIterate, SharpnessAware, DualRegularisedSharpness, LookAhead, Co
 MIN_STEPS = 3  # a recording pays for itself only when it is replayed
 
 
-def not_replayable(rule: UpdateRule, device: torch.device, steps: int) -> str | None:
-    """Why the group's stacked rule is not recorded as a CUDA graph, or None."""
+def not_replayable(rule: UpdateRule, device: torch.device, steps: int, batches=None) -> str | None:
+    """Why the group's stacked rule is not recorded as a CUDA graph, or None. `batches`: the clients' own batch
+    source (the stacked rule holds the stages only), else the rule's."""
     if device.type != "cuda":
         return "not a CUDA device"
     if steps < MIN_STEPS:
         return f"a round of {steps} steps"
-    if rule.batches is not None:
-        return f"its batch source {type(rule.batches).__name__} picks a data block per step"
+    batches = rule.batches if batches is None else batches
+    if batches is not None:
+        return f"its batch source {type(batches).__name__} picks a data block per step"
     stages = [rule.point, rule.step, *rule.clipped, *rule.unclipped, *rule.after_step, *rule.proximal]
     for stage in stages:
         owner = getattr(stage, "__self__", stage)  # a bound method's object (Prox.centre_part …)

@@ -66,7 +66,7 @@ def train_stacked(
         return loss
 
     recorded = None
-    if cuda_graphs and steps and not_replayable(rule, x.device, steps) is None:
+    if cuda_graphs and steps and not_replayable(rule, x.device, steps, rules[0].batches) is None:
         recorded = RecordedStep(step, x.device)  # fedsuite/batched/graph.py
     for inputs, targets, blocks in _steps(datas, rules, epochs, steps, batch_size, generators):
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks

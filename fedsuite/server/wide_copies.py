@@ -8,8 +8,10 @@ the buffers of the round before that nothing holds any more.
 A buffer is taken again only when its reference count says that this pool is its only holder: a rule, observer or
 test that kept a reply's array, or any view of it (a slice, `torch.from_numpy`, a memoryview), holds a reference
 to it, and such a buffer is left to its holder and never written again. The values are those of
-`array.astype(np.float64)`, so a run is the same bit for bit with or without reuse. The conversion runs a block of
-coordinates at a time on a few threads (fedsuite/blockwise.py).
+`array.astype(np.float64)`, so a run is the same bit for bit with or without reuse. The count is CPython's (the
+project's Python versions; a free-threaded build counts differently), and a holder that keeps only a raw pointer
+to the data (through ctypes or a C extension), holding no Python reference, is not seen: keep the array itself.
+The conversion runs a block of coordinates at a time on a few threads (fedsuite/blockwise.py).
 """
 
 from __future__ import annotations

@@ -82,7 +82,10 @@ def _run_children(jobs: Sequence[Job], todo: list[int], engine: str, parallel: i
                 job = jobs[index]
                 status = run_status(job.folder) if proc.returncode in (0, 1, 3) else "failed"
                 print(f"── done {job.label}: {status} ──", flush=True)
-                done(index, Outcome(job, status, "" if status in FINISHED else f"exit code {proc.returncode}"))
+                said = "" if status in FINISHED else f"exit code {proc.returncode}"
+                if status == PRUNED:  # stopped as its run config asked: its reason says where and why
+                    said = str(read_summary(job.folder).get("reason", ""))
+                done(index, Outcome(job, status, said))
             time.sleep(0.5)
     except (Interrupted, KeyboardInterrupt) as err:
         ignore_signals()

@@ -103,7 +103,7 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
     spent = [] if compute is None else [
         "", f"Search compute: {compute['rounds_run']} of {compute['rounds_planned']} planned rounds; pruning stopped "
         f"{compute['pruned_trials']} of {compute['trials']} trials early and saved {compute['saved']:.0%} of the "
-        "search's rounds."]  # fmt: skip
+        "planned rounds (the rounds their pruned runs did not run)."]  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
              *report.markdown_table(head, cells), *spent, "", "## Final runs (test accuracy, no validation split)", "",
              final_text.partition("\n\n")[2] if final_text.startswith("Reproduce:") else "No final runs."]  # fmt: skip

@@ -1,10 +1,11 @@
 """`--prune median`: a trial whose runs fall behind the trials before them stops early (docs/running/tuning.md#pruning).
 
-Optuna's median rule (its MedianPruner): at an evaluated round r, a trial worse than the median of the earlier
-trials' values at r is stopped. Here the earlier trials are those of the algorithm's search that have already run,
-in whole batches of --parallel points: before a batch, their validation curves (each trial's value at every
-evaluated round, the mean over its seeds) give one mark per evaluated round r from WARMUP of the run on (the last
-round excluded), the median of the values at r, once STARTUP trials have one. The marks go into the batch's runs as
+Optuna's median rule (its MedianPruner): at an evaluated round r, a trial worse than the median of the completed
+trials' values at r is stopped. Here the completed trials are those of the algorithm's search that have already
+run to their last round on every seed (a pruned, diverged or failed trial gives no curve), in whole batches of
+--parallel points: before a batch, their validation curves (each trial's value at every evaluated round, the mean
+over its seeds) give one mark per evaluated round r from WARMUP of the run on (the last round excluded), the median
+of the values at r, once STARTUP completed trials have one. The marks go into the batch's runs as
 the run-config key `prune-at` (fedsuite/pruning.py), and each run checks its own value at the end of every marked
 round and stops itself (status `pruned`) when it is worse. So the marks depend only on finished runs: the same
 command prunes the same runs at the same rounds with any engine and any --parallel schedule, and a tuning that
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsuite.pruning import PRUNED, format_marks
+from fedsuite.results import FINISHED
 from simulation.experiment import report
 from simulation.tuning.space import Point, TuneError
 from simulation.tuning.trials import Setting, Trial, run_trials
@@ -87,7 +89,8 @@ class MedianPruning:
         for trial, point in zip(trials, points, strict=True):
             folders = [job.folder for job in batch.jobs(algorithm, point)]
             describe(trial, folders, setting.column, self.rounds)
-            self.curves.setdefault(algorithm, []).append(trial.curve)
+            if trial.status in FINISHED:  # as Optuna's rule: completed trials only
+                self.curves.setdefault(algorithm, []).append(trial.curve)
         return trials
 
 
@@ -101,12 +104,15 @@ def describe(trial: Trial, folders: list[Path], column: str, rounds: int) -> Non
     trial.rounds_planned = rounds * len(folders)
     stops = [rounds_run(folder) for folder, status in zip(folders, trial.statuses, strict=True) if status == PRUNED]
     trial.pruned_at = min(stops) if stops else None
+    trial.rounds_saved = sum(rounds - stop for stop in stops)
 
 
 def compute_line(trials: dict[str, list[Trial]]) -> dict[str, Any]:
-    """Rounds the search ran, the rounds it would have run without pruning, and the share pruning saved."""
+    """Rounds the search ran, the rounds its runs would have taken in full, and the share pruning saved: the rounds
+    its pruned runs did not run (a diverged or failed run's missing rounds are not pruning's)."""
     run = sum(t.rounds_run for ts in trials.values() for t in ts if t.rounds_planned)
     planned = sum(t.rounds_planned for ts in trials.values() for t in ts if t.rounds_planned)
+    saved = sum(t.rounds_saved for ts in trials.values() for t in ts)
     pruned = sum(1 for ts in trials.values() for t in ts if t.pruned_at is not None)
-    return {"rounds_run": run, "rounds_planned": planned, "saved": 1 - run / planned if planned else 0.0,
+    return {"rounds_run": run, "rounds_planned": planned, "saved": saved / planned if planned else 0.0,
             "pruned_trials": pruned, "trials": sum(len(ts) for ts in trials.values())}  # fmt: skip

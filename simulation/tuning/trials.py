@@ -54,6 +54,7 @@ class Trial:
     rounds_run: int = 0
     rounds_planned: int = 0
     pruned_at: int | None = None
+    rounds_saved: int = 0  # the rounds its pruned seeds did not run
 
     @property
     def status(self) -> str:
