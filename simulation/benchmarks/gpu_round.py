@@ -282,6 +282,8 @@ def measure(args, algorithms: list[str], data_dir: str, device: torch.device) ->
         same = f"  train_loss_max_abs_diff: {', '.join(gaps)}" if gaps else ""
         print(f"{algorithm:<9} suite/bare {entry['suite_over_bare']:.3f}  batched/suite {ratio}{same}", flush=True)
         report["algorithms"][algorithm] = entry
+        if args.json:  # after every algorithm: a run stopped by a time limit keeps what it measured
+            Path(args.json).write_text(json.dumps(report, indent=2))
     report["gpu_suite_ratio"] = max(e["suite_over_bare"] for e in report["algorithms"].values())
     return report
 
