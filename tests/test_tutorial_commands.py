@@ -79,6 +79,8 @@ def shortened(argv: list[str], out: Path) -> list[str]:
             rest.append(flag)
             i += 1
     overrides.update(SHORT)
+    if "--prune" in rest and rest[rest.index("--prune") + 1] != "off":  # a pruned run needs a round before its last
+        overrides["num-server-rounds"] = 2
     overrides.setdefault("model", "2nn")  # the small dense model where the command names none
     if overrides.get("sampling") == "bernoulli":
         overrides["participation"] = 0.5
