@@ -5,12 +5,12 @@ trials' values at r is stopped. Here the completed trials are those of the algor
 run to their last round on every seed (a pruned, diverged or failed trial gives no curve), in whole batches of
 --parallel points: before a batch, their validation curves (each trial's value at every evaluated round, the mean
 over its seeds) give one mark per evaluated round r from WARMUP of the run on (the last round excluded), the median
-of the values at r, once STARTUP completed trials have one. The marks go into the batch's runs as
-the run-config key `prune-at` (fedsuite/pruning.py), and each run checks its own value at the end of every marked
-round and stops itself (status `pruned`) when it is worse. So the marks depend only on finished runs: the same
-command prunes the same runs at the same rounds with any engine and any --parallel schedule, and a tuning that
-was stopped resumes with the same marks and reuses its pruned runs. A trial with a pruned seed has no score and is
-never chosen; Optuna is told it was pruned, with its curve as its intermediate values.
+of the values at r, once STARTUP completed trials have one. The marks go into the batch's runs as the run-config
+key `prune-at` (fedsuite/pruning.py), and each run checks its own value at the end of every marked round and stops
+itself (status `pruned`) when it is worse. So the marks depend only on finished runs: the same command (--parallel
+included: it sets the batches) prunes the same runs at the same rounds with any engine and any timing, and a
+tuning that was stopped resumes with the same marks and reuses its pruned runs. A trial with a pruned seed has no
+score and is never chosen; Optuna is told it was pruned, with its curve as its intermediate values.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from simulation.tuning.space import Point, TuneError
 from simulation.tuning.trials import Setting, Trial, run_trials
 
 PRUNERS = ("off", "median")
-STARTUP = 4  # trials with a value at round r before r gets a mark (Optuna's MedianPruner waits for 5 by default)
+STARTUP = 4  # completed trials with a value at r before r gets a mark (Optuna's MedianPruner waits for 5 by default)
 WARMUP = 0.25  # no mark before this share of the run's rounds: early curves cross
 
 
