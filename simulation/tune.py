@@ -126,8 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="validation accuracy (higher is better) or validation loss (lower)")  # fmt: skip
     parser.add_argument("--last", type=int, default=3, help="evaluations averaged into a run's score")
     parser.add_argument("--prune", choices=PRUNERS, default="off",
-                        help="median: stop a trial's runs that fall behind the median of the trials run before them "
-                             "at an evaluated round (docs/running/tuning.md#pruning)")  # fmt: skip
+                        help="median: stop a trial's runs that fall behind the median of the completed trials "
+                             "before them at an evaluated round (docs/running/tuning.md#pruning)")  # fmt: skip
     parser.add_argument("--final-seeds", default="10,11,12", help="seeds of the final runs; none = no final runs")
     parser.add_argument("--out", default="results/tune")
     parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
@@ -229,7 +229,7 @@ def print_plan(spaces: Mapping[str, Mapping[str, Search]], setting: Setting, arg
             lines[-1] += f" ({sum(1 for j in jobs if reusable(j))} of {len(jobs)} runs ended earlier)"
     finals = len(spaces) * len(final_seeds)
     search = f"{args.search} search" if args.budget is None else f"optuna search of {args.budget} distinct points"
-    pruned = "" if args.prune == "off" else f"; --prune {args.prune} stops runs behind the earlier trials' median"
+    pruned = "" if args.prune == "off" else f"; --prune {args.prune}: runs behind the completed trials' median stop"
     print(
         f"tune: {search}, {total} search runs ({len(setting.seeds)} seeds each) + {finals} final "
         f"runs = {(total + finals) * rounds} rounds at most ({rounds} per run), scored by {setting.column}{pruned}",
