@@ -39,10 +39,7 @@ def _run_here(job: Job, engine: str) -> Outcome:
             return Outcome(job, "completed", value=job.work())
         engines.launch(job.overrides(), engine, job.group)
         status = run_status(job.folder)  # a run that ended normally: completed, or budget-spent (its target ε)
-        said = "" if status in FINISHED else f"the run returned, but its summary says {status}"
-        if status == PRUNED:  # stopped as its run config asked: its reason says where and why
-            said = str(read_summary(job.folder).get("reason", ""))
-        return Outcome(job, status, said)
+        return Outcome(job, status, _said(job, status, f"the run returned, but its summary says {status}"))
     except RunFailed as err:
         return Outcome(job, err.status, str(err))
     except (Interrupted, KeyboardInterrupt) as err:
@@ -54,6 +51,16 @@ def _run_here(job: Job, engine: str) -> Outcome:
         if job.work is None:
             raise
         return Outcome(job, "failed", f"{type(err).__name__}: {err}")
+
+
+def _said(job: Job, status: str, otherwise: str) -> str:
+    """What an outcome says: nothing for a finished run, a pruned run's reason (it stopped as its run config asked:
+    where and why), else `otherwise`."""
+    if status in FINISHED:
+        return ""
+    if status == PRUNED:
+        return str(read_summary(job.folder).get("reason", ""))
+    return otherwise
 
 
 def child_command(job: Job, engine: str) -> list[str]:
@@ -82,10 +89,7 @@ def _run_children(jobs: Sequence[Job], todo: list[int], engine: str, parallel: i
                 job = jobs[index]
                 status = run_status(job.folder) if proc.returncode in (0, 1, 3) else "failed"
                 print(f"── done {job.label}: {status} ──", flush=True)
-                said = "" if status in FINISHED else f"exit code {proc.returncode}"
-                if status == PRUNED:  # stopped as its run config asked: its reason says where and why
-                    said = str(read_summary(job.folder).get("reason", ""))
-                done(index, Outcome(job, status, said))
+                done(index, Outcome(job, status, _said(job, status, f"exit code {proc.returncode}")))
             time.sleep(0.5)
     except (Interrupted, KeyboardInterrupt) as err:
         ignore_signals()

@@ -15,7 +15,6 @@ score and is never chosen; Optuna is told it was pruned, with its curve as its i
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from fedsuite.pruning import PRUNED, format_marks
 from fedsuite.results import FINISHED
 from simulation.experiment import report
 from simulation.tuning.space import Point, TuneError
-from simulation.tuning.trials import Setting, Trial, run_trials
+from simulation.tuning.trials import Setting, Trial, column_values, run_trials
 
 PRUNERS = ("off", "median")
 STARTUP = 4  # completed trials with a value at r before r gets a mark (Optuna's MedianPruner waits for 5 by default)
@@ -44,19 +43,18 @@ def check_prunable(run_config: dict, pruner: str) -> None:
 
 
 def seed_curve(folder: Path, column: str) -> dict[int, float]:
-    """{round: value} of `column` in one run's rounds.jsonl (rounds after 0 that have it)."""
+    """One run's curve of `column` (trials.column_values); none for a run without readable rows."""
     try:
-        rows = report.read_rows(folder)
+        return column_values(folder, column)
     except (OSError, report.DamagedRun):
         return {}
-    return {int(row["round"]): float(row[column]) for row in rows if row["round"] > 0 and row.get(column) is not None}
 
 
 def rounds_run(folder: Path) -> int:
-    """The rounds a run completed (summary.json), 0 when it has no summary."""
+    """The rounds a run completed (summary.json), 0 when it has no readable summary."""
     try:
-        return int(json.loads((folder / "summary.json").read_text()).get("rounds_completed") or 0)
-    except (OSError, ValueError, TypeError):
+        return int(report.read_summary(folder).get("rounds_completed") or 0)
+    except (OSError, report.DamagedRun, TypeError, ValueError):
         return 0
 
 

@@ -26,9 +26,15 @@ def score_column(evaluation: str, score: str = "accuracy") -> str:
     return ("fed_val_" if evaluation == "federated" else "val_") + score
 
 
+def column_values(folder: Path, column: str) -> dict[int, float]:
+    """{round: value} of `column` in the run's rounds.jsonl, for the rounds after 0 that have it."""
+    return {int(row["round"]): float(row[column]) for row in report.read_rows(folder)
+            if row["round"] > 0 and row.get(column) is not None}  # fmt: skip
+
+
 def validation_score(folder: Path, column: str, last: int) -> float:
     """The mean of `column` over the last `last` evaluations of the run in `folder`."""
-    values = [row[column] for row in report.read_rows(folder) if row["round"] > 0 and row.get(column) is not None]
+    values = list(column_values(folder, column).values())
     if not values:
         hint = "; a task without accuracy (regression) is scored with --score loss" if "accuracy" in column else ""
         raise TuneError(f"{folder}: rounds.jsonl has no {column!r} values{hint}")
