@@ -60,6 +60,13 @@ class BatchedDispatcher:
             self.said.add(reason)
             log.warning("fedsuite │ batch-clients: %s", reason)  # asked for, not given: a warning
 
+    def note(self, reason: str) -> None:
+        """Once per run, at info level: cuda-graphs is on but this rule's steps are not recorded (by design, not a
+        failure: docs/running/batched.md#cuda-graphs)."""
+        if reason not in self.said:
+            self.said.add(reason)
+            log.info("fedsuite │ cuda-graphs: %s", reason)
+
     def fit_round(self, instructions: Sequence[tuple[Any, FitIns]], server_round: int, timeout: float | None):
         """(results, failures) as Flower's fit_clients returns them, in instruction order."""
         items = [_Fit(proxy, ins) for proxy, ins in instructions]
@@ -134,6 +141,7 @@ class BatchedDispatcher:
                 on_graph_failure=lambda why: self.say(
                     f"a group's step could not be recorded as a CUDA graph ({why}); it ran step by step"
                 ),  # fmt: skip
+                on_not_recorded=lambda why: self.note(f"{first.node.cfg['algorithm']}'s steps run one by one: {why}"),
             )
         except Exception as err:
             message = f"{type(err).__name__}: {err}".splitlines()[0][:300]

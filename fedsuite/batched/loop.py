@@ -40,11 +40,13 @@ def train_stacked(
     generators: Sequence[torch.Generator],
     cuda_graphs: bool = False,
     on_graph_failure: Callable[[str], None] | None = None,
+    on_not_recorded: Callable[[str], None] | None = None,
 ) -> list[LocalResult]:
     """One LocalResult per client, its x a row of the stacked iterate. The clients' own rules take their final
     stage tensors (write-back) only once the loop has run to the end; `model` lends its module, never its x.
     `cuda_graphs`: on a CUDA device, record the step once and replay it (fedsuite/batched/graph.py) where the rule
-    allows; `on_graph_failure(reason)` hears of a recording that could not be made.
+    allows; `on_graph_failure(reason)` hears of a recording that could not be made, `on_not_recorded(reason)` of a
+    CUDA group whose rule the recording does not take (it runs step by step).
     Each result's `seconds` is the group's time divided by C."""
     start = time.perf_counter()
     stacked = stack_rules(rules)
@@ -66,8 +68,12 @@ def train_stacked(
         return loss
 
     recorded = None
-    if cuda_graphs and steps and not_replayable(rule, x.device, steps, rules[0].batches) is None:
-        recorded = RecordedStep(step, x.device)  # fedsuite/batched/graph.py
+    if cuda_graphs and x.device.type == "cuda":
+        why = not_replayable(rule, x.device, steps, rules[0].batches) if steps else "epoch mode (local-steps=0)"
+        if why is None:
+            recorded = RecordedStep(step, x.device)  # fedsuite/batched/graph.py
+        elif on_not_recorded is not None:
+            on_not_recorded(why)
     for inputs, targets, blocks in _steps(datas, rules, epochs, steps, batch_size, generators):
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
         loss = step(inputs, targets) if recorded is None else recorded.run(k, inputs, targets)

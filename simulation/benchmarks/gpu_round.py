@@ -101,16 +101,20 @@ def reset_peak(device: torch.device) -> None:
 
 
 class FallBacks(logging.Handler):
-    """The `fedsuite │ batch-clients:` lines of a run: why some of its clients trained one at a time."""
+    """The `fedsuite │ batch-clients:` warnings of a run (why some of its clients trained one at a time) and its
+    `fedsuite │ cuda-graphs:` lines (why a group's steps were not recorded)."""
 
     def __init__(self):
-        super().__init__(logging.WARNING)
+        super().__init__(logging.INFO)
         self.lines: list[str] = []
+        self.unrecorded: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "batch-clients:" in message:
+        if "batch-clients:" in message and record.levelno >= logging.WARNING:
             self.lines.append(message.split("batch-clients:", 1)[1].strip())
+        elif "cuda-graphs:" in message:
+            self.unrecorded.append(message.split("cuda-graphs:", 1)[1].strip())
 
 
 def suite_path(run_config: dict, device: torch.device) -> dict:
@@ -120,12 +124,16 @@ def suite_path(run_config: dict, device: torch.device) -> dict:
     clock, fallbacks = RoundClock(device), FallBacks()
     logger = logging.getLogger("flwr.fedsuite")
     logger.addHandler(fallbacks)
+    level = logger.level
+    logger.setLevel(min(level or logging.INFO, logging.INFO))  # the cuda-graphs lines are info
     try:
         run_inprocess(run_config, observers=[clock])
     finally:
         logger.removeHandler(fallbacks)
+        logger.setLevel(level)
     return {"seconds": clock.seconds, "losses": clock.losses, "steady_s": steady(clock.seconds),
-            "peak_mib": peak_mib(device), "fell_back": fallbacks.lines}  # fmt: skip
+            "peak_mib": peak_mib(device), "fell_back": fallbacks.lines,
+            "not_recorded": fallbacks.unrecorded}  # fmt: skip
 
 
 def bare_path(run_config: dict, two_gradients: bool, device: torch.device) -> dict:
@@ -179,7 +187,9 @@ def batched_path(algorithm: str, run_config: dict, device: torch.device, name: s
         return {"not_available": one_line(err)}
     result = suite_path({**run_config, **BATCHED}, device)
     fell = result["fell_back"]
-    print(row(algorithm, name, result) + (f" (fell back: {'; '.join(fell)})" if fell else ""), flush=True)
+    unrecorded = result["not_recorded"]
+    print(row(algorithm, name, result) + (f" (fell back: {'; '.join(fell)})" if fell else "")
+          + (f" (steps not recorded: {'; '.join(unrecorded)})" if unrecorded else ""), flush=True)  # fmt: skip
     return result
 
 
