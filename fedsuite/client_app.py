@@ -25,6 +25,7 @@ from dataclasses import replace
 from flwr.client import ClientApp, NumPyClient
 from flwr.common import Context
 
+from fedsuite.batched.shares import is_share
 from fedsuite.client_adapter import client_for
 from fedsuite.config import Config, resolve_cached
 from fedsuite.data import with_data_clients
@@ -155,6 +156,12 @@ class Worker(NumPyClient):
         return self._client(config).get_parameters(config)
 
     def fit(self, parameters, config):
+        if is_share(config):  # several clients' instructions in one message (batch-clients=true, logical mapping)
+            if is_secure(self.context.run_config):
+                raise SecureUploadRefused("a share of several clients cannot go into a secure sum")
+            from fedsuite.batched.share_node import fit_share  # it builds clients as this module does: imported here
+
+            return fit_share(self, parameters, config)
         try:
             client = self._client(config)
         except (

@@ -30,7 +30,7 @@ from flwr.common import Code, Context, GetPropertiesRes, Status, ndarrays_to_par
 from flwr.server.client_proxy import ClientProxy
 
 from fedsuite.batched.notice import say_unbatched
-from fedsuite.batched.server import BatchedServer
+from fedsuite.batched.server import BatchedServer, SharingServer
 from fedsuite.client_app import client_fn, noise_secret
 from fedsuite.config import resolve
 from fedsuite.data import with_data_clients
@@ -149,11 +149,13 @@ def remove_client_state(strategy) -> None:
 
 def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable[RoundObserver] = (),
                   num_nodes: int = 2, keep_client_state: bool = False, run_id: int | None = None,
-                  node_configs: Sequence[Mapping] | None = None) -> RuleStrategy:  # fmt: skip
+                  node_configs: Sequence[Mapping] | None = None, messages: bool = False) -> RuleStrategy:  # fmt: skip
     """Train with `run_config` (defaults filled in); returns the strategy (`strategy.rule` is the algorithm's
     server rule, `strategy.x` the final model). `observers` watch every round (fedsuite.server.observers).
     `node_configs`: one node per entry with that node config (e.g. partition-id, num-partitions and a data-dir of
-    the node's own), instead of `num_nodes` simulation-style nodes."""
+    the node's own), instead of `num_nodes` simulation-style nodes. `messages`: with batch-clients=true, send each
+    node's share of a round in one message through the ClientApp, as `flwr run` does (fedsuite/batched/shares.py),
+    instead of handing the round's clients to the batched dispatcher directly."""
     cfg = with_data_clients(resolve(run_config))
     run_id = new_run_id() if run_id is None else run_id
     plan = build_plan(cfg, record=record, run_id=run_id)
@@ -163,6 +165,8 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     if secagg.on:
         say_unbatched(cfg, "secagg=true sums each client's upload as it arrives")
         server = SecureSumServer(strategy, plan.recorder, secagg, cfg.seed, remove_client_state=not keep_client_state)
+    elif cfg["batch-clients"] and messages:  # each node's share of a round in one message, as under flwr run
+        server = SharingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
     elif cfg["batch-clients"]:  # a round's clients trained as stacked groups (docs/running/batched.md)
         server = BatchedServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
     else:

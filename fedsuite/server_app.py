@@ -17,6 +17,7 @@ from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedsuite import checkpoint, state
 from fedsuite.batched.notice import say_unbatched
+from fedsuite.batched.server import SharingServer
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.data_checks import check_evaluation_data
@@ -233,13 +234,15 @@ def server_fn(context: Context) -> ServerAppComponents:
     # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
     strategy = build_strategy(cfg, plan, trackers)
-    say_unbatched(cfg, "only the in-process engine batches clients")
     secagg = SecAggSettings.from_values(cfg)
-    server = (
-        SecureServer(strategy, plan.recorder, secagg, context)
-        if secagg.on
-        else RecordingServer(strategy, plan.recorder)
-    )
+    if secagg.on:
+        say_unbatched(cfg, "secagg=true sends each client's upload into the secure sum on its own")
+        server = SecureServer(strategy, plan.recorder, secagg, context)
+    elif plan.shares:  # batch-clients=true: each node's share of a round in one message, trained there batched
+        server = SharingServer(strategy, plan.recorder)
+    else:
+        say_unbatched(cfg, "client-mapping='fixed' keeps each client on its own node")
+        server = RecordingServer(strategy, plan.recorder)
     return ServerAppComponents(
         server=server,
         config=ServerConfig(num_rounds=cfg.run_control.num_rounds, round_timeout=cfg.run_control.round_timeout or None),

@@ -329,11 +329,11 @@ def test_a_model_with_buffers_trains_one_at_a_time_and_says_why(caplog):
 
 def test_where_no_engine_batches_the_key_is_ignored_in_one_line(caplog):
     with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
-        say_unbatched(resolve({"batch-clients": False}), "only the in-process engine batches clients")
+        say_unbatched(resolve({"batch-clients": False}), "client-mapping='fixed' keeps each client on its own node")
         assert not _said(caplog)
-        say_unbatched(resolve({"batch-clients": True}), "only the in-process engine batches clients")
-    assert _said(caplog) == ["fedsuite │ batch-clients=true is ignored: only the in-process engine batches clients; "
-                             "clients train one at a time (docs/running/batched.md)"]  # fmt: skip
+        say_unbatched(resolve({"batch-clients": True}), "client-mapping='fixed' keeps each client on its own node")
+    assert _said(caplog) == ["fedsuite │ batch-clients=true is ignored: client-mapping='fixed' keeps each client on "
+                             "its own node; clients train one at a time (docs/running/batched.md)"]  # fmt: skip
 
 
 @pytest.mark.parametrize("n,batch,pad", [(30, 8, 0), (30, 8, 2), (6, 8, 2), (6, 6, 0)])

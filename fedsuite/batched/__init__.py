@@ -6,8 +6,12 @@ One job per module:
     stacking   one stacked update rule from a group's per-client rules (their tensors stacked), or why not, and the
                stages' final tensors written back to each client's own
     loop       `train_stacked`: `fedsuite.local.train_local`'s steps for C clients at once
+    draws      a client's whole round of minibatches drawn at once, in the one-at-a-time loop's order
+    graph      a group's step recorded once as a CUDA graph and replayed (cuda-graphs)
     grouping   which prepared clients of a round can train together (K_i, minibatch sizes, rule), and why not
-    dispatch   a round's fit instructions → one FitRes per client: prepare each, train each group, finish each
-    server     the in-process round loop whose fit round goes through the dispatcher
-    notice     the one line where batch-clients=true is ignored (`flwr run`, deployments, secure aggregation)
+    dispatch   a round's fit instructions → one reply per client: prepare each, train each group, finish each
+    shares     a SuperNode's share of a round as one message and one reply (under `flwr run`), packed and unpacked
+    share_node a SuperNode's half of a share: its clients through the dispatcher, their replies packed
+    server     the round loops: in process through the dispatcher; under `flwr run` one share message per node
+    notice     the one line where batch-clients=true is ignored (client-mapping='fixed', secure aggregation)
 """

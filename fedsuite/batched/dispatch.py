@@ -12,10 +12,12 @@ batch at all) goes through the proxy's `fit` unchanged. Each reason a client tra
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
+import numpy as np
 from flwr.common import Code, FitIns, FitRes, Status
 
 from fedsuite.batched.grouping import NotBatchable, group_key
@@ -31,11 +33,22 @@ log = logging.getLogger("flwr.fedsuite")
 
 
 @dataclass
-class _Fit:
-    """One instruction on its way: its client and prepared fit, then its reply (NumPyClient.fit's triple)."""
+class Member:
+    """One client's fit instruction as the dispatcher takes it: the context of the node it is for (None: leave it to
+    `alone`), its arrays (read-only views do: prepare copies what it keeps) and config, and the ClientApp's own path
+    for it (`alone()`: its reply, a NumPyClient.fit triple or a FitRes; it may raise, as a lost message does)."""
 
-    proxy: Any
-    ins: FitIns
+    context: Any
+    arrays: Callable[[], list[np.ndarray]]
+    config: Mapping[str, Any]
+    alone: Callable[[], Any]
+
+
+@dataclass
+class _Fit:
+    """One member on its way: its client and prepared fit, then its reply (NumPyClient.fit's triple)."""
+
+    member: Member
     client: RuleClient | None = None
     fit: PreparedFit | None = None
     reply: tuple | None = None
@@ -69,7 +82,24 @@ class BatchedDispatcher:
 
     def fit_round(self, instructions: Sequence[tuple[Any, FitIns]], server_round: int, timeout: float | None):
         """(results, failures) as Flower's fit_clients returns them, in instruction order."""
-        items = [_Fit(proxy, ins) for proxy, ins in instructions]
+        members = [
+            Member(getattr(proxy, "context", None), partial(arrays_of, ins.parameters), ins.config,
+                   partial(proxy.fit, ins, timeout, server_round))
+            for proxy, ins in instructions
+        ]  # fmt: skip
+        results, failures = [], []
+        for (proxy, _), reply in zip(instructions, self.train(members), strict=True):
+            if isinstance(reply, BaseException):  # as Flower's fit_clients: a message lost outside the client's fit
+                failures.append(reply)
+                continue
+            res = reply if isinstance(reply, FitRes) else _fit_res(reply)
+            (results if res.status.code == Code.OK else failures).append((proxy, res))
+        return results, failures
+
+    def train(self, members: Sequence[Member]) -> list:
+        """Every member's reply, in order: NumPyClient.fit's triple where the dispatcher trained it, else what its
+        `alone()` returned, or the exception it raised."""
+        items = [_Fit(member) for member in members]
         for item in items:
             self._prepare(item)
         groups: dict[tuple, list[_Fit]] = {}
@@ -88,13 +118,13 @@ class BatchedDispatcher:
                 self._alone(group[0])
             else:
                 self._together(group)
-        return self._collect(items, server_round, timeout)
+        return [_reply(item) for item in items]
 
     # ---- phases ---------------------------------------------------------------------------------------------
     def _prepare(self, item: _Fit) -> None:
         """Build the message's client as the ClientApp does and prepare it; anything the ClientApp's own path
         answers differently (a query, a refused node, a run that does not batch) is left to proxy.fit."""
-        context, config = getattr(item.proxy, "context", None), item.ins.config
+        context, config = item.member.context, item.member.config
         if context is None or config.get(PHASE_KEY):
             return
         try:
@@ -109,7 +139,7 @@ class BatchedDispatcher:
             return
         item.client = client
         try:
-            item.fit = client.prepare(arrays_of(item.ins.parameters), config)  # views: prepare copies what it keeps
+            item.fit = client.prepare(item.member.arrays(), config)  # views: prepare copies what it keeps
         except Exception as err:
             item.reply = ([], 0, error_reply(client.node.partition_id, err))
 
@@ -156,20 +186,19 @@ class BatchedDispatcher:
             except Exception as err:
                 item.reply = ([], 0, error_reply(item.client.node.partition_id, err))
 
-    def _collect(self, items: list[_Fit], server_round: int, timeout: float | None):
-        results, failures = [], []
-        for item in items:
-            try:
-                res = item.proxy.fit(item.ins, timeout, server_round) if item.reply is None else _fit_res(item)
-            except Exception as err:  # as Flower's fit_clients: a message lost outside the client's own fit
-                failures.append(err)
-                continue
-            (results if res.status.code == Code.OK else failures).append((item.proxy, res))
-        return results, failures
+
+def _reply(item: _Fit):
+    """The item's reply: the dispatcher's triple, else the member's own path's reply or the exception it raised."""
+    if item.reply is not None:
+        return item.reply
+    try:
+        return item.member.alone()
+    except Exception as err:
+        return err
 
 
-def _fit_res(item: _Fit) -> FitRes:
-    """The reply as Flower's NumPyClient wrapper turns NumPyClient.fit's triple into a FitRes (the same bytes, in one
-    copy: fedsuite/server/wire.py)."""
-    arrays, examples, metrics = item.reply
+def _fit_res(reply: tuple) -> FitRes:
+    """NumPyClient.fit's triple as Flower's NumPyClient wrapper turns it into a FitRes (the same bytes, in one copy:
+    fedsuite/server/wire.py)."""
+    arrays, examples, metrics = reply
     return FitRes(Status(Code.OK, "Success"), to_parameters(arrays), examples, metrics)

@@ -1,22 +1,34 @@
-"""The in-process round loop with batch-clients=true: Flower's fit round, its clients trained by the batched
-dispatcher (fedsuite/batched/dispatch.py) instead of one `fit` per proxy; everything else is RecordingServer's."""
+"""The round loops with batch-clients=true. In process: Flower's fit round, its clients trained by the batched
+dispatcher (fedsuite/batched/dispatch.py) instead of one `fit` per proxy. Under `flwr run`: each SuperNode's share of
+the round's clients sent as one message (fedsuite/batched/shares.py), which its ClientApp trains batched. Everything
+else is RecordingServer's."""
 
 from __future__ import annotations
 
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from logging import INFO
 
+from flwr.common import Code
 from flwr.common.logger import log as flwr_log
 
 from fedsuite.batched.dispatch import BatchedDispatcher
+from fedsuite.batched.shares import pack_instructions, unpack_reply
+from fedsuite.payload import PARTITION_KEY
 from fedsuite.server.loop import RecordingServer
 
+log = logging.getLogger("flwr.fedsuite")
 
-class BatchedServer(RecordingServer):
-    """RecordingServer whose fit round hands all of a round's fit instructions to one BatchedDispatcher."""
 
-    def __init__(self, strategy, recorder, remove_client_state: bool = True):
-        super().__init__(strategy, recorder, remove_client_state)
-        self.dispatcher = BatchedDispatcher()
+class LostWithShare(RuntimeError):
+    """A client whose instruction travelled in a share message that was lost (the first member carries the loss)."""
+
+
+class _OneRound(RecordingServer):
+    """RecordingServer whose fit round is `exchange(instructions) → (results, failures)`."""
+
+    def exchange(self, instructions, server_round: int, timeout: float | None):
+        raise NotImplementedError
 
     def fit_round(self, server_round: int, timeout: float | None):
         instructions = self.strategy.configure_fit(
@@ -27,7 +39,55 @@ class BatchedServer(RecordingServer):
             return None
         flwr_log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(instructions),
                  self.client_manager().num_available())  # fmt: skip
-        results, failures = self.dispatcher.fit_round(instructions, server_round, timeout)
+        results, failures = self.exchange(instructions, server_round, timeout)
         flwr_log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
         parameters, metrics = self.strategy.aggregate_fit(server_round, results, failures)
         return parameters, metrics, (results, failures)
+
+
+class BatchedServer(_OneRound):
+    """The in-process loop: all of a round's fit instructions to one BatchedDispatcher."""
+
+    def __init__(self, strategy, recorder, remove_client_state: bool = True):
+        super().__init__(strategy, recorder, remove_client_state)
+        self.dispatcher = BatchedDispatcher()
+
+    def exchange(self, instructions, server_round: int, timeout: float | None):
+        return self.dispatcher.fit_round(instructions, server_round, timeout)
+
+
+class SharingServer(_OneRound):
+    """The `flwr run` loop: the instructions routed to one SuperNode go as one share message (a node with one
+    client gets its instruction as it is); the node's reply is split into one reply per client, each checked on its
+    own by the strategy. A lost share message is one failure per client it carried."""
+
+    said = False
+
+    def exchange(self, instructions, server_round: int, timeout: float | None):
+        shares: dict[str, list] = {}
+        for proxy, ins in instructions:
+            shares.setdefault(proxy.cid, []).append((proxy, ins))
+        if not self.said:  # once per run: where the round's clients went
+            self.said = True
+            log.info("fedsuite │ batch-clients: round %d's %d clients in %d message(s), each node's share trained "
+                     "there as one batched computation", server_round, len(instructions), len(shares))  # fmt: skip
+        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+            answers = list(pool.map(lambda share: _send(share, server_round, timeout), shares.values()))
+        return [r for results, _ in answers for r in results], [f for _, failures in answers for f in failures]
+
+
+def _send(share: list, server_round: int, timeout: float | None) -> tuple[list, list]:
+    """One node's share → (results, failures) as Flower's fit_clients gives them."""
+    proxy = share[0][0]
+    members = [ins for _, ins in share]
+    message = members[0] if len(members) == 1 else pack_instructions(members)
+    try:
+        res = proxy.fit(message, timeout, server_round)
+    except Exception as err:  # the message was lost: the first member carries its error, the others name it
+        pids = [ins.config.get(PARTITION_KEY) for ins in members]
+        lost = [LostWithShare(f"client {pid} was lost with the message that carried clients {pids} to node "
+                              f"{proxy.cid}") for pid in pids[1:]]  # fmt: skip
+        return [], [err, *lost]
+    replies = [res] if len(members) == 1 else unpack_reply(res, members)
+    results = [(proxy, r) for r in replies if r.status.code == Code.OK]
+    return results, [(proxy, r) for r in replies if r.status.code != Code.OK]

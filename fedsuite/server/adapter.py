@@ -91,7 +91,8 @@ class RuleStrategy(Strategy):
         self.averaged = None if buffers is None else AveragedBuffers(buffers, weighting)
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
-        self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers)
+        self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers,
+                             plan.shares)  # fmt: skip
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.pruning = Pruning.from_run_config(plan.run_config)
         self.rounds = RoundLog()

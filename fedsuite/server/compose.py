@@ -37,10 +37,19 @@ def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
         divergence_factor=run.divergence_factor,
         algorithm=cfg.algorithm,
         client_mapping=run.client_mapping,
+        shares=batch_shares(cfg),
         checkpoint_every=run.checkpoint_every,
         run_config=dict(cfg),
     )
     return RunPlan(**{**decided, **pieces})
+
+
+def batch_shares(cfg) -> int:
+    """How many nodes a round's cohort goes to in blocks, one share message each (batch-clients=true with logical
+    mapping and no secure sum, docs/running/batched.md#under-flwr-run), else 0 (one message per client)."""
+    if not cfg["batch-clients"] or cfg["secagg"] or cfg.run_control.client_mapping != "logical":
+        return 0
+    return int(cfg["batch-messages"])
 
 
 def server_privacy(cfg, rule, buffers: np.ndarray | None) -> ServerPrivacy | None:

@@ -44,6 +44,7 @@ class RunPlan:
     # sets 1: Flower's payload decoding is not thread-safe there
     query_workers: int = 16
     client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each
+    shares: int = 0  # logical mapping: the nodes a round's cohort goes to in blocks, one message each (0: spread)
     client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
     run_id: int = 0
     state_key: int = 0  # names node-held client-state folders: the first run's id, kept in checkpoints (resumes)

@@ -2,8 +2,9 @@
 
 Logical mapping: round-robin over the connected nodes in node-id order, no discovery (a node trains whichever
 partition a message names; state lives in per-partition files, never in a node's Context, so two partitions on one
-node cannot race). Fixed mapping: the node that reports the partition (asked once each; missing ones count as
-failures).
+node cannot race); with `shares` = k > 0 (batch-clients=true), the cohort in k consecutive blocks instead, block j
+to the j-th node (round-robin), so that each node's block can travel as one share message. Fixed mapping: the node
+that reports the partition (asked once each; missing ones count as failures).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ class FederationError(RuntimeError):
 
 
 class Router:
-    def __init__(self, num_clients: int, mapping: str, wait_seconds: float, workers: int):
+    def __init__(self, num_clients: int, mapping: str, wait_seconds: float, workers: int, shares: int = 0):
         self.num_clients, self.mapping, self.wait_seconds, self.workers = num_clients, mapping, wait_seconds, workers
+        self.shares = shares
         self.node_of: dict[int, ClientProxy] = {}  # fixed mapping: partition → its own SuperNode
         self.routed: dict[int, ClientProxy] = {}  # this round: partition → the node that carries its message
 
@@ -38,7 +40,11 @@ class Router:
         if not client_manager.wait_for(1, timeout=int(self.wait_seconds)):
             raise FederationError("no SuperNode connected")
         workers = sorted(client_manager.all().values(), key=lambda p: _node_order(p.cid))
-        self.routed = {pid: workers[i % len(workers)] for i, pid in enumerate(cohort)}
+        if self.shares:  # block j of k (sizes differing by at most one) to node j mod the nodes
+            k = min(self.shares, len(cohort)) or 1
+            self.routed = {pid: workers[(i * k // len(cohort)) % len(workers)] for i, pid in enumerate(cohort)}
+        else:
+            self.routed = {pid: workers[i % len(workers)] for i, pid in enumerate(cohort)}
         return self.routed
 
     def who(self, proxy: ClientProxy | None, res: FitRes | None = None) -> str:
