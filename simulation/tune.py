@@ -20,7 +20,8 @@ keeps that status and has no score; it is never chosen.
 
 Outputs in --out: search/<algorithm>.csv and .md (every trial: its values, per-seed scores, mean, status),
 search/runs/… (the trial runs), tuned.toml (the chosen values; fedsuite.tuned reads it), final/ (the chosen values
-on --final-seeds with validation-fraction=0: final/sweep.md, sweep.csv, sweep.png in simulation.sweep's format)
+on --final-seeds with validation-fraction=0: final/sweep.md, sweep.csv, sweep.png in simulation.sweep's format, with
+the paired differences against --baseline (fedavg by default, when it is tuned) in sweep-paired.csv)
 and tune.md (chosen values, validation scores, the final table). Every run goes through simulation.experiment: a
 stopped tuning resumes where it stopped (completed and diverged runs are reused), --parallel K runs K at once.
 Exit 0 when every algorithm got tuned values and every final run completed, 1 otherwise, 2 for bad settings.
@@ -40,6 +41,7 @@ from fedsuite.config import ConfigError
 from fedsuite.data_checks import check_evaluation_data
 from fedsuite.tunable import Search, space_size
 from simulation import sweep
+from simulation.experiment import paired
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
 from simulation.experiment.flags import parse_list
 from simulation.experiment.fresh_runs import refuse_resume
@@ -101,6 +103,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f"--prune {args.prune}")
     parts += [f'-c "{c}"' for c in args.run_config]
     parts += [f"--final-seeds {args.final_seeds}", f"--engine {args.engine}"]
+    if args.baseline:
+        parts.append(f"--baseline {args.baseline}")
     if args.parallel > 1:  # an Optuna search asks K trials at a time: K is part of what it proposes
         parts.append(f"--parallel {args.parallel}")
     return " ".join([*parts, f"--out {args.out}"])
@@ -129,6 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="median: stop a trial's runs that fall behind the median of the completed trials "
                              "before them at an evaluated round (docs/running/tuning.md#pruning)")  # fmt: skip
     parser.add_argument("--final-seeds", default="10,11,12", help="seeds of the final runs; none = no final runs")
+    parser.add_argument("--baseline", help="the algorithm the final runs of the others are compared with, seed by "
+                        "seed (default: fedavg when it is among --algorithms)")  # fmt: skip
     parser.add_argument("--out", default="results/tune")
     parser.add_argument("--engine", choices=ENGINES, default="flwr", help=ENGINE_HELP)
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
@@ -159,6 +165,10 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
         raise TuneError("validation-fraction=0: tuning scores trials on a validation split; give a value in (0, 1) "
                         f"or leave it out ({DEFAULT_VALIDATION_FRACTION})")  # fmt: skip
     search_shared = {"validation-fraction": DEFAULT_VALIDATION_FRACTION, **shared}
+    try:
+        paired.choose_baseline(algorithms, args.baseline)  # a --baseline not among them: exit 2 before any run
+    except ConfigError as err:
+        raise TuneError(str(err)) from None
     spaces = spaces_for(algorithms, parse_space(args.space))
     if args.budget is not None:
         _check_budget(args.budget, spaces)
@@ -344,7 +354,8 @@ def run_finals(plan: Plan, values: Mapping[str, dict], command: str) -> tuple[li
     outcomes = run_jobs(final_jobs, args.engine, args.parallel, reuse=True)
     cfg = resolved(plan.final)
     title = args.title or f"{cfg['dataset']}, {cfg['num-clients']} clients, tuned"
-    text = sweep.write_report(out / "final", sweep.aggregate(final_jobs, cfg.targets), cfg.targets, command, title)
+    text = sweep.write_report(out / "final", sweep.aggregate(final_jobs, cfg.targets), cfg.targets, command, title,
+                              args.baseline)  # fmt: skip
     return outcomes, text
 
 

@@ -173,6 +173,18 @@ def test_the_same_command_gives_the_same_points_and_resumes(tmp_path, fake):
     assert (tmp_path / "a" / "search" / "fedcm.csv").read_text() == table["a"]
 
 
+def test_the_final_runs_are_compared_with_the_baseline_seed_by_seed(tmp_path, fake):
+    fake(val_peaks_at_small_lr_test_at_large)
+    argv = [*budget_args(tmp_path), "--baseline", "fedcm"]
+    argv[argv.index("--final-seeds") + 1] = "10,11"
+    assert tune.main(argv) == 0
+    paired = read_csv(tmp_path / "final" / "sweep-paired.csv")
+    assert sorted((r["algorithm"], r["baseline"], r["pairs"]) for r in paired) == [("fedavg", "fedcm", "2"),
+                                                                                    ("feddyn", "fedcm", "2")]
+    text = (tmp_path / "tune.md").read_text()
+    assert "Δ vs fedcm" in text and "--baseline fedcm" in text  # the table, and the reproduce line
+
+
 def test_dry_run_and_list_say_what_each_algorithm_gets(tmp_path, capsys):
     assert tune.main([*budget_args(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -205,7 +217,8 @@ def untuned():
      (["--budget", "3", "--trials", "3"], "--budget 3 and --trials 3: give one"),
      (["--budget", "3", "--search", "grid"], "--budget 3: a grid search tries every point"),
      (["--search", "optuna"], "give --budget N (distinct points per algorithm) or --trials N"),
-     (["--budget", "3", "--space", "fedcm:fedcm-alpha=0.1,2"], "fedcm-alpha")],
+     (["--budget", "3", "--space", "fedcm:fedcm-alpha=0.1,2"], "fedcm-alpha"),
+     (["--budget", "3", "--baseline", "scaffold"], "--baseline scaffold: not among --algorithms (fedavg, fedcm)")],
 )  # fmt: skip
 def test_bad_budgets_stop_before_any_run(tmp_path, fake, capsys, extra, message):
     engine = fake(val_peaks_at_small_lr_test_at_large)
