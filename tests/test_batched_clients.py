@@ -130,7 +130,8 @@ def test_batching_off_is_byte_identical_to_before():
     assert now == BEFORE_BATCHING
 
 
-def test_a_client_failing_inside_a_batch_is_one_failure(monkeypatch, stacked_calls, caplog):
+def break_client_1_after_training(monkeypatch) -> None:
+    """SCAFFOLD's client 1 raises after its training, in every round it is sampled."""
     from fedsuite.clients.scaffold import ScaffoldClient
 
     real = ScaffoldClient.uplink
@@ -141,6 +142,10 @@ def test_a_client_failing_inside_a_batch_is_one_failure(monkeypatch, stacked_cal
         return real(self, result, rule, ctx)
 
     monkeypatch.setattr(ScaffoldClient, "uplink", failing)
+
+
+def test_a_client_failing_inside_a_batch_is_one_failure(monkeypatch, stacked_calls, caplog):
+    break_client_1_after_training(monkeypatch)
     plain = kit.run_algorithm("scaffold", DOUBLE)
     with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
         batched = kit.run_algorithm("scaffold", {**DOUBLE, "batch-clients": True})

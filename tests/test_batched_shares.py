@@ -29,7 +29,13 @@ from fedsuite.payload import PARTITION_KEY
 from fedsuite.server.replies import LOST_WORKER, describe_failure
 from fedsuite.server.routing import Router
 from fedsuite.server.wire import arrays_of, to_parameters
-from tests.test_batched_clients import DOUBLE, TOLERANCE_FLOAT64, _gap, stacked_calls  # noqa: F401 (fixture)
+from tests.test_batched_clients import (  # noqa: F401 (stacked_calls: a fixture)
+    DOUBLE,
+    TOLERANCE_FLOAT64,
+    _gap,
+    break_client_1_after_training,
+    stacked_calls,
+)
 
 SHARED = {**DOUBLE, "batch-clients": True}
 
@@ -56,16 +62,7 @@ def test_one_share_is_the_in_process_batched_run_bit_for_bit(name, stacked_calls
 
 
 def test_a_client_failing_inside_a_share_is_one_failure(monkeypatch, stacked_calls, caplog):  # noqa: F811
-    from fedsuite.clients.scaffold import ScaffoldClient
-
-    real = ScaffoldClient.uplink
-
-    def failing(self, result, rule, ctx):
-        if self.node.partition_id == 1:
-            raise RuntimeError("client 1 breaks after training")
-        return real(self, result, rule, ctx)
-
-    monkeypatch.setattr(ScaffoldClient, "uplink", failing)
+    break_client_1_after_training(monkeypatch)
     plain = kit.run_algorithm("scaffold", DOUBLE)
     with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
         shared = kit.run_algorithm("scaffold", SHARED, messages=True)

@@ -179,8 +179,10 @@ def test_the_final_runs_are_compared_with_the_baseline_seed_by_seed(tmp_path, fa
     argv[argv.index("--final-seeds") + 1] = "10,11"
     assert tune.main(argv) == 0
     paired = read_csv(tmp_path / "final" / "sweep-paired.csv")
-    assert sorted((r["algorithm"], r["baseline"], r["pairs"]) for r in paired) == [("fedavg", "fedcm", "2"),
-                                                                                    ("feddyn", "fedcm", "2")]
+    assert sorted((r["algorithm"], r["baseline"], r["pairs"]) for r in paired) == [
+        ("fedavg", "fedcm", "2"),
+        ("feddyn", "fedcm", "2"),
+    ]
     text = (tmp_path / "tune.md").read_text()
     assert "Δ vs fedcm" in text and "--baseline fedcm" in text  # the table, and the reproduce line
 
