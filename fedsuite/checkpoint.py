@@ -262,12 +262,15 @@ def _read(folder: Path) -> Checkpoint:
 
 
 def check_compatible(ckpt: Checkpoint, run_config: dict) -> None:
-    """The resuming run must compute what the checkpointed one did: every key but the resumable ones equal."""
-    free = resumable_keys()
-    differ = sorted(k for k in set(ckpt.run_config) | set(run_config)
-                    if k not in free and ckpt.run_config.get(k) != run_config.get(k))  # fmt: skip
+    """The resuming run must compute what the checkpointed one did: every key but the resumable ones equal. A key
+    the checkpoint lacks (added to the suite after it was written) counts as its default, which the run had."""
+    from fedsuite.config import active_schema
+
+    free, schema = resumable_keys(), active_schema()
+    then = {k: schema[k].default for k in run_config if k in schema and k not in ckpt.run_config} | ckpt.run_config
+    differ = sorted(k for k in set(then) | set(run_config) if k not in free and then.get(k) != run_config.get(k))
     if differ:
-        text = ", ".join(f"{k}={run_config.get(k)!r} (checkpoint: {ckpt.run_config.get(k)!r})" for k in differ)
+        text = ", ".join(f"{k}={run_config.get(k)!r} (checkpoint: {then.get(k)!r})" for k in differ)
         raise CheckpointError(f"cannot resume from {ckpt.folder}: the run config differs in {text}")
     if int(run_config["num-server-rounds"]) <= ckpt.server_round:
         raise CheckpointError(f"the checkpoint is at round {ckpt.server_round}: num-server-rounds must be larger "

@@ -160,6 +160,8 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     run_id = new_run_id() if run_id is None else run_id
     plan = build_plan(cfg, record=record, run_id=run_id)
     plan.query_workers = 1  # every exchange one client at a time: deterministic, no lost replies
+    if not messages:  # the dispatcher takes the whole round: no node carries a block of it
+        plan.shares = 0
     strategy = build_strategy(cfg, plan, [Strict(), *observers])
     secagg = SecAggSettings.from_values(cfg)
     if secagg.on:

@@ -276,14 +276,15 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("channels-last", False, "4-D inputs in NHWC memory order for local training (GPU speed option)", client=True),
     Key("client-threads", 1, "torch threads per client process", low=1, resumable=True),
     Key("batch-clients", False, "train each round's clients with the same K_i, minibatch sizes and update rule as "
-        "one stacked computation (GPU speed option; equal up to float rounding, docs/running/batched.md): in process, "
-        "and under flwr run with client-mapping='logical', where each node's share of the round travels in one "
-        "message (batch-messages); client-mapping='fixed' and secagg=true ignore it with one line", tunable=False,
+        "one stacked computation (GPU speed option; equal up to float rounding, docs/running/batched.md): in "
+        "process, and under flwr run with client-mapping='logical', where each node's share of a round travels in "
+        "one message (batch-messages); under flwr run, client-mapping='fixed', secagg=true, dp-sgd=true and models "
+        "with buffers keep one message per client, said in one line", tunable=False,
         app="fedsuite.app clients train one at a time"),
-    Key("batch-messages", 1, "with batch-clients=true under flwr run: how many nodes a round's clients are split "
-        "over, each node's share in one message, trained there as one batched computation (1: the whole round on "
-        "one node, for one GPU; the number of GPUs, or of Ray workers, for several)", low=1, tunable=False,
-        app="fedsuite.app clients train one at a time"),
+    Key("batch-messages", 1, "with batch-clients=true under flwr run: how many nodes (at most the connected ones) a "
+        "round's clients are split over in consecutive blocks, each node's block in one message, trained there as "
+        "one batched computation (1: the whole round on one node, for one GPU; the number of GPUs, or Ray "
+        "workers, for several)", low=1, tunable=False, app="fedsuite.app clients train one at a time"),
     Key("cuda-graphs", True, "with batch-clients=true on a CUDA device: each round's stacked step recorded once as a "
         "CUDA graph and replayed (GPU speed option; the same kernels, so the same numbers; rules whose stages change "
         "between steps run step by step, docs/running/batched.md#cuda-graphs)", tunable=False,

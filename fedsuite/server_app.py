@@ -16,7 +16,7 @@ from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedsuite import checkpoint, state
-from fedsuite.batched.notice import say_unbatched
+from fedsuite.batched.notice import say_unbatched, why_not_shared
 from fedsuite.batched.server import SharingServer
 from fedsuite.config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
@@ -27,7 +27,7 @@ from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.server.adapter import RuleStrategy
-from fedsuite.server.compose import compose_strategy, run_plan
+from fedsuite.server.compose import batch_shares, compose_strategy, run_plan
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
@@ -149,6 +149,7 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         validate=validation_evaluator(cfg, dataset, device),
         recorder=recorder,
         client_state_root=state_root,
+        shares=batch_shares(cfg, initial_state(cfg, dataset)[1].size > 0),
         run_id=run_id,
         state_key=state_key,
         start_round=resume.server_round if resume else 0,
@@ -235,14 +236,12 @@ def server_fn(context: Context) -> ServerAppComponents:
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
     strategy = build_strategy(cfg, plan, trackers)
     secagg = SecAggSettings.from_values(cfg)
-    if secagg.on:
-        say_unbatched(cfg, "secagg=true sends each client's upload into the secure sum on its own")
-        server = SecureServer(strategy, plan.recorder, secagg, context)
-    elif plan.shares:  # batch-clients=true: each node's share of a round in one message, trained there batched
+    if plan.shares:  # batch-clients=true: each node's share of a round in one message, trained there batched
         server = SharingServer(strategy, plan.recorder)
     else:
-        say_unbatched(cfg, "client-mapping='fixed' keeps each client on its own node")
-        server = RecordingServer(strategy, plan.recorder)
+        say_unbatched(cfg, why_not_shared(cfg, initial_state(cfg, server_dataset(cfg))[1].size > 0))
+        server = SecureServer(strategy, plan.recorder, secagg, context) if secagg.on else RecordingServer(
+            strategy, plan.recorder)  # fmt: skip
     return ServerAppComponents(
         server=server,
         config=ServerConfig(num_rounds=cfg.run_control.num_rounds, round_timeout=cfg.run_control.round_timeout or None),

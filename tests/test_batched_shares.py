@@ -61,7 +61,7 @@ def test_one_share_is_the_in_process_batched_run_bit_for_bit(name, stacked_calls
     assert stacked_calls[-1] == (4, DOUBLE["local-steps"])  # the whole cohort in one message, one group
 
 
-def test_a_client_failing_inside_a_share_is_one_failure(monkeypatch, stacked_calls, caplog):  # noqa: F811
+def test_a_client_failing_inside_a_share_is_one_rejected_reply_never_its_share(monkeypatch, stacked_calls, caplog):  # noqa: F811
     break_client_1_after_training(monkeypatch)
     plain = kit.run_algorithm("scaffold", DOUBLE)
     with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
@@ -112,7 +112,7 @@ def test_a_share_reply_splits_into_each_clients_own_reply():
 
 @pytest.mark.parametrize("spoil, why", [
     (lambda m: m.update({SHARE_KEY: 3}), "holds 3 members, 2 were sent"),
-    (lambda m: m.pop("fedsuite.share.1.#arrays"), "member 1: #arrays missing"),
+    (lambda m: m.pop("fedsuite.share.1.#arrays"), "member 1: #arrays=None is missing"),
     (lambda m: m.update({"fedsuite.share.0.#arrays": 2}), "fewer than counted"),
     (lambda m: m.update({"fedsuite.share.1.#arrays": 0}), "2 arrays, 1 counted"),
 ])  # fmt: skip
@@ -173,11 +173,78 @@ class _Manager:
 @pytest.mark.parametrize("shares, nodes, expected", [
     (1, 2, ["0"] * 10),
     (2, 2, ["0"] * 5 + ["1"] * 5),
-    (3, 2, ["0"] * 4 + ["1"] * 3 + ["0"] * 3),  # block 3 back on node 0: one message of its 7 clients
-    (20, 3, ["0", "1", "2", "0", "1", "2", "0", "1", "2", "0"]),  # more shares than clients: one client each
+    (3, 2, ["0"] * 5 + ["1"] * 5),  # more shares than nodes: one block a node
+    (20, 3, ["0"] * 4 + ["1"] * 3 + ["2"] * 3),
     (0, 3, ["0", "1", "2", "0", "1", "2", "0", "1", "2", "0"]),  # no sharing: round-robin, as always
 ])  # fmt: skip
 def test_the_cohort_goes_to_the_nodes_in_blocks(shares, nodes, expected):
     router = Router(100, "logical", 1.0, 1, shares)
-    routed = router.route(list(range(10)), _Manager([str(n) for n in range(nodes)]))
+    manager = _Manager([str(n) for n in range(nodes)])
+    routed = router.route(list(range(10)), manager)
     assert [routed[pid].cid for pid in range(10)] == expected
+    spread = router.route(list(range(10)), manager, blocks=False)  # evaluation: one message each, round-robin
+    assert [spread[pid].cid for pid in range(10)] == [str(i % nodes) for i in range(10)]
+
+
+def test_a_member_whose_own_path_raises_on_the_node_is_a_failure_as_in_process(monkeypatch):
+    from fedsuite import client_app
+    from fedsuite.batched import dispatch
+    from fedsuite.inprocess import LostClient
+
+    real = client_app.node_for
+
+    def breaking(context, partition_id=None, state_key=None):
+        if partition_id == 1:
+            raise OSError("the node cannot read client 1's files")
+        return real(context, partition_id, state_key)
+
+    monkeypatch.setattr(client_app, "node_for", breaking)
+    monkeypatch.setattr(dispatch, "node_for", breaking)
+    with pytest.raises(LostClient, match=r"failed: OSError\(\"the node cannot read client 1's files"):
+        kit.run_algorithm("scaffold", SHARED)  # in process: a failure, which the kit's runs never allow
+    with pytest.raises(LostClient, match=r"failed: LostOnNode\(\"client 1: OSError: the node cannot read client 1's"):
+        kit.run_algorithm("scaffold", SHARED, messages=True)  # in a share: a failure too, not a rejected reply
+
+
+def test_the_members_share_the_leading_arrays_read_only():
+    model = np.arange(4, dtype=np.float32)
+    message = pack_instructions([FitIns(to_parameters([model]), {PARTITION_KEY: p}) for p in (0, 1)])
+    writable = [np.array(a) for a in arrays_of(message.parameters)]  # as Flower's wrapper decodes them
+    (first, _), (second, _) = unpack_instructions(writable, message.config)
+    assert not first[0].flags.writeable and not second[0].flags.writeable  # a client copies what it writes
+    np.testing.assert_array_equal(first[0], model)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), "many", 1.5])
+def test_a_count_that_is_no_whole_number_is_rejected_for_each_client(value):
+    members = [_ins(5, [np.zeros(3, np.float32)]), _ins(9, [np.zeros(3, np.float32)])]
+    res = _reply([[np.ones(3, np.float32)], [np.ones(3, np.float32)]], [{"partition-id": 5}, {"partition-id": 9}])
+    res.metrics["fedsuite.share.0.#arrays"] = value
+    assert all(r.metrics["error"].startswith("ShareError: ") for r in unpack_reply(res, members))
+
+
+def test_a_member_answering_for_another_client_is_rejected_for_each_client():
+    members = [_ins(5, [np.zeros(3, np.float32)]), _ins(9, [np.zeros(3, np.float32)])]
+    res = _reply([[np.ones(3, np.float32)], [np.ones(3, np.float32)]], [{"partition-id": 9}, {"partition-id": 9}])
+    replies = unpack_reply(res, members)
+    assert [r.metrics["partition-id"] for r in replies] == [5, 9]
+    assert all("member 0 answers as partition-id 9, but client 5 was sent in that place" in r.metrics["error"]
+               for r in replies)  # fmt: skip
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"secagg": True, "client-mapping": "fixed"}, "secagg=true"),
+    ({"client-mapping": "fixed"}, "client-mapping='fixed'"),
+    ({"dp-sgd": True, "local-steps": 3}, "dp-sgd"),
+    ({}, "the model has buffers"),
+])  # fmt: skip
+def test_what_keeps_a_rounds_clients_in_one_message_each_is_said(changes, why):
+    from fedsuite.batched.notice import why_not_shared
+    from fedsuite.config import resolve
+    from fedsuite.server.compose import batch_shares
+
+    cfg = resolve({"batch-clients": True, "batch-messages": 3, **changes})
+    has_buffers = not changes
+    assert why in why_not_shared(cfg, has_buffers) and batch_shares(cfg, has_buffers) == 0
+    assert batch_shares(resolve({"batch-clients": True, "batch-messages": 3}), False) == 3
+    assert batch_shares(resolve({"batch-messages": 3}), False) == 0

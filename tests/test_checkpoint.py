@@ -83,6 +83,13 @@ def test_keys_that_do_not_change_the_numbers_may_change_on_resume():
         checkpoint.check_compatible(ckpt, {"lr": 0.2, "num-server-rounds": 4, **free})
 
 
+def test_a_key_added_since_the_checkpoint_counts_as_its_default():
+    ckpt = checkpoint.Checkpoint(Path("/ckpt"), 2, {}, [], {"lr": 0.1, "num-server-rounds": 2}, None)
+    checkpoint.check_compatible(ckpt, {"lr": 0.1, "num-server-rounds": 4, "batch-messages": 1})  # the default
+    with pytest.raises(checkpoint.CheckpointError, match=r"differs in batch-messages=2 \(checkpoint: 1\)"):
+        checkpoint.check_compatible(ckpt, {"lr": 0.1, "num-server-rounds": 4, "batch-messages": 2})
+
+
 def test_state_of_an_unknown_type_is_an_error_not_silently_dropped():
     with pytest.raises(checkpoint.CheckpointError, match="handle is a object"):
         checkpoint.encode_state({"table": {1: np.ones(2)}, "handle": object()})

@@ -321,7 +321,7 @@ def test_batched_shares_under_ray_equal_the_one_at_a_time_run(tmp_path, flwr_hom
                          "checkpoint-every": 3}, quiet=True, supernodes=2)  # fmt: skip
     log = (folder / "flwr.log").read_text()
     assert "round 1's 6 clients in 2 message(s)" in log
-    # a node that fell back to one client at a time would say so in the log ("(ClientAppActor pid=…) WARNING …")
+    assert "this node's first share, 3 clients, trained as stacked groups of [3]" in log  # from a node's worker
     assert "one client at a time" not in log and "trains alone" not in log
     ckpt = checkpoint.load(folder)
     inprocess = run_inprocess(cfg)

@@ -60,3 +60,23 @@ def test_all_replies_bad_leaves_the_model_unchanged_when_min_replies_is_zero():
     params, _ = strategy.aggregate_fit(1, nan, [RuntimeError("client crashed")])
     assert params is None and np.array_equal(strategy.x, x0)
     assert strategy.rounds.row(1)["failures"] == 1
+
+
+def test_metrics_that_are_no_numbers_are_rejected_never_a_crash(caplog):
+    strategy, results = one_round_replies({**LSQ, "num-clients": 5, "clients-per-round": 5, "min-replies": 0.0})
+    x0 = strategy.x.copy()
+    bad = [(p, corrupt(r, metrics=m)) for (p, r), m in zip(results, [
+        {"partition-id": "x"}, {"partition-id": float("inf")}, {"steps": 2.5}, {"loss": "low"}, {"lr": None},
+    ], strict=True)]  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="flwr.fedsuite"):
+        strategy.aggregate_fit(1, bad, [])
+    rejected = [r.message for r in caplog.records if "rejected" in r.message]
+    assert len(rejected) == 5 and np.array_equal(strategy.x, x0)
+    for text in (
+        "partition-id='x' is not a whole number",
+        "partition-id=inf is not a whole number",
+        "steps=2.5 is not a whole number",
+        "loss='low' is not a number",
+        "lr=None is not a number",
+    ):
+        assert any(text in m for m in rejected), text

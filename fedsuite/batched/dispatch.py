@@ -67,6 +67,7 @@ class BatchedDispatcher:
 
     def __init__(self):
         self.said: set[str] = set()
+        self.stacked: list[int] = []  # the sizes of the groups the last `train` trained stacked
 
     def say(self, reason: str) -> None:
         if reason not in self.said:
@@ -112,6 +113,7 @@ class BatchedDispatcher:
                 why = str(err) if isinstance(err, NotBatchable) else f"grouping it raised {type(err).__name__}: {err}"
                 self.say(f"{item.client.node.cfg['algorithm']} trains one client at a time: {why.splitlines()[0]}")
                 self._alone(item)
+        self.stacked = [len(group) for group in groups.values() if len(group) > 1]  # this call's stacked groups
         for group in groups.values():
             if len(group) == 1:
                 self.say("a client whose K_i, minibatch sizes or rule no other client of its round shares trains alone")

@@ -1,5 +1,6 @@
-"""The one line a run with batch-clients=true gets where clients train one at a time regardless: the ServerApp under
-`flwr run` (the Ray simulation, deployments) and secure aggregation. Imports nothing heavy: the ServerApp reads it."""
+"""Where a run with batch-clients=true still trains its clients one at a time, and the one line that says so: under
+`flwr run` the server decides before the first round whether each node's share of a round travels in one message;
+in process, secure aggregation sums each upload as it arrives. Imports nothing heavy: the ServerApp reads it."""
 
 from __future__ import annotations
 
@@ -13,3 +14,16 @@ def say_unbatched(cfg, where: str) -> None:
     if cfg["batch-clients"]:
         log.warning("fedsuite │ batch-clients=true is ignored: %s; clients train one at a time "
                     "(docs/running/batched.md)", where)  # fmt: skip
+
+
+def why_not_shared(cfg, has_buffers: bool) -> str | None:
+    """Why a run's rounds under `flwr run` go out one message per client although batch-clients=true, or None."""
+    if cfg["secagg"]:
+        return "secagg=true sends each client's upload into the secure sum on its own"
+    if cfg.run_control.client_mapping != "logical":
+        return "client-mapping='fixed' keeps each client on its own node"
+    if cfg["dp-sgd"]:
+        return "dp-sgd clips per-record gradients one client at a time"
+    if has_buffers:
+        return "the model has buffers (BatchNorm statistics), which a forward pass updates per client"
+    return None

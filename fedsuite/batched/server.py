@@ -13,7 +13,7 @@ from flwr.common import Code
 from flwr.common.logger import log as flwr_log
 
 from fedsuite.batched.dispatch import BatchedDispatcher
-from fedsuite.batched.shares import pack_instructions, unpack_reply
+from fedsuite.batched.shares import LOST_KEY, pack_instructions, unpack_reply
 from fedsuite.payload import PARTITION_KEY
 from fedsuite.server.loop import RecordingServer
 
@@ -22,6 +22,11 @@ log = logging.getLogger("flwr.fedsuite")
 
 class LostWithShare(RuntimeError):
     """A client whose instruction travelled in a share message that was lost (the first member carries the loss)."""
+
+
+class LostOnNode(RuntimeError):
+    """A client of a share whose message the node could not hand to its client (what a lost message of one client
+    is in the one-message path)."""
 
 
 class _OneRound(RecordingServer):
@@ -88,6 +93,12 @@ def _send(share: list, server_round: int, timeout: float | None) -> tuple[list, 
         lost = [LostWithShare(f"client {pid} was lost with the message that carried clients {pids} to node "
                               f"{proxy.cid}") for pid in pids[1:]]  # fmt: skip
         return [], [err, *lost]
-    replies = [res] if len(members) == 1 else unpack_reply(res, members)
-    results = [(proxy, r) for r in replies if r.status.code == Code.OK]
-    return results, [(proxy, r) for r in replies if r.status.code != Code.OK]
+    results, failures = [], []
+    for reply in [res] if len(members) == 1 else unpack_reply(res, members):
+        if reply.status.code != Code.OK:
+            failures.append((proxy, reply))
+        elif (reply.metrics or {}).get(LOST_KEY):  # failed outside its client's fit on the node: a failure
+            failures.append(LostOnNode(f"client {reply.metrics.get('partition-id')}: {reply.metrics.get('error')}"))
+        else:
+            results.append((proxy, reply))
+    return results, failures

@@ -5,15 +5,18 @@ whole share."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import traceback
 from functools import partial
 
 from fedsuite.batched.dispatch import BatchedDispatcher, Member
-from fedsuite.batched.shares import pack_replies, unpack_instructions
+from fedsuite.batched.shares import LOST_KEY, pack_replies, unpack_instructions
 from fedsuite.client_adapter import MAX_TRACEBACK_CHARS
 from fedsuite.payload import PARTITION_KEY
 
+log = logging.getLogger("flwr.fedsuite")
+FIRST_SHARE = "first share"  # the dispatcher's said-set entry once the node's first share has been reported
 _DISPATCHERS: dict[int, BatchedDispatcher] = {}  # run id → its dispatcher, the latest few runs of this process
 _SLOTS = 8
 _LOCK = threading.Lock()
@@ -32,13 +35,19 @@ def fit_share(worker, arrays, config) -> tuple[list, int, dict]:
     """The share's reply: every member trained (batched where its rule and data allow), in member order.
     `worker.fit(arrays, config)` is the ClientApp's own path for one member."""
     members = unpack_instructions(arrays, config)
-    replies = dispatcher_of(int(worker.context.run_id)).train([
+    dispatcher = dispatcher_of(int(worker.context.run_id))
+    replies = dispatcher.train([
         Member(worker.context, partial(list, own), own_config, partial(worker.fit, own, own_config))
         for own, own_config in members
     ])  # fmt: skip
+    if FIRST_SHARE not in dispatcher.said:  # once per run and process: what became of the node's first share
+        dispatcher.said.add(FIRST_SHARE)
+        alone = len(members) - sum(dispatcher.stacked)
+        log.info("fedsuite │ batch-clients: this node's first share, %d clients, trained as stacked groups of %s%s",
+                 len(members), dispatcher.stacked or "none", f", {alone} alone" if alone else "")  # fmt: skip
     triples = []
     for (_, own_config), reply in zip(members, replies, strict=True):
-        if isinstance(reply, BaseException):  # its own path raised: one error reply, as a lost message of one client
+        if isinstance(reply, BaseException):  # its own path raised: the server counts it failed, as a lost message
             reply = ([], 0, _error(own_config, reply))
         triples.append(reply)
     return pack_replies(triples)
@@ -47,4 +56,4 @@ def fit_share(worker, arrays, config) -> tuple[list, int, dict]:
 def _error(config, err: BaseException) -> dict:
     details = "".join(traceback.format_exception(err))[-MAX_TRACEBACK_CHARS:]
     message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
-    return {"partition-id": int(config.get(PARTITION_KEY, -1)), "error": message, "traceback": details}
+    return {"partition-id": int(config.get(PARTITION_KEY, -1)), "error": message, "traceback": details, LOST_KEY: 1}

@@ -7,7 +7,9 @@ shared downlink, sent once), then each member's own arrays in member order; its 
 count), SHARED_KEY (how many arrays lead) and each member's config under `fedsuite.share.<i>.`, with `#own` its own
 array count. Uplink: one reply whose arrays are the members' arrays in member order; its metrics hold SHARE_KEY and
 each member's metrics under the same prefixes, with `#arrays` its array count and `#examples` its num_examples.
-Each member's reply is then checked on its own, as any reply is: a member that failed is one failed client.
+Each member's reply is then checked on its own, as any reply is: a member that failed is one failed client, and a
+reply that does not hold what it counts, or answers for another client than the one sent in its place, is rejected
+for each of its clients.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ SHARE_KEY = "fedsuite.share"  # config / metrics: the number of members
 SHARED_KEY = "fedsuite.share.shared"  # config: the number of leading arrays every member's instruction holds
 PREFIX = "fedsuite.share."
 OWN, ARRAYS, EXAMPLES = "#own", "#arrays", "#examples"  # a member's counts, beside its own keys
+LOST_KEY = "fedsuite.lost"  # a member's reply: its own path raised on the node, as a lost message would
 
 
 class ShareError(ValueError):
@@ -44,10 +47,13 @@ def _member_values(values: Mapping[str, Any], i: int) -> dict[str, Any]:
 
 
 def _count(values: Mapping[str, Any], key: str, what: str) -> int:
+    value = values.get(key)
     try:
-        n = int(values[key])
-    except (KeyError, TypeError, ValueError):
-        raise ShareError(f"{what}: {key} missing or not a number") from None
+        n = int(value)
+        if isinstance(value, bool) or n != value:  # 1.5 or "3" are no counts
+            raise ValueError(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ShareError(f"{what}: {key}={value!r} is missing or not a whole number") from None
     if n < 0:
         raise ShareError(f"{what}: {key}={n} is negative")
     return n
@@ -89,14 +95,19 @@ def unpack_reply(res: FitRes, members: Sequence[FitIns]) -> list[FitRes]:
             if start + n > len(res.parameters.tensors):
                 raise ShareError(f"the share's reply holds {len(res.parameters.tensors)} arrays, fewer than counted")
             member_metrics = {k: v for k, v in own.items() if k not in (ARRAYS, EXAMPLES)}
+            sent = members[i].config.get(PARTITION_KEY)
+            if member_metrics.get("partition-id") != sent:  # each slot answers for the client sent in it
+                raise ShareError(f"member {i} answers as partition-id {member_metrics.get('partition-id')!r}, but "
+                                 f"client {sent} was sent in that place")  # fmt: skip
             part = Parameters(tensors=res.parameters.tensors[start : start + n], tensor_type=res.parameters.tensor_type)
             replies.append(FitRes(Status(Code.OK, "Success"), part, examples, member_metrics))
             start += n
         if start != len(res.parameters.tensors):
             raise ShareError(f"the share's reply holds {len(res.parameters.tensors)} arrays, {start} counted")
         return replies
-    except ShareError as err:
-        return [_error_res(ins, f"ShareError: {err}") for ins in members]
+    except Exception as err:  # whatever a broken node sends: every member rejected, never the run stopped
+        message = str(err) if isinstance(err, ShareError) else f"{type(err).__name__}: {err}"
+        return [_error_res(ins, f"ShareError: {message}") for ins in members]
 
 
 def _error_res(ins: FitIns, message: str) -> FitRes:
@@ -108,7 +119,7 @@ def _error_res(ins: FitIns, message: str) -> FitRes:
 def unpack_instructions(arrays: Sequence[np.ndarray], config: Mapping[str, Any]) -> list[tuple[list, dict]]:
     """The share message's (arrays, config) of each member, in member order (ShareError if the counts disagree)."""
     n, shared = _count(config, SHARE_KEY, "share"), _count(config, SHARED_KEY, "share")
-    lead, start, members = list(arrays[:shared]), shared, []
+    lead, start, members = [_read_only(a) for a in arrays[:shared]], shared, []
     for i in range(n):
         own = _member_values(config, i)
         count = _count(own, OWN, f"member {i}")
@@ -119,6 +130,14 @@ def unpack_instructions(arrays: Sequence[np.ndarray], config: Mapping[str, Any])
     if start != len(arrays):
         raise ShareError(f"the share holds {len(arrays)} arrays, its members count {start}")
     return members
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: the members share the leading arrays, so a client copies what it would write
+    (fedsuite.client_adapter's READ_ONLY_ARRAYS contract)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def pack_replies(replies: Sequence[tuple[list, int, dict]]) -> tuple[list, int, dict]:

@@ -277,7 +277,7 @@ class RuleStrategy(Strategy):
         if not plan.federated or server_round == 0 or not plan.evaluation_due(server_round):
             return []
         cohort = eval_cohort(server_round, plan.seed, plan.sampler.num_clients, plan.eval_clients, self._sampled)
-        nodes = self.router.route(cohort, client_manager)
+        nodes = self.router.route(cohort, client_manager, blocks=False)  # one message each: spread over the nodes
         missing = [pid for pid in cohort if pid not in nodes]
         if missing:
             log.warning("round %d: partitions %s have no connected node to evaluate; counted as failures",
@@ -411,5 +411,5 @@ def _partition_of(res) -> int:
     """The partition a reply says it is from (-1 when it names none, or nothing that is a number)."""
     try:
         return int((res.metrics or {}).get("partition-id", -1))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return -1

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedsuite import checkpoint, registry
+from fedsuite.batched.notice import why_not_shared
 from fedsuite.privacy.checks import count_noise
 from fedsuite.schema import ConfigError
 from fedsuite.server.adapter import RuleStrategy
@@ -44,10 +45,11 @@ def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
     return RunPlan(**{**decided, **pieces})
 
 
-def batch_shares(cfg) -> int:
-    """How many nodes a round's cohort goes to in blocks, one share message each (batch-clients=true with logical
-    mapping and no secure sum, docs/running/batched.md#under-flwr-run), else 0 (one message per client)."""
-    if not cfg["batch-clients"] or cfg["secagg"] or cfg.run_control.client_mapping != "logical":
+def batch_shares(cfg, has_buffers: bool = False) -> int:
+    """How many nodes a round's cohort goes to in blocks, one share message each (batch-clients=true and nothing
+    that keeps the clients apart, fedsuite.batched.notice.why_not_shared; docs/running/batched.md#under-flwr-run),
+    else 0 (one message per client)."""
+    if not cfg["batch-clients"] or why_not_shared(cfg, has_buffers):
         return 0
     return int(cfg["batch-messages"])
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from flwr.common import EvaluateRes
 
-from fedsuite.server.replies import RejectedReply
+from fedsuite.server.replies import RejectedReply, metric_number
 
 WORST_SHARE = 0.1
 
@@ -49,10 +49,10 @@ def check_eval_reply(res: EvaluateRes, sent: Collection[int]) -> EvalReply:
     metrics = dict(res.metrics or {})
     if "error" in metrics:
         raise RejectedReply(str(metrics["error"]), details=str(metrics.get("traceback", "")))
-    pid = int(metrics.get("partition-id", -1))
+    pid = metric_number(metrics, "partition-id", -1)
     if pid not in sent:
         raise RejectedReply(f"evaluate reply from partition-id {pid}, which was not asked to evaluate this round")
-    n, n_val = int(res.num_examples), int(metrics.get("n-val", 0))
+    n, n_val = int(res.num_examples), metric_number(metrics, "n-val", 0)
     if n < 0 or n_val < 0:
         raise RejectedReply(f"evaluate reply counts num_examples={n}, n-val={n_val}: must not be negative")
     figures = {"loss": res.loss, **{k: metrics[k] for k in ("accuracy", "val-loss", "val-accuracy") if k in metrics}}

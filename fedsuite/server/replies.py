@@ -40,7 +40,7 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
         arrays = unpack(arrays_of(res.parameters), str(metrics.get(ARRAYS_KEY, "")))  # views of the bytes
     except PayloadError as err:
         raise RejectedReply(str(err)) from err
-    pid = int(metrics.get("partition-id", -1))
+    pid = metric_number(metrics, "partition-id", -1)
     wanted = expected(pid)
     if set(arrays) != set(wanted):
         raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
@@ -53,9 +53,10 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
         wide[name] = a.astype(np.float64) if widen is None else widen(a)
     if pid not in sampled:
         raise RejectedReply(f"partition-id {pid} was not sampled this round")
-    if res.num_examples <= 0 or int(metrics.get("steps", 0)) <= 0:
+    steps = metric_number(metrics, "steps", 0)
+    if res.num_examples <= 0 or steps <= 0:
         raise RejectedReply(f"num_examples={res.num_examples}, steps={metrics.get('steps')}: must be positive")
-    loss = float(metrics.get("loss", 0.0))
+    loss = metric_number(metrics, "loss", 0.0)
     if not np.isfinite(loss):
         raise RejectedReply(f"training loss is {loss}", diverged=True)
     if "first-loss" in metrics:  # the loss before any local step: the run guard's reference (fedsuite.server.guard)
@@ -68,12 +69,25 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
     return Reply(
         partition_id=pid,
         num_examples=int(res.num_examples),
-        steps=int(metrics["steps"]),
-        lr=float(metrics.get("lr", 0.0)),
+        steps=steps,
+        lr=metric_number(metrics, "lr", 0.0),
         arrays=wide,
         metrics=metrics,
         uplink_bytes=nbytes(list(arrays.values())),
     )
+
+
+def metric_number(metrics: dict, key: str, default: float | int) -> float | int:
+    """metrics[key] as a number, a whole one where `default` is an int; RejectedReply naming it otherwise."""
+    value = metrics.get(key, default)
+    whole = isinstance(default, int)
+    try:
+        number = float(value)
+        if whole and number != int(number):  # int() of inf or nan raises too
+            raise ValueError(value)
+        return int(number) if whole else number
+    except (TypeError, ValueError, OverflowError):
+        raise RejectedReply(f"{key}={value!r} is not a {'whole ' if whole else ''}number") from None
 
 
 def all_finite(a: np.ndarray) -> bool:

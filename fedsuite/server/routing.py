@@ -2,9 +2,9 @@
 
 Logical mapping: round-robin over the connected nodes in node-id order, no discovery (a node trains whichever
 partition a message names; state lives in per-partition files, never in a node's Context, so two partitions on one
-node cannot race); with `shares` = k > 0 (batch-clients=true), the cohort in k consecutive blocks instead, block j
-to the j-th node (round-robin), so that each node's block can travel as one share message. Fixed mapping: the node
-that reports the partition (asked once each; missing ones count as failures).
+node cannot race); with `shares` = k > 0 (batch-clients=true), a round's fit cohort in min(k, nodes) consecutive
+blocks instead, block j to the j-th node, so that each node's block can travel as one share message. Fixed
+mapping: the node that reports the partition (asked once each; missing ones count as failures).
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ class Router:
         self.node_of: dict[int, ClientProxy] = {}  # fixed mapping: partition → its own SuperNode
         self.routed: dict[int, ClientProxy] = {}  # this round: partition → the node that carries its message
 
-    def route(self, cohort: Sequence[int], client_manager: ClientManager) -> dict[int, ClientProxy]:
+    def route(self, cohort: Sequence[int], client_manager: ClientManager,
+              blocks: bool = True) -> dict[int, ClientProxy]:  # fmt: skip
+        """Each partition of `cohort` → the node that carries its message (`blocks`=False: round-robin even with
+        shares, for messages that travel one client each, such as federated evaluation)."""
         if self.mapping == "fixed":
             nodes = self._discover(client_manager)
             self.routed = {pid: nodes[pid] for pid in cohort if pid in nodes}
@@ -40,8 +43,8 @@ class Router:
         if not client_manager.wait_for(1, timeout=int(self.wait_seconds)):
             raise FederationError("no SuperNode connected")
         workers = sorted(client_manager.all().values(), key=lambda p: _node_order(p.cid))
-        if self.shares:  # block j of k (sizes differing by at most one) to node j mod the nodes
-            k = min(self.shares, len(cohort)) or 1
+        if self.shares and blocks:  # block j of k (sizes differing by at most one) to node j, one block a node
+            k = min(self.shares, len(cohort), len(workers)) or 1
             self.routed = {pid: workers[(i * k // len(cohort)) % len(workers)] for i, pid in enumerate(cohort)}
         else:
             self.routed = {pid: workers[i % len(workers)] for i, pid in enumerate(cohort)}
