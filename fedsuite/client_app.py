@@ -75,6 +75,15 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
     return node
 
 
+def client_of(context: Context, config) -> NumPyClient:
+    """The algorithm's client of the partition a message's config names (else the node config's), on `context`'s
+    node: what the ClientApp builds for each message."""
+    pid = config.get(PARTITION_KEY) if config else None
+    key = config.get(STATE_KEY) if config else None
+    node = node_for(context, None if pid is None else int(pid), None if key is None else str(key))
+    return client_for(node.cfg, node)
+
+
 _DATA_CLIENTS: dict[int, tuple[Config, Config]] = {}  # id of a resolved Config → (it, with its data's clients)
 _DATA_CLIENTS_SLOTS = 16
 _DATA_CLIENTS_LOCK = threading.Lock()
@@ -129,10 +138,7 @@ class Worker(NumPyClient):
         self.context = context
 
     def _client(self, config) -> NumPyClient:
-        pid = config.get(PARTITION_KEY) if config else None
-        key = config.get(STATE_KEY) if config else None
-        node = node_for(self.context, None if pid is None else int(pid), None if key is None else str(key))
-        return client_for(node.cfg, node)
+        return client_of(self.context, config)
 
     def _partition(self, config) -> int:
         """The partition a message is for (its config's, else the node config's; -1 if neither names one)."""

@@ -188,7 +188,6 @@ def test_the_cohort_goes_to_the_nodes_in_blocks(shares, nodes, expected):
 
 def test_a_member_whose_own_path_raises_on_the_node_is_a_failure_as_in_process(monkeypatch):
     from fedsuite import client_app
-    from fedsuite.batched import dispatch
     from fedsuite.inprocess import LostClient
 
     real = client_app.node_for
@@ -199,7 +198,6 @@ def test_a_member_whose_own_path_raises_on_the_node_is_a_failure_as_in_process(m
         return real(context, partition_id, state_key)
 
     monkeypatch.setattr(client_app, "node_for", breaking)
-    monkeypatch.setattr(dispatch, "node_for", breaking)
     with pytest.raises(LostClient, match=r"failed: OSError\(\"the node cannot read client 1's files"):
         kit.run_algorithm("scaffold", SHARED)  # in process: a failure, which the kit's runs never allow
     with pytest.raises(LostClient, match=r"failed: LostOnNode\(\"client 1: OSError: the node cannot read client 1's"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,22 +22,21 @@ from flwr.common import Code, FitIns, FitRes, Status
 from fedsuite.batched.grouping import NotBatchable, group_key
 from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import unbatchable_model
-from fedsuite.client_adapter import PreparedFit, RuleClient, client_for, error_reply
-from fedsuite.client_app import node_for
-from fedsuite.payload import PARTITION_KEY, STATE_KEY
+from fedsuite.client_adapter import PreparedFit, RuleClient, error_reply
 from fedsuite.rounds import PHASE_KEY
-from fedsuite.server.wire import arrays_of, to_parameters
+from fedsuite.server.wire import to_parameters
 
 log = logging.getLogger("flwr.fedsuite")
 
 
 @dataclass
 class Member:
-    """One client's fit instruction as the dispatcher takes it: the context of the node it is for (None: leave it to
-    `alone`), its arrays (read-only views do: prepare copies what it keeps) and config, and the ClientApp's own path
-    for it (`alone()`: its reply, a NumPyClient.fit triple or a FitRes; it may raise, as a lost message does)."""
+    """One client's fit instruction as the dispatcher takes it: how to build its client as the ClientApp would
+    (`build()`, fedsuite.client_app.client_of; None: leave the member to `alone`), its arrays (read-only views do:
+    prepare copies what it keeps) and config, and the ClientApp's own path for it (`alone()`: its reply, a
+    NumPyClient.fit triple or a FitRes; it may raise, as a lost message does)."""
 
-    context: Any
+    build: Callable[[], RuleClient] | None
     arrays: Callable[[], list[np.ndarray]]
     config: Mapping[str, Any]
     alone: Callable[[], Any]
@@ -81,22 +79,6 @@ class BatchedDispatcher:
             self.said.add(reason)
             log.info("fedsuite │ cuda-graphs: %s", reason)
 
-    def fit_round(self, instructions: Sequence[tuple[Any, FitIns]], server_round: int, timeout: float | None):
-        """(results, failures) as Flower's fit_clients returns them, in instruction order."""
-        members = [
-            Member(getattr(proxy, "context", None), partial(arrays_of, ins.parameters), ins.config,
-                   partial(proxy.fit, ins, timeout, server_round))
-            for proxy, ins in instructions
-        ]  # fmt: skip
-        results, failures = [], []
-        for (proxy, _), reply in zip(instructions, self.train(members), strict=True):
-            if isinstance(reply, BaseException):  # as Flower's fit_clients: a message lost outside the client's fit
-                failures.append(reply)
-                continue
-            res = reply if isinstance(reply, FitRes) else _fit_res(reply)
-            (results if res.status.code == Code.OK else failures).append((proxy, res))
-        return results, failures
-
     def train(self, members: Sequence[Member]) -> list:
         """Every member's reply, in order: NumPyClient.fit's triple where the dispatcher trained it, else what its
         `alone()` returned, or the exception it raised."""
@@ -126,15 +108,14 @@ class BatchedDispatcher:
     def _prepare(self, item: _Fit) -> None:
         """Build the message's client as the ClientApp does and prepare it; anything the ClientApp's own path
         answers differently (a query, a refused node, a run that does not batch) is left to proxy.fit."""
-        context, config = item.member.context, item.member.config
-        if context is None or config.get(PHASE_KEY):
+        build, config = item.member.build, item.member.config
+        if build is None or config.get(PHASE_KEY):
             return
         try:
-            pid, key = config.get(PARTITION_KEY), config.get(STATE_KEY)
-            node = node_for(context, None if pid is None else int(pid), None if key is None else str(key))
-            client = client_for(node.cfg, node)
+            client = build()
         except Exception:  # the ClientApp's path turns it into its error reply, or Flower's failure
             return
+        node = client.node
         reason = run_unbatched(node)
         if reason:
             self.say(f"{node.cfg['algorithm']} trains one client at a time: {reason}")
@@ -197,6 +178,19 @@ def _reply(item: _Fit):
         return item.member.alone()
     except Exception as err:
         return err
+
+
+def flower_results(instructions: Sequence[tuple[Any, FitIns]], replies: Sequence) -> tuple[list, list]:
+    """The dispatcher's replies to `instructions` as Flower's fit_clients returns them: (results, failures), in
+    instruction order; an exception is a failure, as a message lost outside the client's fit."""
+    results, failures = [], []
+    for (proxy, _), reply in zip(instructions, replies, strict=True):
+        if isinstance(reply, BaseException):
+            failures.append(reply)
+            continue
+        res = reply if isinstance(reply, FitRes) else _fit_res(reply)
+        (results if res.status.code == Code.OK else failures).append((proxy, res))
+    return results, failures
 
 
 def _fit_res(reply: tuple) -> FitRes:

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from logging import INFO
 
 from flwr.common import Code
 from flwr.common.logger import log as flwr_log
 
-from fedsuite.batched.dispatch import BatchedDispatcher
+from fedsuite.batched.dispatch import BatchedDispatcher, Member, flower_results
 from fedsuite.batched.shares import LOST_KEY, pack_instructions, unpack_reply
+from fedsuite.client_app import client_of
 from fedsuite.payload import PARTITION_KEY
 from fedsuite.server.loop import RecordingServer
+from fedsuite.server.wire import arrays_of
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -58,7 +61,12 @@ class BatchedServer(_OneRound):
         self.dispatcher = BatchedDispatcher()
 
     def exchange(self, instructions, server_round: int, timeout: float | None):
-        return self.dispatcher.fit_round(instructions, server_round, timeout)
+        members = [
+            Member(_builder(proxy, ins), partial(arrays_of, ins.parameters), ins.config,
+                   partial(proxy.fit, ins, timeout, server_round))
+            for proxy, ins in instructions
+        ]  # fmt: skip
+        return flower_results(instructions, self.dispatcher.train(members))
 
 
 class SharingServer(_OneRound):
@@ -79,6 +87,12 @@ class SharingServer(_OneRound):
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
             answers = list(pool.map(lambda share: _send(share, server_round, timeout), shares.values()))
         return [r for results, _ in answers for r in results], [f for _, failures in answers for f in failures]
+
+
+def _builder(proxy, ins):
+    """How the ClientApp would build the instruction's client on the proxy's node (None for a proxy without one)."""
+    context = getattr(proxy, "context", None)
+    return None if context is None else partial(client_of, context, ins.config)
 
 
 def _send(share: list, server_round: int, timeout: float | None) -> tuple[list, list]:

@@ -37,7 +37,8 @@ def fit_share(worker, arrays, config) -> tuple[list, int, dict]:
     members = unpack_instructions(arrays, config)
     dispatcher = dispatcher_of(int(worker.context.run_id))
     replies = dispatcher.train([
-        Member(worker.context, partial(list, own), own_config, partial(worker.fit, own, own_config))
+        Member(partial(worker._client, own_config), partial(list, own), own_config,
+               partial(worker.fit, own, own_config))
         for own, own_config in members
     ])  # fmt: skip
     if FIRST_SHARE not in dispatcher.said:  # once per run and process: what became of the node's first share
