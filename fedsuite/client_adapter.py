@@ -101,9 +101,10 @@ def first_not_finite(arrays: Mapping[str, torch.Tensor]) -> str | None:
 
 
 def error_reply(partition_id: int, err: BaseException) -> dict:
-    """The metrics of an error reply: the exception in one line, and the traceback being handled."""
+    """The metrics of an error reply: the exception in one line, and its traceback (inside its `except` block, the
+    traceback being handled; outside, the one it was raised with)."""
     message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
-    details = traceback.format_exc()[-MAX_TRACEBACK_CHARS:]
+    details = "".join(traceback.format_exception(err))[-MAX_TRACEBACK_CHARS:]
     return {"partition-id": partition_id, "error": message, "traceback": details}
 
 

@@ -13,13 +13,14 @@ import math
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
+from fedsuite.batched.notice import BUFFERS
 from fedsuite.models import FlatModel, trainable
 
 
 def unbatchable_model(model: FlatModel) -> str | None:
     """Why `model` cannot be stacked, in a few words, or None."""
     if model.buffers.numel():
-        return "the model has buffers (BatchNorm statistics), which a forward pass updates per client"
+        return BUFFERS
     return None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 log = logging.getLogger("flwr.fedsuite")
+BUFFERS = "the model has buffers (BatchNorm statistics), which a forward pass updates per client"
 
 
 def say_unbatched(cfg, where: str) -> None:
@@ -25,5 +26,5 @@ def why_not_shared(cfg, has_buffers: bool) -> str | None:
     if cfg["dp-sgd"]:
         return "dp-sgd clips per-record gradients one client at a time"
     if has_buffers:
-        return "the model has buffers (BatchNorm statistics), which a forward pass updates per client"
+        return BUFFERS
     return None

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import traceback
 from functools import partial
 
 from fedsuite.batched.dispatch import BatchedDispatcher, Member
 from fedsuite.batched.shares import LOST_KEY, pack_replies, unpack_instructions
-from fedsuite.client_adapter import MAX_TRACEBACK_CHARS
+from fedsuite.client_adapter import error_reply
 from fedsuite.payload import PARTITION_KEY
 
 log = logging.getLogger("flwr.fedsuite")
@@ -55,6 +54,5 @@ def fit_share(worker, arrays, config) -> tuple[list, int, dict]:
 
 
 def _error(config, err: BaseException) -> dict:
-    details = "".join(traceback.format_exception(err))[-MAX_TRACEBACK_CHARS:]
-    message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
-    return {"partition-id": int(config.get(PARTITION_KEY, -1)), "error": message, "traceback": details, LOST_KEY: 1}
+    """The member's error reply, marked as a failure outside its client's fit (LOST_KEY)."""
+    return {**error_reply(int(config.get(PARTITION_KEY, -1)), err), LOST_KEY: 1}
