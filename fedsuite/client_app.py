@@ -29,6 +29,7 @@ from fedsuite.batched.shares import is_share
 from fedsuite.client_adapter import client_for
 from fedsuite.config import Config, resolve_cached
 from fedsuite.data import with_data_clients
+from fedsuite.host_memory import reuse_host_memory
 from fedsuite.node import ClientNode
 from fedsuite.node_trust import NodeConfigError, NodeRefused, check
 from fedsuite.payload import PARTITION_KEY, STATE_KEY
@@ -45,6 +46,7 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
     state (node config client-state-dir) is in the `run-<state_key>` subfolder (default: Flower's run id)."""
     nc, cfg = context.node_config, resolve_cached(context.run_config)  # the same run config in every message
     check(cfg, nc)  # the operator's allow-list, before any of the run's code or data is touched
+    reuse_host_memory(cfg.run_control.reuse_host_memory)  # this worker's process
     cfg = _with_data_clients(cfg)
     if partition_id is None:
         if "partition-id" not in nc or "num-partitions" not in nc:

@@ -333,6 +333,7 @@ class RunControl(Settings):
     resume_from (resume-from): results folder to continue; '' = a fresh run.
     client_mapping (client-mapping): 'logical' or 'fixed' (one SuperNode per partition).
     device (device): 'auto', 'cpu' or 'cuda'.
+    reuse_host_memory (reuse-host-memory): keep freed large host buffers in the process (fedsuite/host_memory.py).
     """
 
     num_rounds: int = _key("num-server-rounds")
@@ -343,6 +344,7 @@ class RunControl(Settings):
     resume_from: str = _key("resume-from")
     client_mapping: str = _key("client-mapping")
     device: str = _key("device")
+    reuse_host_memory: bool = _key("reuse-host-memory")
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,11 @@ COMMON_KEYS: tuple[Key, ...] = (
         "option; changes the numbers)", ("none", "bf16"), client=True),
     Key("channels-last", False, "4-D inputs in NHWC memory order for local training (GPU speed option)", client=True),
     Key("client-threads", 1, "torch threads per client process", low=1, resumable=True),
+    Key("reuse-host-memory", True, "keep freed model-sized host buffers in each process of the run (server, "
+        "clients) for the next one instead of returning them to the OS and page-faulting them in again (glibc "
+        "only; the same numbers, a process keeps its high-water mark of host memory; docs/performance.md"
+        "#host-memory-freed-buffers-kept-for-reuse)", resumable=True, tunable=False,
+        app="call fedsuite.host_memory.reuse_host_memory(True) in your app's processes"),
     Key("batch-clients", False, "train each round's clients with the same K_i, minibatch sizes and update rule as "
         "one stacked computation (GPU speed option; equal up to float rounding, docs/running/batched.md): in "
         "process, and under flwr run with client-mapping='logical', where each node's share of a round travels in "

@@ -23,6 +23,7 @@ from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.data_checks import check_evaluation_data
 from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator, validation_evaluator
+from fedsuite.host_memory import reuse_host_memory
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.results import RunRecorder, default_run_name
@@ -111,6 +112,7 @@ def claim_client_state(root: Path, state_key: int, results: Path | None) -> None
 
 def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     run = cfg.run_control
+    reuse_host_memory(run.reuse_host_memory)  # the server's process (in process: the clients' too)
     resume = checkpoint.load(resume_folder(cfg)) if run.resume_from else None
     if resume is not None:
         checkpoint.check_compatible(resume, dict(cfg))

@@ -55,7 +55,7 @@ def test_a_batched_row_that_fell_back_says_so(tmp_path):
     import argparse
 
     write_fake_cifar10(tmp_path, train_rows=120, test_rows=20)
-    args = argparse.Namespace(model="cnn", clients=2, steps=2, batch=10, rounds=2, device="cpu")
+    args = argparse.Namespace(model="cnn", clients=2, steps=2, batch=10, rounds=2, device="cpu", host_memory="reuse")
     run_config = {**gpu_round.reference_config(args, "fedavg", str(tmp_path)), **gpu_round.BATCHED,
                   "dp-sgd": True, "dp-sgd-noise": 0.0, "dp-sgd-clip": 1e6}  # fmt: skip
     result = gpu_round.suite_path(run_config, gpu_round.torch.device("cpu"))

@@ -37,6 +37,7 @@ import torch
 
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
+from fedsuite.host_memory import reuse_host_memory
 from fedsuite.inprocess import run_inprocess
 from fedsuite.local import SharpnessAware, UpdateRule, train_local
 from fedsuite.node import ClientNode
@@ -48,6 +49,7 @@ from simulation.benchmarks.fake_cifar import write_fake_cifar10
 TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing"})  # the SAM rule's cost
 SAM_RHO = 0.1  # as simulation/benchmarks/local_loop.py
 BATCHED = {"batch-clients": True}
+HOST_MEMORY = {"reuse": "kept for reuse", "return": "returned to the OS"}  # --host-memory, as the header says it
 STEPWISE = {"cuda-graphs": False}  # batched, every step launched as usual (no CUDA graph)
 
 
@@ -64,6 +66,7 @@ def reference_config(args, algorithm: str, data_dir: str) -> dict:
         "local-steps": args.steps, "batch-size": args.batch, "lr": 0.01, "weight-decay": 1e-3, "clip-norm": 10.0,
         "num-server-rounds": args.rounds, "eval-every": args.rounds + 1, "device": args.device,
         "client-threads": torch.get_num_threads(), "seed": 0,
+        "reuse-host-memory": args.host_memory == "reuse",
     }  # fmt: skip
 
 
@@ -220,6 +223,9 @@ def workload_arguments(parser: argparse.ArgumentParser, argv: list[str] | None, 
     parser.add_argument("--samples", type=int, default=500, help="training samples per client in the fake data")
     parser.add_argument("--data-dir", default="", help="a folder holding cifar-10-batches-py/ (default: fake files)")
     parser.add_argument("--json", default="", help="also write every figure to this file")
+    parser.add_argument("--host-memory", choices=("reuse", "return"), default="reuse",
+                        help="freed host buffers kept for reuse (the run-config default) or returned to the OS "
+                        "(reuse-host-memory=false); every path of the command runs with the same")  # fmt: skip
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 warms up)")
@@ -257,11 +263,13 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args, algorithms: list[str], data_dir: str, device: torch.device) -> dict:
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     x_dim = None
+    reuse_host_memory(args.host_memory == "reuse")  # the bare loop too: every path under one allocator setting
     print(f"device {card}, torch {torch.__version__}; model {args.model} on CIFAR-10-shaped data, {args.clients} "
           f"clients × {args.steps} steps of batch {args.batch}, {args.rounds} rounds (steady: median of rounds "
-          f"2..{args.rounds})", flush=True)  # fmt: skip
+          f"2..{args.rounds}); freed host buffers {HOST_MEMORY[args.host_memory]}", flush=True)  # fmt: skip
     report: dict = {"device": card, "torch": torch.__version__, "model": args.model, "clients": args.clients,
-                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "algorithms": {}}  # fmt: skip
+                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "host_memory": args.host_memory,
+                    "algorithms": {}}  # fmt: skip
     bare: dict[bool, dict] = {}
     for algorithm in algorithms:
         run_config = reference_config(args, algorithm, data_dir)

@@ -42,6 +42,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from fedsuite.config import resolve
 from fedsuite.data import load_dataset
+from fedsuite.host_memory import reuse_host_memory
 from fedsuite.local import minibatches
 from fedsuite.models import build_model
 from fedsuite.node import ClientNode
@@ -59,6 +60,7 @@ def _init(values: dict, threads: int) -> None:
     """Build the process's one model and optimiser, load the dataset and partition, take one warm-up step."""
     torch.set_num_threads(threads)
     cfg = resolve(values)
+    reuse_host_memory(cfg.run_control.reuse_host_memory)  # as the suite's processes do
     node = ClientNode(cfg, 0, int(cfg["num-clients"]))
     ds = node.dataset
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, ds.task)
@@ -135,6 +137,7 @@ def measure(args, rounds: int, num_clients: int, out_dir: Path, one_process: boo
     }  # fmt: skip
     values = {**pyproject_defaults(), **overrides}
     cfg = resolve(values)
+    reuse_host_memory(cfg.run_control.reuse_host_memory)  # the 1-process bare path runs here
     sampler = Sampler(cfg["num-clients"], "fixed", cfg["clients-per-round"], seed=cfg["seed"])
     x0 = initial_model(cfg, load_dataset(cfg))
 

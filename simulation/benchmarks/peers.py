@@ -15,8 +15,11 @@ temporary folder unless --data-dir is given) and partition, every client in ever
 batch, as it does for CIFAR. They run on the same engine, Flower's own round loop (`flwr.server.Server`) with
 in-process client proxies and one client at a time: fedsuite through `fedsuite.inprocess.run_inprocess`, the plain
 app through a `Server` of its own. A round is timed from the end of one aggregation to the end of the next; the
-steady figure is the median of rounds 2..R. Prints both and ends with `peers_ratio <x>` (fedsuite / plain Flower);
-with --batched it also runs fedsuite with batch-clients=true and prints `peers_ratio_batched <x>` before it.
+steady figure is the median of rounds 2..R. The plain app runs first, so it runs with the C library's own
+allocator settings, as a plain app would; fedsuite then keeps freed host buffers for reuse (its run-config default
+reuse-host-memory=true), or not with --host-memory return. Prints both and ends with `peers_ratio <x>` (fedsuite /
+plain Flower); with --batched it also runs fedsuite with batch-clients=true and prints `peers_ratio_batched <x>`
+before it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from fedsuite.schema import ConfigError
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
 from simulation.benchmarks.gpu_round import (
     BATCHED,
+    HOST_MEMORY,
     one_line,
     reference_config,
     steady,
@@ -201,23 +205,24 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(one_line(err))
         card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         print(f"device {card}, torch {torch.__version__}; model {args.model}, {args.clients} clients × {args.steps} "
-              f"steps of batch {args.batch}, FedAvg, {args.rounds} rounds (steady: median of rounds 2..{args.rounds})",
-              flush=True)  # fmt: skip
+              f"steps of batch {args.batch}, FedAvg, {args.rounds} rounds (steady: median of rounds 2..{args.rounds})"
+              f"; freed host buffers {HOST_MEMORY[args.host_memory]} in fedsuite (the plain app runs first, with "
+              f"the C library's defaults)", flush=True)  # fmt: skip
+        plain = plain_path(run_config, args.rounds, device)  # first: fedsuite's allocator setting is the process's
+        print(f"plain Flower (quickstart-style NumPyClient): {plain['steady_s']:.3f} s/round", flush=True)
         suite = suite_path(run_config, device)
         print(f"fedsuite: {suite['steady_s']:.3f} s/round", flush=True)
         batched = suite_path({**run_config, **BATCHED}, device) if args.batched else None
         if batched is not None:
             fell = f" (fell back: {'; '.join(batched['fell_back'])})" if batched["fell_back"] else ""
             print(f"fedsuite, batch-clients=true: {batched['steady_s']:.3f} s/round{fell}", flush=True)
-        plain = plain_path(run_config, args.rounds, device)
-        print(f"plain Flower (quickstart-style NumPyClient): {plain['steady_s']:.3f} s/round", flush=True)
     ratio = suite["steady_s"] / plain["steady_s"]
     if batched is not None:
         print(f"peers_ratio_batched {batched['steady_s'] / plain['steady_s']:.3f}")
     if args.json:
         report = {"device": card, "torch": torch.__version__, "model": args.model, "clients": args.clients,
                   "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "fedsuite": suite,
-                  "plain_flower": plain, "peers_ratio": ratio}  # fmt: skip
+                  "plain_flower": plain, "peers_ratio": ratio, "host_memory": args.host_memory}  # fmt: skip
         if batched is not None:
             report.update(fedsuite_batched=batched, peers_ratio_batched=batched["steady_s"] / plain["steady_s"])
         Path(args.json).write_text(json.dumps(report, indent=2, default=lambda v: np.asarray(v).tolist()))
