@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedsuite.npy_bytes import member_names, read_member, write_npz
+
 BYTES_PER_FLOAT = 4
 
 
@@ -225,9 +227,10 @@ _UNREAD = object()  # a member of the partition's file not read yet
 
 
 class DiskStore(MutableMapping):
-    """Named arrays of one partition in `root/partition-<id>.npz`; the file is replaced atomically. A member is read
-    from the file when it is first asked for, so one that is only deleted (the previous vectors of a write the
-    server confirmed, fedsuite.state.settle) is never read."""
+    """Named arrays of one partition in `root/partition-<id>.npz` (np.savez's format, written and read without
+    numpy's copies: fedsuite.npy_bytes); the file is replaced atomically. A member is read from the file when it is
+    first asked for, so one that is only deleted (the previous vectors of a write the server confirmed,
+    fedsuite.state.settle) is never read."""
 
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None):
         """`owner_key`: the run's state key, recorded as the folder's owner (claim) before its first file."""
@@ -239,16 +242,14 @@ class DiskStore(MutableMapping):
         if self._arrays is None:
             self._arrays = {}
             if self.path.is_file():
-                with np.load(self.path) as members:
-                    self._arrays = dict.fromkeys(members.files, _UNREAD)
+                self._arrays = dict.fromkeys(member_names(self.path), _UNREAD)
         return self._arrays
 
     def __getitem__(self, key):
         arrays = self._load()
         value = arrays[key]
-        if value is _UNREAD:
-            with np.load(self.path) as members:
-                value = arrays[key] = members[key]
+        if value is _UNREAD:  # read-only: a value is replaced, never changed in place
+            value = arrays[key] = read_member(self.path, key)
         return value
 
     def __setitem__(self, key, value):
@@ -272,7 +273,7 @@ class DiskStore(MutableMapping):
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{name: self[name] for name in self._load()})  # members not read yet are read now
+                write_npz(f, {name: self[name] for name in self._load()})  # members not read yet are read now
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

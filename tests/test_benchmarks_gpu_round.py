@@ -63,3 +63,19 @@ def test_a_batched_row_that_fell_back_says_so(tmp_path):
                                    "at a time"]  # fmt: skip
     plain = gpu_round.suite_path({**run_config, "batch-clients": False}, gpu_round.torch.device("cpu"))
     assert plain["fell_back"] == []
+
+
+def test_batching_bound_prints_the_three_gradients_and_its_ratios(capsys):
+    from simulation.benchmarks import batching_bound
+
+    argv = ["--model", "cnn", "--device", "cpu", "--clients", "3", "--batch", "4", "--repeats", "2"]
+    assert batching_bound.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("one at a time (3 × batch 4): ") and lines[2].startswith("one model, batch 12: ")
+    assert lines[3].startswith("stacked (vmap over 3 clients): ")
+    ms = [float(line.rsplit(": ", 1)[1].removesuffix(" ms")) for line in lines[1:4]]
+    ratios = {line.split()[0]: float(line.split()[1]) for line in lines[-3:]}
+    assert ratios["grad_max_abs_diff"] < 1e-5  # the stacked path computed each client's own gradient
+    assert ratios["stacked_ratio"] == pytest.approx(ms[2] / ms[0], abs=0.01, rel=0.05)
+    assert ratios["batching_bound"] == pytest.approx(ms[1] / ms[0], abs=0.01, rel=0.05)
+    assert lines[-1].startswith("batching_bound ")

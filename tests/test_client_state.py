@@ -289,27 +289,16 @@ def test_a_confirmed_writes_previous_vectors_are_deleted_without_being_read(tmp_
     second.set("c_i", torch.full((4,), 2.0))
     second.save(2)  # the file now holds c_i, prev:c_i and the write's round
     read: list[str] = []
-    real_load = np.load
+    real_read = state_module.read_member
 
-    class Counting:
-        def __init__(self, path):
-            self.inner = real_load(path)
-            self.files = self.inner.files
+    def counting(path, key):
+        read.append(key)
+        return real_read(path, key)
 
-        def __getitem__(self, key):
-            read.append(key)
-            return self.inner[key]
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.inner.close()
-
-    monkeypatch.setattr(state_module.np, "load", Counting)
+    monkeypatch.setattr(state_module, "read_member", counting)
     store = DiskStore(tmp_path, 3)
     settle(store, 2)
     assert PREVIOUS + "c_i" not in store and PREVIOUS + "c_i" not in read and WRITE_ROUND in read
     store.flush()
-    monkeypatch.setattr(state_module.np, "load", real_load)
+    monkeypatch.setattr(state_module, "read_member", real_read)
     np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.full(4, 2.0, np.float32))

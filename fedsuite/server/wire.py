@@ -12,11 +12,11 @@ but a plain C-ordered array of a non-object dtype (a Fortran-ordered array, an o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from io import BytesIO
 
 import numpy as np
 from flwr.common import Parameters, ndarrays_to_parameters, parameters_to_ndarrays
-from numpy.lib import format as npy
+
+from fedsuite.npy_bytes import npy_header, npy_view
 
 TENSOR_TYPE = "numpy.ndarray"  # what flwr.common.ndarrays_to_parameters names its tensors
 
@@ -24,14 +24,10 @@ TENSOR_TYPE = "numpy.ndarray"  # what flwr.common.ndarrays_to_parameters names i
 def array_bytes(array: np.ndarray) -> bytes:
     """The bytes `np.save(f, array, allow_pickle=False)` writes, in one piece."""
     array = np.asanyarray(array)
-    if array.dtype.hasobject or not array.flags.c_contiguous or type(array) is not np.ndarray:
+    header = npy_header(array)
+    if header is None:
         return ndarrays_to_parameters([array]).tensors[0]
-    header = BytesIO()
-    try:
-        npy.write_array_header_1_0(header, npy.header_data_from_array_1_0(array))
-    except ValueError:  # a header too long for format 1.0: np.save picks another version
-        return ndarrays_to_parameters([array]).tensors[0]
-    return b"".join((header.getvalue(), memoryview(array).cast("B")))
+    return b"".join((header, memoryview(array).cast("B")))
 
 
 def to_parameters(arrays: Sequence[np.ndarray]) -> Parameters:
@@ -41,21 +37,8 @@ def to_parameters(arrays: Sequence[np.ndarray]) -> Parameters:
 
 def array_view(tensor: bytes) -> np.ndarray:
     """The array `np.load` reads from `tensor`, as a read-only view of its bytes where the format allows."""
-    stream = BytesIO(tensor)
-    version = npy.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran_order, dtype = npy.read_array_header_1_0(stream)
-    elif version == (2, 0):
-        shape, fortran_order, dtype = npy.read_array_header_2_0(stream)
-    else:
-        return parameters_to_ndarrays(Parameters([tensor], TENSOR_TYPE))[0]
-    if fortran_order or dtype.hasobject:
-        return parameters_to_ndarrays(Parameters([tensor], TENSOR_TYPE))[0]
-    count = int(np.prod(shape, dtype=np.int64))
-    if len(tensor) - stream.tell() < count * dtype.itemsize:  # np.load's complaint about a truncated array
-        raise ValueError(f"EOF: reading array data, expected {count * dtype.itemsize} bytes got "
-                         f"{len(tensor) - stream.tell()}")  # fmt: skip
-    return np.frombuffer(tensor, dtype=dtype, count=count, offset=stream.tell()).reshape(shape)
+    view = npy_view(tensor)
+    return view if view is not None else parameters_to_ndarrays(Parameters([tensor], TENSOR_TYPE))[0]
 
 
 def arrays_of(parameters: Parameters) -> list[np.ndarray]:
