@@ -42,6 +42,7 @@ import numpy as np
 from fedsuite import checkpoint_files
 from fedsuite.checkpoint_files import CheckpointError
 from fedsuite.results import OutDirFull, full_message, is_disk_full
+from fedsuite.state import state_files
 
 log = logging.getLogger("flwr.fedsuite")
 FOLDER = "checkpoints"
@@ -148,7 +149,7 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
         snapshot = where = tmp / CLIENT_STATE
         snapshot.mkdir()
         if client_state_root is not None and client_state_root.is_dir():
-            for path in sorted(client_state_root.glob("partition-*.npz")):
+            for path in state_files(client_state_root):
                 where = snapshot / path.name
                 _copy(path, where)
         where = tmp / checkpoint_files.MANIFEST
@@ -298,7 +299,7 @@ def check_node_held_state(ckpt: Checkpoint, rounds: list[int]) -> None:
     only: exact while the crashed run trained at most the round after the checkpoint, i.e. recorded no round past
     it. The state is node-held when the ledger accepted replies but the checkpoint's snapshot holds no file."""
     ledger = ckpt.state.get("accepted") or {}
-    node_held = any(ledger.values()) and not any(ckpt.client_state.glob("partition-*.npz"))
+    node_held = any(ledger.values()) and not state_files(ckpt.client_state)
     later = [r for r in rounds if r > ckpt.server_round]
     if node_held and later:
         raise CheckpointError(
@@ -318,9 +319,9 @@ def restore(strategy, ckpt: Checkpoint, client_state_root: Path | None) -> None:
     if client_state_root is None:
         return
     client_state_root.mkdir(parents=True, exist_ok=True)
-    for path in client_state_root.glob("partition-*.npz"):
+    for path in state_files(client_state_root):
         path.unlink()
-    for path in sorted(ckpt.client_state.glob("partition-*.npz")):
+    for path in state_files(ckpt.client_state):
         try:
             _copy(path, client_state_root / path.name)
         except OSError as err:

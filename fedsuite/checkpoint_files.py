@@ -4,7 +4,7 @@
 size and digest in `manifest.json`, written atomically (a temporary file renamed into place; nothing is left on
 failure). fedsuite.checkpoint seals the temporary folder just before renaming it into place, so a checkpoint
 folder without a manifest was cut short. `verify(folder)` checks that every listed file is there with its size
-and digest and that no file was added (an extra `partition-*.npz` would be restored as client state), and raises
+and digest and that no file was added (an extra `partition-*` file would be restored as client state), and raises
 CheckpointError naming the first bad file and what is wrong with it. Paths are checked in sorted order.
 """
 

@@ -1,21 +1,16 @@
 """`.npy` bytes without numpy's copies: the header np.save writes before an array, an array read as a view of
-such bytes, and `.npz` files (what np.savez writes and np.load reads) built from them. Used for Flower's messages
-(fedsuite.server.wire) and for client-state files of model size (fedsuite.state.DiskStore).
+such bytes, and a member of an `.npz` file (np.savez's) read in one piece. Used for Flower's messages
+(fedsuite.server.wire) and for the `.npz` client-state files of earlier versions (fedsuite.state.DiskStore).
 
-`np.savez` passes every array through a buffered iterator and `tobytes` before the zip member sees it, and `np.load`
-reads a member in 256 KiB pieces into a new array: two extra copies each way of every vector, every round, for every
-client. Here a member is written as its `.npy` header and the array's own memory in one piece, and read in one
-piece as a read-only view of the bytes read (the zip member's checksum is verified as before). Anything but a plain
-C-ordered array of a non-object dtype goes through numpy's own functions, so a file is always one np.load reads to
-the same values, and np.savez's files are read here as they always were.
+`np.load` reads an `.npz` member in 256 KiB pieces into a new array; here it is read in one piece (the zip member's
+checksum verified as before) and viewed. Anything but a plain C-ordered array of a non-object dtype goes through
+numpy's own functions, so the values are always the ones np.load reads.
 """
 
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Mapping
 from io import BytesIO
-from typing import BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy
@@ -54,20 +49,6 @@ def npy_view(data: bytes) -> np.ndarray | None:
         raise ValueError(f"EOF: reading array data, expected {count * dtype.itemsize} bytes got "
                          f"{len(data) - stream.tell()}")  # fmt: skip
     return np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell()).reshape(shape)
-
-
-def write_npz(file: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
-    """np.savez(file, **arrays): a zip of stored members, one `.npy` each."""
-    with zipfile.ZipFile(file, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, value in arrays.items():
-            array = np.asanyarray(value)
-            with archive.open(name + SUFFIX, "w", force_zip64=True) as member:
-                header = npy_header(array)
-                if header is None:
-                    npy.write_array(member, array, allow_pickle=False)
-                else:
-                    member.write(header)
-                    member.write(memoryview(array).cast("B"))
 
 
 def member_names(path) -> list[str]:

@@ -1,7 +1,8 @@
 """Per-partition client state (SCAFFOLD c_i, FedDyn ∇L_i, FedSpeed ĝ_i, FedADMM λ_i …), docs/algorithms/index.md.
 
 A client's vectors are created lazily (zeros) on its first participation, loaded once per fit and written
-back once after it, always as one `.npz` file per partition, replaced atomically (DiskStore). Never in a node's
+back once after it, always as one file per partition (`partition-<id>.state`, fedsuite/state_files.py), replaced
+atomically (DiskStore). Never in a node's
 Flower Context.state: a SuperNode trains many partitions, and Flower's simulation engine may run two
 messages of one node on two workers at once and write the node's Context back last-write-wins, which would lose
 one partition's update. Where the files live (`state_root`), chosen identically by server and clients:
@@ -34,10 +35,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsuite.npy_bytes import member_names, read_member, write_npz
+from fedsuite.npy_bytes import member_names as npz_members
+from fedsuite.npy_bytes import read_member as read_npz_member
+from fedsuite.state_files import read_index, read_member, write_state_file
 
 BYTES_PER_FLOAT = 4
 
+
+STATE_SUFFIX = ".state"  # a partition's client-state file: partition-<id>.state (fedsuite.state_files)
+LEGACY_SUFFIX = ".npz"  # the same, as versions before this format wrote it
+STATE_FILE_PATTERNS = (f"partition-*{STATE_SUFFIX}", f"partition-*{LEGACY_SUFFIX}")
 
 COPIES = 2  # the vectors, and the previous ones until the server confirms the reply that replaced them
 PREVIOUS = "prev:"  # key prefix of the previous vectors
@@ -185,7 +192,7 @@ def check_owner(root: Path, state_key: int | str | None, key: str = "client-stat
     starts), which accepts only a folder without vectors or owner."""
     root = Path(root)
     record = owner(root)
-    vectors = root.is_dir() and any(root.glob("partition-*.npz"))
+    vectors = root.is_dir() and bool(state_files(root))
     if record is None and not vectors:
         return
     if record is not None and state_key is not None and str(record["state-key"]) == str(state_key):
@@ -199,7 +206,7 @@ def check_owner(root: Path, state_key: int | str | None, key: str = "client-stat
     resume = f"resume-from='{results}'" if results else "resume-from=<its results folder>"
     raise StateFolderTaken(
         f"{key}={str(root)!r} holds {whose}; a run never starts from another run's client state: choose another "
-        f"{key}, or empty this one (its partition-*.npz and {OWNER}); to continue that run, resume it ({resume})"
+        f"{key}, or empty this one (its partition-* files and {OWNER}); to continue that run, resume it ({resume})"
     )
 
 
@@ -226,30 +233,46 @@ def claim(root: Path, state_key: int | str, results: str | None = None, key: str
 _UNREAD = object()  # a member of the partition's file not read yet
 
 
+def state_files(root: Path) -> list[Path]:
+    """The client-state files in `root`, sorted: this version's `partition-<id>.state` and the `.npz` files of
+    earlier versions (a resumed run's checkpoint may hold them; DiskStore reads them and writes the new format)."""
+    root = Path(root)
+    return sorted(path for pattern in STATE_FILE_PATTERNS for path in root.glob(pattern))
+
+
 class DiskStore(MutableMapping):
-    """Named arrays of one partition in `root/partition-<id>.npz` (np.savez's format, written and read without
-    numpy's copies: fedsuite.npy_bytes); the file is replaced atomically. A member is read from the file when it is
-    first asked for, so one that is only deleted (the previous vectors of a write the server confirmed,
-    fedsuite.state.settle) is never read."""
+    """Named arrays of one partition in `root/partition-<id>.state` (fedsuite.state_files: raw bytes after a small
+    header); the file is replaced atomically. A member is read from the file when it is first asked for, so one that
+    is only deleted (the previous vectors of a write the server confirmed, fedsuite.state.settle) is never read. A
+    partition with only a `.npz` file of an earlier version is read from it, and its first write replaces it."""
 
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None):
         """`owner_key`: the run's state key, recorded as the folder's owner (claim) before its first file."""
-        self.path = Path(root) / f"partition-{partition_id:06d}.npz"
+        stem = Path(root) / f"partition-{partition_id:06d}"
+        self.path, self.legacy = stem.with_suffix(STATE_SUFFIX), stem.with_suffix(LEGACY_SUFFIX)
         self.owner_key = owner_key
         self._arrays: dict[str, np.ndarray] | None = None
+        self._index: dict | None = None  # the members of self.path; None: read from self.legacy
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
             self._arrays = {}
             if self.path.is_file():
-                self._arrays = dict.fromkeys(member_names(self.path), _UNREAD)
+                self._index = read_index(self.path)
+                self._arrays = dict.fromkeys(self._index, _UNREAD)
+            elif self.legacy.is_file():
+                self._arrays = dict.fromkeys(npz_members(self.legacy), _UNREAD)
         return self._arrays
 
     def __getitem__(self, key):
         arrays = self._load()
         value = arrays[key]
-        if value is _UNREAD:  # read-only: a value is replaced, never changed in place
-            value = arrays[key] = read_member(self.path, key)
+        if value is _UNREAD:
+            if self._index is not None:
+                value = read_member(self.path, self._index, key)
+            else:
+                value = read_npz_member(self.legacy, key)
+            arrays[key] = value
         return value
 
     def __setitem__(self, key, value):
@@ -266,18 +289,21 @@ class DiskStore(MutableMapping):
 
     def flush(self) -> None:
         """Replace the file at once: written beside it and renamed; a failure at any byte (a full disk) removes
-        the temporary file and leaves the previous file as it was."""
+        the temporary file and leaves the previous file as it was. A `.npz` file of an earlier version goes once the
+        new file is in place."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.owner_key is not None and not (self.path.parent / OWNER).is_file():
             claim(self.path.parent, self.owner_key)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                write_npz(f, {name: self[name] for name in self._load()})  # members not read yet are read now
+                write_state_file(f, {name: self[name] for name in self._load()})  # members not read yet read now
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self._index = None  # every member is in memory now
+        self.legacy.unlink(missing_ok=True)
 
 
 class ClientState:

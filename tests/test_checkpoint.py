@@ -13,6 +13,7 @@ from fedsuite import checkpoint, costs
 from fedsuite import testing as kit
 from fedsuite.inprocess import run_inprocess
 from fedsuite.registry import ALGORITHMS
+from fedsuite.state_files import read_arrays
 
 TINY = {
     "dataset": "synthetic-lsq",
@@ -35,9 +36,8 @@ same = kit.identical  # bitwise equality of checkpointable values (fedsuite.test
 def client_files(folder) -> dict[str, dict[str, np.ndarray]]:
     ckpt = checkpoint.load(folder)
     out = {}
-    for path in sorted(ckpt.client_state.glob("partition-*.npz")):
-        with np.load(path) as z:
-            out[path.name] = {k: z[k] for k in z.files}
+    for path in sorted(ckpt.client_state.glob("partition-*.state")):
+        out[path.name] = read_arrays(path)
     return out
 
 

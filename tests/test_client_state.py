@@ -4,6 +4,8 @@ docs/algorithms/index.md."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +18,17 @@ from fedsuite.data import load_dataset
 from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.registry import ALGORITHMS
 from fedsuite.sampling import Sampler
-from fedsuite.state import ClientState, DiskStore, choose_backend, describe, effective, state_bytes, state_root
+from fedsuite.state import (
+    ClientState,
+    DiskStore,
+    choose_backend,
+    describe,
+    effective,
+    state_bytes,
+    state_files,
+    state_root,
+)
+from fedsuite.state_files import StateFileError
 from tests.observing import Rows, Watch
 
 SMALL = {
@@ -54,8 +66,61 @@ def test_disk_store_round_trip_and_atomic_replace(tmp_path):
     np.testing.assert_array_equal(again["c_i"], np.arange(4))
     again["c_i"] = np.ones(4, np.float32)
     again.flush()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["partition-000003.npz"]  # no temp files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["partition-000003.state"]  # no temp files left
     np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.ones(4))
+
+
+def test_a_state_file_holds_any_numeric_array_and_refuses_others(tmp_path):
+    arrays = {"c_i": np.arange(5, dtype=np.float32) / 3, "empty": np.zeros(0, np.float32), "write-round":
+              np.array([7], np.int64), "scalar": np.float64(2.5) * np.ones(()), "matrix": np.arange(12.0).reshape(3, 4),
+              "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "big-endian": np.arange(3, dtype=">i4"),
+              "flags": np.array([True, False]), "complex": np.array([1 + 2j])}  # fmt: skip
+    store = DiskStore(tmp_path, 1)
+    store.update(arrays)
+    store.flush()
+    again = DiskStore(tmp_path, 1)
+    assert list(again) == list(arrays)
+    for name, expected in arrays.items():
+        assert again[name].dtype == expected.dtype and again[name].shape == expected.shape
+        np.testing.assert_array_equal(again[name], expected)
+        assert again[name].flags.writeable
+    store["names"] = np.array(["a"], dtype=object)
+    with pytest.raises(TypeError, match="'names' has dtype object"):
+        store.flush()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["partition-000001.state"]  # the file before, nothing else
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: os.truncate(p, p.stat().st_size - 1), r"partition-000002\.state is corrupt: \d+ bytes, its header "
+                                                          r"says \d+ \(truncated or appended to\)"),
+        (lambda p: p.write_bytes(p.read_bytes() + b"x"), r"\(truncated or appended to\)"),
+        (lambda p: os.truncate(p, 5), r"partition-000002\.state is not a fedsuite client-state file"),
+        (lambda p: p.write_bytes(b"PK\x03\x04" + p.read_bytes()[4:]), "is not a fedsuite client-state file"),
+        (lambda p: p.write_bytes(p.read_bytes().replace(b'"shape": [4]', b'"shape": [9]')),
+         r"member 'c_i' does not fit its header"),
+        (lambda p: p.write_bytes(p.read_bytes().replace(b'"members"', b'"membres"')), "its header cannot be read"),
+    ],
+)  # fmt: skip
+def test_a_damaged_state_file_is_refused_naming_it(tmp_path, damage, message):
+    store = DiskStore(tmp_path, 2)
+    store["c_i"] = np.arange(4, dtype=np.float32)
+    store.flush()
+    damage(store.path)
+    with pytest.raises(StateFileError, match=message):
+        DiskStore(tmp_path, 2)["c_i"]
+
+
+def test_a_partition_file_of_an_earlier_version_is_read_and_replaced_by_the_first_write(tmp_path):
+    np.savez(tmp_path / "partition-000004.npz", c_i=np.full(3, 2.0, np.float32))
+    assert [p.name for p in state_files(tmp_path)] == ["partition-000004.npz"]
+    state = ClientState(DiskStore(tmp_path, 4), 3)
+    np.testing.assert_array_equal(state.get("c_i").numpy(), np.full(3, 2.0))
+    state.set("c_i", state.get("c_i") + 1)
+    state.save()
+    assert [p.name for p in tmp_path.iterdir()] == ["partition-000004.state"]
+    np.testing.assert_array_equal(DiskStore(tmp_path, 4)["c_i"], np.full(3, 3.0))
 
 
 def test_client_state_is_lazy_zeros_and_saves_to_its_partition_file(tmp_path):
@@ -221,7 +286,7 @@ def test_client_state_is_what_it_was_when_the_client_last_trained(mode, tmp_path
         expected = np.sum(uploads.get(pid, [np.zeros(strategy.dim)]), axis=0)
         np.testing.assert_allclose(c_i, expected, atol=1e-6)
         assert (pid in uploads) == (np.abs(c_i).max() > 0)  # created lazily, on first participation only
-    assert {int(p.stem.split("-")[1]) for p in root.glob("partition-*.npz")} == set(uploads)
+    assert {int(p.stem.split("-")[1]) for p in root.glob("partition-*.state")} == set(uploads)
     if mode == "memory":
         remove_client_state(strategy)
         assert not any(tmp_path.iterdir())
@@ -291,9 +356,9 @@ def test_a_confirmed_writes_previous_vectors_are_deleted_without_being_read(tmp_
     read: list[str] = []
     real_read = state_module.read_member
 
-    def counting(path, key):
+    def counting(path, index, key):
         read.append(key)
-        return real_read(path, key)
+        return real_read(path, index, key)
 
     monkeypatch.setattr(state_module, "read_member", counting)
     store = DiskStore(tmp_path, 3)

@@ -24,6 +24,7 @@ import pytest
 
 from fedsuite import checkpoint, checkpoint_files, state
 from fedsuite.results import RESERVE, OutDirFull, RunRecorder, mark_stopped
+from fedsuite.state_files import read_arrays
 from tests.conftest import SESSION
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -151,7 +152,7 @@ def test_client_state_on_a_full_disk_keeps_the_previous_file(tmp_path):
             k: v for k, v in snapshot(disk).items() if k.startswith("filler")
         }
         assert not temporaries(disk)
-        np.testing.assert_array_equal(np.load(disk / "partition-000003.npz")["c"], np.ones(10, np.float32))
+        np.testing.assert_array_equal(read_arrays(disk / "partition-000003.state")["c"], np.ones(10, np.float32))
 
 
 def test_the_reaper_removes_flwr_home_when_the_summary_cannot_be_written(tmp_path):
@@ -276,7 +277,7 @@ def test_check_with_resume_from_says_ok_for_an_unchanged_config(checkpointed):
     assert "checkpoint whole" in res.stdout
 
 
-@pytest.mark.parametrize("name", ["server.npz", "client-state/partition-000003.npz", "rows.jsonl"])
+@pytest.mark.parametrize("name", ["server.npz", "client-state/partition-000003.state", "rows.jsonl"])
 def test_a_corrupt_checkpoint_file_is_named_with_exit_2_before_anything_starts(checkpointed, tmp_path, name):
     import shutil
 
@@ -417,7 +418,7 @@ def test_a_client_state_dir_that_fills_up_fails_the_run_with_whole_state_files(t
                                            f"client-state-dir='{states}'"))  # fmt: skip
         try:
             deadline = time.monotonic() + 240
-            while len(list(states.glob("partition-*.npz"))) < 4 and time.monotonic() < deadline:
+            while len(list(states.glob("partition-*.state"))) < 4 and time.monotonic() < deadline:
                 assert proc.poll() is None, (tmp_path / "console.txt").read_text()[-3000:]
                 time.sleep(0.3)
             fill(states)
@@ -431,6 +432,5 @@ def test_a_client_state_dir_that_fills_up_fails_the_run_with_whole_state_files(t
         assert json.loads((out / "r" / "summary.json").read_text())["status"] == "failed"
         assert "No space left on device" in (out / "r" / "clients.log").read_text()
         assert not temporaries(states)
-        for path in states.glob("partition-*.npz"):
-            with np.load(path) as z:
-                assert all(np.isfinite(z[k]).all() for k in z.files)
+        files = list(states.glob("partition-*.state"))
+        assert files and all(np.isfinite(a).all() for path in files for a in read_arrays(path).values())

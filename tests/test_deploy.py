@@ -26,6 +26,7 @@ from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
 from fedsuite import checkpoint
 from fedsuite.inprocess import InProcessProxy, client_store, remove_client_state, run_inprocess
+from fedsuite.state_files import read_arrays
 from tests.deploy_testbed import DEPLOY, Testbed, available
 from tests.observing import Rows
 
@@ -189,7 +190,7 @@ def test_supernode_restart_between_rounds_keeps_its_client_state(bed):
     started = time.monotonic()
     proc = start_run(bed, RESTART, "restart")
     wait_for(lambda: len(rows(bed, "restart")) >= 2, proc, bed, "run-restart")  # rows 0 and 1: round 2 started
-    (state_file,) = (bed.root / "state-0").glob("run-*/partition-000000.npz")  # one subfolder per run
+    (state_file,) = (bed.root / "state-0").glob("run-*/partition-000000.state")  # one subfolder per run
     before = dict(np.load(state_file))
     assert np.abs(before["c_i"]).sum() > 0  # SCAFFOLD wrote a non-zero control variate in round 1
     old = bed.processes("node0")
@@ -216,7 +217,7 @@ def test_the_comparison_would_notice_a_lost_client_state(tmp_path):
 
     def forgetful(self, ins, timeout, group_id):
         if int(ins.config["round"]) == 3:
-            for path in (tmp_path / "forgetful").glob("partition-000000.npz"):
+            for path in (tmp_path / "forgetful").glob("partition-000000.state"):
                 path.unlink()
         return fit(self, ins, timeout, group_id)
 
@@ -324,7 +325,7 @@ def test_slow_supernode_misses_the_round_deadline_and_rejoins_consistent(bed):
     reference = _run_losing(TIMEOUT, {2}, bed.root / "ref-slow", keep_client_state=True)
     assert final_error(bed, name) == pytest.approx(error_of(reference), rel=1e-6)
     (run_folder,) = set(node_state.glob("run-*")) - before
-    node_c = np.load(run_folder / "partition-000000.npz")["c_i"]
+    node_c = read_arrays(run_folder / "partition-000000.state")["c_i"]
     reference_c = client_store(reference, 0)["c_i"]
     assert np.allclose(node_c, reference_c, rtol=1e-5, atol=1e-7), np.abs(node_c - reference_c).max()
     remove_client_state(reference)

@@ -170,7 +170,7 @@ def test_the_surface_runs_the_suites_algorithm_bit_for_bit(case, tmp_path, reque
     if suite.buffers is not None:
         assert surface.buffers is not None and kit.identical(surface.buffers, suite.buffers)
     stateful = costs.client_state(algorithm) or extra.get("buffers") == "local"
-    assert len(list((tmp_path / "state").glob("partition-*.npz"))) == (run_config["num-clients"] if stateful else 0)
+    assert len(list((tmp_path / "state").glob("partition-*.state"))) == (run_config["num-clients"] if stateful else 0)
 
 
 def test_scaffold_through_the_surface_reaches_the_federations_optimum(tmp_path):
@@ -330,7 +330,7 @@ def test_example_app_runs_scaffold_under_flwr_run(tmp_path):
     assert [row["round"] for row in rows] == [0, 1, 2]
     assert rows[-1]["replies"] == rows[-1]["cohort"] == 3 and rows[-1]["accuracy"] > rows[0]["accuracy"]
     assert rows[-1]["fed_clients"] == 3 and 0.0 < rows[-1]["fed_accuracy"] <= 1.0  # each on its own test loader
-    assert len(list((tmp_path / "state").rglob("partition-*.npz"))) == 3  # c_i of every SuperNode's partition
+    assert len(list((tmp_path / "state").rglob("partition-*.state"))) == 3  # c_i of every SuperNode's partition
 
 
 @pytest.mark.slow

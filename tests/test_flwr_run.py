@@ -162,7 +162,7 @@ def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_ho
     def forgetful_fit(self, ins, timeout, group_id):  # what lost client state would look like
         root = Path(tempfile.gettempdir())  # the per-run folders of both modes are below one of these two
         for folder in (SHARED_MEMORY, root):
-            for path in folder.glob(f"fedsuite-client-state*/run-{self.context.run_id}/*.npz"):
+            for path in folder.glob(f"fedsuite-client-state*/run-{self.context.run_id}/*.state"):
                 path.unlink()
         return fit(self, ins, timeout, group_id)
 
@@ -296,7 +296,7 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
     folder = launch.run({**cfg, "out-dir": str(tmp_path), "run-name": "r", "checkpoint-every": 3}, quiet=True,
                      supernodes=2)  # fmt: skip
     ckpt = checkpoint.load(folder)
-    assert ckpt.server_round == 3 and len(list(ckpt.client_state.glob("*.npz"))) > 20
+    assert ckpt.server_round == 3 and len(list(ckpt.client_state.glob("*.state"))) > 20
     if mode == "disk":
         shutil.rmtree(tmp_path / "state")
     inprocess = run_inprocess(cfg)

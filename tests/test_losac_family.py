@@ -18,6 +18,7 @@ from fedsuite.inprocess import client_store, run_inprocess
 from fedsuite.local import LocalData, StepContext
 from fedsuite.sampling import Sampler
 from fedsuite.state import effective, state_bytes
+from fedsuite.state_files import read_arrays
 from fedsuite.variance import BlockTable, FixedBlocks, NuclearShrink, SoftThreshold, numerical_rank
 from tests import reference_losac as ref
 from tests.observing import Watch
@@ -204,8 +205,8 @@ def test_block_tables_persist_on_disk_like_every_client_state(tmp_path):
     cfg = {**PARTIAL, "algorithm": "losac", "client-state": "disk", "client-state-dir": str(tmp_path)}
     memory = run_inprocess({**PARTIAL, "algorithm": "losac"}).x
     assert rel(run_inprocess(cfg).x, memory) < 1e-6
-    files = sorted(tmp_path.glob("partition-*.npz"))
-    assert files and {f"y_{j}" for j in range(4)} <= set(np.load(files[0]).files)
+    files = sorted(tmp_path.glob("partition-*.state"))
+    assert files and {f"y_{j}" for j in range(4)} <= set(read_arrays(files[0]))
 
 
 # ---- the stages themselves -----------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_a_simulation_uses_a_two_node_ray_cluster(tmp_path, monkeypatch):
         # a node that has 1, so one on each node.
         actors = [p for p in Path(ray_tmp).rglob("worker-*.out") if b":actor_name:ClientAppActor" in p.read_bytes()]
         assert len(actors) == 2, "the client workers did not run on the cluster's two nodes"
-        assert len(list(shared.glob("partition-*.npz"))) >= 4  # trained clients wrote their state there
+        assert len(list(shared.glob("partition-*.state"))) >= 4  # trained clients wrote their state there
         error = json.loads((folder / "rounds.jsonl").read_text().splitlines()[-1])["relative_error"]
         shared_copy = tmp_path / "inprocess-state"
         direct = run_inprocess({**cfg, "client-state-dir": str(shared_copy)})

@@ -14,6 +14,7 @@ from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.models import ModelError, initial_vector, seeded_model, trainable
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server_app import check_model
+from fedsuite.state_files import read_arrays
 
 HERE = "tests.test_user_models"
 
@@ -242,7 +243,7 @@ def test_a_resumed_run_with_buffers_equals_the_uninterrupted_one(buffers, tmp_pa
         from fedsuite import checkpoint
 
         def kept(folder):
-            files = sorted(checkpoint.load(folder).client_state.glob("partition-*.npz"))
-            return [np.load(f)["buffers"].tobytes() for f in files]
+            files = sorted(checkpoint.load(folder).client_state.glob("partition-*.state"))
+            return [read_arrays(f)["buffers"].tobytes() for f in files]
 
         assert kept(tmp_path / "full") and kept(tmp_path / "full") == kept(tmp_path / "part")

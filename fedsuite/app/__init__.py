@@ -23,7 +23,8 @@ Both halves run fedsuite's own code: the server rule of strategies/ inside fedsu
 algorithm's client class of clients/ on fedsuite's shared local loop, so a run equals the suite's run of the same
 algorithm, model and data. Where state lives: the global model and the algorithm's server state (SCAFFOLD's c,
 FedSpeed's duals …) in the strategy object, in the ServerApp's process; each client's persistent vectors (c_i, ĝ_i
-…) in `state_dir`, one .npz file per partition, written atomically after each fit; never in Flower's Context.
+…) in `state_dir`, one file per partition (`partition-<id>.state`), written atomically after each fit; never in
+Flower's Context.
 """
 
 from fedsuite.app.client import client
