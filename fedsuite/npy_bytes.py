@@ -42,7 +42,7 @@ def npy_view(data: bytes) -> np.ndarray | None:
         shape, fortran_order, dtype = npy.read_array_header_2_0(stream)
     else:
         return None
-    if fortran_order or dtype.hasobject:
+    if fortran_order or dtype.hasobject or any(n < 0 for n in shape):  # np.load refuses a negative dimension
         return None
     count = int(np.prod(shape, dtype=np.int64))
     if len(data) - stream.tell() < count * dtype.itemsize:  # np.load's complaint about a truncated array

@@ -37,7 +37,7 @@ import torch
 
 from fedsuite.npy_bytes import member_names as npz_members
 from fedsuite.npy_bytes import read_member as read_npz_member
-from fedsuite.state_files import read_index, read_member, write_state_file
+from fedsuite.state_files import Index, read_arrays, read_index, read_member, write_state_file
 
 BYTES_PER_FLOAT = 4
 
@@ -240,6 +240,14 @@ def state_files(root: Path) -> list[Path]:
     return sorted(path for pattern in STATE_FILE_PATTERNS for path in root.glob(pattern))
 
 
+def file_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of one client-state file (this version's format or an earlier version's `.npz`), by name."""
+    path = Path(path)
+    if path.suffix == LEGACY_SUFFIX:
+        return {name: read_npz_member(path, name) for name in npz_members(path)}
+    return read_arrays(path)
+
+
 class DiskStore(MutableMapping):
     """Named arrays of one partition in `root/partition-<id>.state` (fedsuite.state_files: raw bytes after a small
     header); the file is replaced atomically. A member is read from the file when it is first asked for, so one that
@@ -252,14 +260,14 @@ class DiskStore(MutableMapping):
         self.path, self.legacy = stem.with_suffix(STATE_SUFFIX), stem.with_suffix(LEGACY_SUFFIX)
         self.owner_key = owner_key
         self._arrays: dict[str, np.ndarray] | None = None
-        self._index: dict | None = None  # the members of self.path; None: read from self.legacy
+        self._index: Index | None = None  # the members of self.path; None: read from self.legacy
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
             self._arrays = {}
             if self.path.is_file():
                 self._index = read_index(self.path)
-                self._arrays = dict.fromkeys(self._index, _UNREAD)
+                self._arrays = dict.fromkeys(self._index.members, _UNREAD)
             elif self.legacy.is_file():
                 self._arrays = dict.fromkeys(npz_members(self.legacy), _UNREAD)
         return self._arrays
@@ -270,8 +278,8 @@ class DiskStore(MutableMapping):
         if value is _UNREAD:
             if self._index is not None:
                 value = read_member(self.path, self._index, key)
-            else:
-                value = read_npz_member(self.legacy, key)
+            else:  # a copy, writable as a value read from a .state file is
+                value = read_npz_member(self.legacy, key).copy()
             arrays[key] = value
         return value
 

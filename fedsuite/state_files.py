@@ -19,8 +19,11 @@ stored: nothing in a state file is ever unpickled.
 from __future__ import annotations
 
 import json
+import math
+import os
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,6 +32,7 @@ import numpy as np
 MAGIC = b"FEDSTAT\x01"
 ALIGN = 64
 _LENGTH = struct.Struct("<Q")
+MAX_HEADER = 1 << 24  # bytes: far above any real header (a few hundred bytes a member)
 KINDS = "biufc"  # numpy dtype kinds a state file holds: booleans, integers, floats, complex
 
 
@@ -66,50 +70,76 @@ def write_state_file(file: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
         file.write(b"\0" * (offset - written))
 
 
-def read_index(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...], int, int]]:
-    """Each member's (dtype, shape, position in the file, bytes); StateFileError for a file that is not whole."""
+def _count(value) -> int:
+    """A header's integer: a JSON integer ≥ 0 (not a boolean, a float or a string), else ValueError."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a non-negative integer")
+    return value
+
+
+@dataclass(frozen=True)
+class Index:
+    """A state file's members, name → (dtype, shape, position in the file, bytes), and the file's (device, inode,
+    size) when it was indexed."""
+
+    members: dict[str, tuple[np.dtype, tuple[int, ...], int, int]]
+    identity: tuple[int, int, int]
+
+
+def read_index(path: Path) -> Index:
+    """The file's Index; StateFileError for a file that is not whole or whose header does not describe it."""
     path = Path(path)
-    size = path.stat().st_size
     with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
         lead = f.read(len(MAGIC) + _LENGTH.size)
         if len(lead) < len(MAGIC) + _LENGTH.size or lead[: len(MAGIC)] != MAGIC:
             raise StateFileError(f"{path} is not a fedsuite client-state file (or it is truncated)")
         (length,) = _LENGTH.unpack(lead[len(MAGIC) :])
-        raw = f.read(length) if length <= size else b""
+        if length > min(MAX_HEADER, stat.st_size):
+            raise StateFileError(f"{path} is corrupt: its header would be {length} bytes")
+        raw = f.read(length)
     try:
         header = json.loads(raw)
         start = _aligned(len(MAGIC) + _LENGTH.size + length)
-        if size != start + int(header["end"]):
-            raise StateFileError(f"{path} is corrupt: {size} bytes, its header says {start + int(header['end'])} "
+        end = _count(header["end"])
+        if stat.st_size != start + end:
+            raise StateFileError(f"{path} is corrupt: {stat.st_size} bytes, its header says {start + end} "
                                  "(truncated or appended to)")  # fmt: skip
-        index = {}
+        members: dict = {}
         for m in header["members"]:
-            dtype, shape = np.dtype(m["dtype"]), tuple(int(n) for n in m["shape"])
-            count = int(np.prod(shape, dtype=np.int64))
-            if dtype.kind not in KINDS or count * dtype.itemsize != int(m["bytes"]) or int(m["offset"]) < 0 or \
-                    int(m["offset"]) + int(m["bytes"]) > int(header["end"]):  # fmt: skip
-                raise StateFileError(f"{path} is corrupt: member {m.get('name')!r} does not fit its header")
-            index[str(m["name"])] = (dtype, shape, start + int(m["offset"]), int(m["bytes"]))
+            dtype = np.dtype(str(m["dtype"]))
+            shape = tuple(_count(n) for n in m["shape"]) if isinstance(m["shape"], list) else None
+            offset, nbytes = _count(m["offset"]), _count(m["bytes"])
+            name = m["name"]
+            fits = dtype.kind in KINDS and dtype.subdtype is None and shape is not None and type(name) is str
+            if not fits or name in members or math.prod(shape) * dtype.itemsize != nbytes or offset + nbytes > end:
+                raise StateFileError(f"{path} is corrupt: member {str(name)[:60]!r} does not fit its header")
+            members[name] = (dtype, shape, start + offset, nbytes)
     except StateFileError:
         raise
-    except (ValueError, TypeError, KeyError) as err:
-        raise StateFileError(f"{path} is corrupt: its header cannot be read ({type(err).__name__})") from None
-    return index
+    except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as err:
+        why = f"{type(err).__name__}: {err}".splitlines()[0][:120]
+        raise StateFileError(f"{path} is corrupt: its header cannot be read ({why})") from None
+    return Index(members, (stat.st_dev, stat.st_ino, stat.st_size))
 
 
-def read_member(path: Path, index: dict, name: str) -> np.ndarray:
-    """Member `name` of the file `index` (read_index's) describes, in a new array."""
-    dtype, shape, position, nbytes = index[name]
+def read_member(path: Path, index: Index, name: str) -> np.ndarray:
+    """Member `name` of the file `index` (read_index's) describes, in a new array; StateFileError if the file was
+    replaced or changed in length since it was indexed."""
+    dtype, shape, position, nbytes = index.members[name]
     array = np.empty(shape, dtype)
     with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
+        if (stat.st_dev, stat.st_ino, stat.st_size) != index.identity:
+            raise StateFileError(f"{path} changed while it was read (replaced by another writer?)")
         f.seek(position)
         got = f.readinto(array.reshape(-1).view(np.uint8)) if nbytes else 0
     if got != nbytes:
-        raise StateFileError(f"{path} is corrupt: a member ends early ({got} of {nbytes} bytes)")
+        raise StateFileError(f"{path} is corrupt: member {name!r} ends early ({got} of {nbytes} bytes)")
     return array
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
     """Every member of the file, by name (to inspect a file: `python -c` or a notebook)."""
     index = read_index(path)
-    return {name: read_member(path, index, name) for name in index}
+    return {name: read_member(path, index, name) for name in index.members}

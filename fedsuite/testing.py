@@ -239,12 +239,9 @@ def identical(a: Any, b: Any) -> bool:
 
 def _checkpointed_client_state(folder: Path) -> dict[str, dict[str, np.ndarray]]:
     from fedsuite import checkpoint
+    from fedsuite.state import file_arrays, state_files
 
-    out = {}
-    for path in sorted(checkpoint.load(folder).client_state.glob("partition-*.npz")):
-        with np.load(path) as z:
-            out[path.name] = {k: z[k] for k in z.files}
-    return out
+    return {path.name: file_arrays(path) for path in state_files(checkpoint.load(folder).client_state)}
 
 
 def check_checkpoint_round_trip(algorithm: str, folder: Path | str | None = None,

@@ -4,7 +4,9 @@ docs/algorithms/index.md."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -112,6 +114,64 @@ def test_a_damaged_state_file_is_refused_naming_it(tmp_path, damage, message):
         DiskStore(tmp_path, 2)["c_i"]
 
 
+def crafted(path, header: bytes, data: int) -> None:
+    """A file with this format's mark, the given header and `data` zero bytes after the aligned start."""
+    from fedsuite.state_files import ALIGN, MAGIC
+
+    lead = MAGIC + len(header).to_bytes(8, "little") + header
+    path.write_bytes(lead + b"\0" * (-len(lead) % ALIGN) + b"\0" * data)
+
+
+def member(**fields) -> bytes:
+    entry = {"name": "c_i", "dtype": "<f4", "shape": [4], "offset": 0, "bytes": 16, **fields}
+    return json.dumps({"members": [entry], "end": 64}).encode()
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (member(shape=[-2, -2]), "is not a non-negative integer"),
+        (member(shape=[2**40, 2**40]), "'c_i' does not fit its header"),
+        (member(shape="4"), "'c_i' does not fit its header"),
+        (member(shape=[4.0]), "is not a non-negative integer"),
+        (member(dtype="O"), "'c_i' does not fit its header"),
+        (member(dtype="V16", shape=[1]), "'c_i' does not fit its header"),
+        (member(dtype="(2,)<f4", shape=[2]), "'c_i' does not fit its header"),
+        (member(dtype=None), "its header cannot be read"),
+        (member(offset=60), "'c_i' does not fit its header"),
+        (member(name=7), "'7' does not fit its header"),
+        (member(bytes=True), "is not a non-negative integer"),
+        (b'{"members": [], "end": 1e400}', "is not a non-negative integer"),
+        (b"[" * 100_000 + b"]" * 100_000, "its header cannot be read"),
+        (json.dumps({"members": [json.loads(member())["members"][0]] * 2, "end": 64}).encode(),
+         "'c_i' does not fit its header"),
+    ],
+)  # fmt: skip
+def test_a_hostile_header_is_refused_naming_the_file(tmp_path, header, message):
+    path = tmp_path / "partition-000005.state"
+    crafted(path, header, 64)
+    with pytest.raises(StateFileError, match=r"partition-000005\.state .*" + re.escape(message)):
+        state_module.DiskStore(tmp_path, 5)["c_i"]
+
+
+def test_a_header_longer_than_the_file_and_a_file_replaced_while_read_are_refused(tmp_path):
+    path = tmp_path / "partition-000005.state"
+    crafted(path, member(), 64)
+    data = bytearray(path.read_bytes())
+    data[8:16] = (2**62).to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateFileError, match="its header would be"):
+        DiskStore(tmp_path, 5)["c_i"]
+    crafted(path, member(), 64)
+    store = DiskStore(tmp_path, 5)
+    assert list(store) == ["c_i"]  # indexed, not read yet
+    other = DiskStore(tmp_path, 5)
+    other["c_i"] = np.ones(4, np.float32)
+    other.flush()  # another writer replaced the file
+    with pytest.raises(StateFileError, match="changed while it was read"):
+        store["c_i"]
+
+
 def test_a_partition_file_of_an_earlier_version_is_read_and_replaced_by_the_first_write(tmp_path):
     np.savez(tmp_path / "partition-000004.npz", c_i=np.full(3, 2.0, np.float32))
     assert [p.name for p in state_files(tmp_path)] == ["partition-000004.npz"]
@@ -121,6 +181,11 @@ def test_a_partition_file_of_an_earlier_version_is_read_and_replaced_by_the_firs
     state.save()
     assert [p.name for p in tmp_path.iterdir()] == ["partition-000004.state"]
     np.testing.assert_array_equal(DiskStore(tmp_path, 4)["c_i"], np.full(3, 3.0))
+    np.savez(tmp_path / "partition-000004.npz", c_i=np.zeros(3, np.float32))  # both kinds: the newer format wins
+    both = DiskStore(tmp_path, 4)
+    np.testing.assert_array_equal(both["c_i"], np.full(3, 3.0))
+    both.flush()
+    assert [p.name for p in tmp_path.iterdir()] == ["partition-000004.state"]
 
 
 def test_client_state_is_lazy_zeros_and_saves_to_its_partition_file(tmp_path):

@@ -191,13 +191,13 @@ def test_supernode_restart_between_rounds_keeps_its_client_state(bed):
     proc = start_run(bed, RESTART, "restart")
     wait_for(lambda: len(rows(bed, "restart")) >= 2, proc, bed, "run-restart")  # rows 0 and 1: round 2 started
     (state_file,) = (bed.root / "state-0").glob("run-*/partition-000000.state")  # one subfolder per run
-    before = dict(np.load(state_file))
+    before = read_arrays(state_file)
     assert np.abs(before["c_i"]).sum() > 0  # SCAFFOLD wrote a non-zero control variate in round 1
     old = bed.processes("node0")
     assert old and not bed.stop("node0")
     start_node(bed, 0)
     assert not set(old) & set(bed.processes("node0"))
-    after = dict(np.load(state_file))
+    after = read_arrays(state_file)
     assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
     finish(bed, proc, "restart")
     got = rows(bed, "restart")

@@ -16,6 +16,7 @@ import pytest
 from fedsuite import checkpoint, checkpoint_files
 from fedsuite.declared import Vector
 from fedsuite.results import OutDirFull
+from fedsuite.state import DiskStore, state_files
 from fedsuite.strategies.fedavg import FedAvg
 
 # FedAvg's halves, as the built-in entries name them (fedsuite/builtin_algorithms.py)
@@ -131,6 +132,18 @@ def test_damage_to_live_client_state_in_place_does_not_reach_the_checkpoint(tmp_
         f.write(b"damage")
     checkpoint_files.verify(folder)
     assert os.stat(live / "partition-0.npz").st_nlink == 1 == os.stat(folder / "client-state/partition-0.npz").st_nlink
+
+
+def test_a_resume_puts_back_the_checkpoints_state_files_of_either_format_and_nothing_else(tmp_path):
+    results, live = tmp_path / "run", live_state(tmp_path / "state")  # `.npz` files, as earlier versions wrote them
+    write(results, 2, live)
+    for path in list(live.iterdir()):
+        path.unlink()
+    later = DiskStore(live, 7)  # a write after the checkpoint, in this version's format
+    later["c_i"] = np.zeros(4, np.float32)
+    later.flush()
+    checkpoint.restore(FakeStrategy(), checkpoint.load(results), live)
+    assert [p.name for p in state_files(live)] == ["partition-0.npz", "partition-1.npz"]
 
 
 # ---- image folders ------------------------------------------------------------------------------------------------

@@ -56,10 +56,16 @@ def test_a_new_run_refuses_a_client_state_folder_holding_another_runs_state(tmp_
     np.testing.assert_array_equal(final_model(scaffold(folder, tmp_path, "c")), first)
 
 
-def test_files_of_no_known_run_are_refused_too(tmp_path):
+@pytest.mark.parametrize("kind", [".state", ".npz"])  # this version's files, and earlier versions'
+def test_files_of_no_known_run_are_refused_too(tmp_path, kind):
     folder = tmp_path / "state"
     folder.mkdir()
-    np.savez(folder / "partition-000000.npz", c=np.ones(3))
+    if kind == ".npz":
+        np.savez(folder / "partition-000000.npz", c=np.ones(3))
+    else:
+        store = state.DiskStore(folder, 0)
+        store["c"] = np.ones(3)
+        store.flush()
     with pytest.raises(ConfigError, match="client-state files of an unknown run"):
         run_inprocess(scaffold(folder, tmp_path, "a"), record=True)
 

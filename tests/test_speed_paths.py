@@ -123,6 +123,14 @@ def test_wire_refuses_a_truncated_array_as_numpy_does():
         arrays_of(Parameters([tensor], "numpy.ndarray"))
 
 
+def test_wire_refuses_a_negative_dimension_as_numpy_does():
+    tensor = ndarrays_to_parameters([np.arange(16.0).reshape(4, 4)]).tensors[0].replace(b"(4, 4)", b"(-1, 4)", 1)
+    with pytest.raises(ValueError):
+        parameters_to_ndarrays(Parameters([tensor], "numpy.ndarray"))
+    with pytest.raises(ValueError):
+        arrays_of(Parameters([tensor], "numpy.ndarray"))
+
+
 def test_npz_members_read_as_numpy_reads_them(tmp_path):
     """fedsuite.npy_bytes reads np.savez's members (client-state files of earlier versions) to np.load's values."""
     arrays = {name.replace(" ", "-"): value for name, value in WIRE_CASES.items()}
