@@ -12,11 +12,12 @@ one partition's update. Where the files live (`state_root`), chosen identically 
   (deployments that must survive a SuperNode restart, and Ray clusters, point it at a path the nodes share).
 
 No client ahead of the server: a fit writes its new vectors at once but keeps the ones they replace (`prev:`
-copies, tagged with the round). The server tells each client, in its next fit message, the last round in which
-it accepted that client's reply (`state-accepted`); if that is not the round of the write, the reply was
-rejected or lost, and the client restores the previous vectors before it trains. So every client's state is
-always the one the server's state was built from (SCAFFOLD c = mean_N c_i, FAdamGT y = mean_N y_i …), at the
-cost of one extra copy of a client's vectors between two of its participations (counted in the estimate).
+entries, tagged with the round; on disk, links to the file that held them, DiskStore). The server tells each client,
+in its next fit message, the last round in which it accepted that client's reply (`state-accepted`); if that is not
+the round of the write, the reply was rejected or lost, and the client restores the previous vectors before it
+trains. So every client's state is always the one the server's state was built from (SCAFFOLD c = mean_N c_i,
+FAdamGT y = mean_N y_i …), at the cost of one extra copy of a client's vectors between two of its participations
+(counted in the estimate).
 A folder of client state belongs to one run: `owner.json` records its state key (and results folder), written by
 the server before training and by a client before its first file; a run refuses a folder that holds another run's
 vectors, or vectors with no owner record (`check_owner`, docs/running/scale.md#where-client-state-lives).
@@ -26,6 +27,7 @@ trained at most one round past the checkpoint (checkpoint-every=1; fedsuite.chec
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -37,14 +39,14 @@ import torch
 
 from fedsuite.npy_bytes import member_names as npz_members
 from fedsuite.npy_bytes import read_member as read_npz_member
-from fedsuite.state_files import Index, read_arrays, read_index, read_member, write_state_file
+from fedsuite.state_files import Index, StateFileError, read_arrays, read_index, read_member, write_state_file
 
 BYTES_PER_FLOAT = 4
 
 
 STATE_SUFFIX = ".state"  # a partition's client-state file: partition-<id>.state (fedsuite.state_files)
 LEGACY_SUFFIX = ".npz"  # the same, as versions before this format wrote it
-STATE_FILE_PATTERNS = (f"partition-*{STATE_SUFFIX}", f"partition-*{LEGACY_SUFFIX}")
+STATE_FILE_PATTERNS = (f"partition-*{STATE_SUFFIX}", f"partition-*{LEGACY_SUFFIX}", f"previous-*{STATE_SUFFIX}")
 
 COPIES = 2  # the vectors, and the previous ones until the server confirms the reply that replaced them
 PREVIOUS = "prev:"  # key prefix of the previous vectors
@@ -206,7 +208,8 @@ def check_owner(root: Path, state_key: int | str | None, key: str = "client-stat
     resume = f"resume-from='{results}'" if results else "resume-from=<its results folder>"
     raise StateFolderTaken(
         f"{key}={str(root)!r} holds {whose}; a run never starts from another run's client state: choose another "
-        f"{key}, or empty this one (its partition-* files and {OWNER}); to continue that run, resume it ({resume})"
+        f"{key}, or empty this one (its partition-* and previous-* files and {OWNER}); to continue that run, resume "
+        f"it ({resume})"
     )
 
 
@@ -252,22 +255,36 @@ class DiskStore(MutableMapping):
     """Named arrays of one partition in `root/partition-<id>.state` (fedsuite.state_files: raw bytes after a small
     header); the file is replaced atomically. A member is read from the file when it is first asked for, so one that
     is only deleted (the previous vectors of a write the server confirmed, fedsuite.state.settle) is never read. A
-    partition with only a `.npz` file of an earlier version is read from it, and its first write replaces it."""
+    partition with only a `.npz` file of an earlier version is read from it, and its first write replaces it.
+
+    The previous vectors of a write are not written again: `keep_previous` marks a vector that still holds the
+    file's own bytes, and `flush` then keeps that file as `previous-<id>-<round>.state` (a hard link, no copy) and
+    writes a link to it in the new file's header. A previous file no file links to any more is deleted once the new
+    file is in place; until then the folder always holds a whole, consistent state (a crash between the steps leaves
+    at most an unused previous file)."""
 
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None):
         """`owner_key`: the run's state key, recorded as the folder's owner (claim) before its first file."""
+        self.partition_id = partition_id
         stem = Path(root) / f"partition-{partition_id:06d}"
         self.path, self.legacy = stem.with_suffix(STATE_SUFFIX), stem.with_suffix(LEGACY_SUFFIX)
         self.owner_key = owner_key
         self._arrays: dict[str, np.ndarray] | None = None
-        self._index: Index | None = None  # the members of self.path; None: read from self.legacy
+        self._index: Index | None = None  # the members of self.path as loaded; None: read from self.legacy
+        self._links: dict[str, tuple[str | None, str]] = {}  # key → (previous file; None: self.path as loaded, member)
+        self._own: set[str] = set()  # keys whose value is still the loaded file's own member
+        self._linked_files: set[str] = set()  # previous files the file on disk links to
+        self._indexes: dict[str, Index] = {}  # previous file → its index
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
             self._arrays = {}
             if self.path.is_file():
                 self._index = read_index(self.path)
-                self._arrays = dict.fromkeys(self._index.members, _UNREAD)
+                self._arrays = dict.fromkeys([*self._index.members, *self._index.links], _UNREAD)
+                self._links = dict(self._index.links)
+                self._own = set(self._index.members)
+                self._linked_files = {file for file, _ in self._links.values()}
             elif self.legacy.is_file():
                 self._arrays = dict.fromkeys(npz_members(self.legacy), _UNREAD)
         return self._arrays
@@ -276,18 +293,32 @@ class DiskStore(MutableMapping):
         arrays = self._load()
         value = arrays[key]
         if value is _UNREAD:
-            if self._index is not None:
+            if key in self._links:
+                file, member = self._links[key]
+                value = self._read_linked(file, member)
+            elif self._index is not None:
                 value = read_member(self.path, self._index, key)
             else:  # a copy, writable as a value read from a .state file is
                 value = read_npz_member(self.legacy, key).copy()
             arrays[key] = value
         return value
 
+    def _read_linked(self, file: str | None, member: str) -> np.ndarray:
+        if file is None:  # a member of the file as loaded (marked by keep_previous, not flushed yet)
+            return read_member(self.path, self._index, member)
+        if file not in self._indexes:
+            self._indexes[file] = read_index(self.path.parent / file)
+        return read_member(self.path.parent / file, self._indexes[file], member)
+
     def __setitem__(self, key, value):
         self._load()[key] = value
+        self._own.discard(key)
+        self._links.pop(key, None)
 
     def __delitem__(self, key):
         del self._load()[key]
+        self._own.discard(key)
+        self._links.pop(key, None)
 
     def __iter__(self):
         return iter(self._load())
@@ -295,23 +326,83 @@ class DiskStore(MutableMapping):
     def __len__(self):
         return len(self._load())
 
-    def flush(self) -> None:
+    def keep_previous(self, name: str, key: str) -> bool:
+        """Make `key` the current value of `name` without copying it, where that value is still the file's own
+        member: the next flush keeps the file and links to it. False where it is not (then copy it)."""
+        self._load()
+        if name not in self._own or self._index is None:
+            return False
+        self._arrays[key] = _UNREAD
+        self._links[key] = (None, name)
+        self._own.discard(key)
+        return True
+
+    def flush(self, server_round: int | None = None) -> None:
         """Replace the file at once: written beside it and renamed; a failure at any byte (a full disk) removes
-        the temporary file and leaves the previous file as it was. A `.npz` file of an earlier version goes once the
-        new file is in place."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.owner_key is not None and not (self.path.parent / OWNER).is_file():
-            claim(self.path.parent, self.owner_key)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        the temporary file and leaves the previous file as it was. Keys keep_previous marked become links to the
+        file as loaded, kept as `previous-<id>-<server_round>.state` (without a round they are copied). A `.npz`
+        file of an earlier version, and previous files no longer linked to, go once the new file is in place."""
+        arrays = self._load()
+        root = self.path.parent
+        root.mkdir(parents=True, exist_ok=True)
+        if self.owner_key is not None and not (root / OWNER).is_file():
+            claim(root, self.owner_key)
+        keep = f"previous-{self.partition_id:06d}-{server_round}.state" if server_round is not None else None
+        marked = {key: member for key, (file, member) in self._links.items() if file is None}
+        if keep is None or keep in self._linked_files or not marked:
+            keep, marked = None, {}  # copied instead (a previous file of that name is still linked to)
+        if keep is not None:
+            if _identity(self.path) != self._index.identity:
+                raise StateFileError(f"{self.path} changed while it was read (replaced by another writer?)")
+            if not _link_into_place(self.path, root / keep):  # the file as loaded, kept under its new name
+                keep, marked = None, {}  # a file system without hard links: copied
+        links = {key: (keep, member) for key, member in marked.items()}
+        links.update({key: link for key, link in self._links.items() if link[0] is not None})  # older links kept
+        values = {key: self[key] for key in arrays if key not in links}  # members not read yet are read now
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                write_state_file(f, {name: self[name] for name in self._load()})  # members not read yet read now
+                write_state_file(f, values, links)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._index = None  # every member is in memory now
+        linked = {file for file, _ in links.values()}
+        for file in self._linked_files - linked:
+            (root / file).unlink(missing_ok=True)
+            self._indexes.pop(file, None)
         self.legacy.unlink(missing_ok=True)
+        # the file just written is the one a later keep_previous of this store links to
+        self._index, self._links, self._linked_files = read_index(self.path), links, linked
+        self._own = set(values)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino, stat.st_size
+
+
+NO_HARD_LINKS = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOSYS, errno.EOPNOTSUPP}
+
+
+def _link_into_place(source: Path, target: Path) -> bool:
+    """`target` becomes another name of `source`'s file (replacing any file of that name at once); False where the
+    file system has no hard links."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    Path(tmp).unlink()
+    try:
+        os.link(source, tmp)
+        os.replace(tmp, target)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.errno in NO_HARD_LINKS:
+            return False
+        raise
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
 
 
 class ClientState:
@@ -355,17 +446,18 @@ class ClientState:
     def save(self, server_round: int | None = None) -> None:
         """Write the vectors; with `server_round`, keep the ones they replace until the server confirms."""
         self._reconcile()
+        disk = isinstance(self.store, DiskStore)
         if server_round is not None:
             for name in self._tensors:
-                if name in self.store:
-                    self.store[PREVIOUS + name] = np.asarray(self.store[name])
-                else:
+                if name not in self.store:
                     self.store[ABSENT + name] = np.zeros(0, np.float32)
+                elif not (disk and self.store.keep_previous(name, PREVIOUS + name)):  # a file keeps it, or a copy
+                    self.store[PREVIOUS + name] = np.asarray(self.store[name])
             self.store[WRITE_ROUND] = np.array([server_round], np.int64)
         for name, tensor in self._tensors.items():
             self.store[name] = tensor.detach().cpu().numpy()
-        if isinstance(self.store, DiskStore):
-            self.store.flush()
+        if disk:
+            self.store.flush(server_round)
 
     def _reconcile(self) -> None:
         """Once per fit, before anything is read: confirm or undo the last write (module docstring)."""

@@ -7,8 +7,12 @@ checksums every byte both ways, which cost more than the write itself; this form
     8 bytes   b"FEDSTAT" + the format version (1)
     8 bytes   the header's length H, unsigned little-endian
     H bytes   JSON: {"members": [{"name", "dtype" (numpy's str, e.g. "<f4"), "shape", "offset", "bytes"}, …],
-                     "end": the data's length}
+                     "links": [{"name", "file", "member"}, …], "end": the data's length}
     padding   to a multiple of ALIGN bytes, where the data starts; each member starts at a multiple of ALIGN
+
+A link is a member kept in another file of the same folder (`file`, named as LINKED_FILE allows) under the name
+`member`: a client's previous vectors stay in the file it wrote before, instead of being written again
+(fedsuite.state.DiskStore).
 
 A member is read straight into a new array (one copy, from the file system). The file's length must be what its
 header says, so a truncated file is refused, naming it; a file damaged in place without changing its length is not
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ import numpy as np
 MAGIC = b"FEDSTAT\x01"
 ALIGN = 64
 _LENGTH = struct.Struct("<Q")
+LINKED_FILE = re.compile(r"previous-[0-9]{6}-[0-9]{1,19}\.state")  # fedsuite.state.DiskStore's previous files
 MAX_HEADER = 1 << 24  # bytes: far above any real header (a few hundred bytes a member)
 KINDS = "biufc"  # numpy dtype kinds a state file holds: booleans, integers, floats, complex
 
@@ -44,8 +50,13 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def write_state_file(file: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write `arrays` to the open binary `file` in this format."""
+def write_state_file(file: BinaryIO, arrays: Mapping[str, np.ndarray],
+                     links: Mapping[str, tuple[str, str]] | None = None) -> None:  # fmt: skip
+    """Write `arrays` to the open binary `file` in this format, and `links` (name → (file, member))."""
+    links = dict(links or {})
+    for name, (file_name, member) in links.items():
+        if name in arrays or not LINKED_FILE.fullmatch(file_name) or type(member) is not str:
+            raise ValueError(f"client state link {name!r} → {file_name!r}:{member!r} cannot be written")
     members, offset, data = [], 0, []
     for name, value in arrays.items():
         array = np.asarray(value)
@@ -57,7 +68,8 @@ def write_state_file(file: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
                         "bytes": array.nbytes})  # fmt: skip
         data.append((offset, array))
         offset = _aligned(offset + array.nbytes)
-    header = json.dumps({"members": members, "end": offset}).encode()
+    linked = [{"name": name, "file": file_name, "member": member} for name, (file_name, member) in links.items()]
+    header = json.dumps({"members": members, "links": linked, "end": offset}).encode()
     start = _aligned(len(MAGIC) + _LENGTH.size + len(header))
     file.write(MAGIC + _LENGTH.pack(len(header)) + header + b"\0" * (start - len(MAGIC) - _LENGTH.size - len(header)))
     written = 0
@@ -84,6 +96,7 @@ class Index:
 
     members: dict[str, tuple[np.dtype, tuple[int, ...], int, int]]
     identity: tuple[int, int, int]
+    links: dict[str, tuple[str, str]]  # name → (a file of the same folder, its member)
 
 
 def read_index(path: Path) -> Index:
@@ -115,12 +128,19 @@ def read_index(path: Path) -> Index:
             if not fits or name in members or math.prod(shape) * dtype.itemsize != nbytes or offset + nbytes > end:
                 raise StateFileError(f"{path} is corrupt: member {str(name)[:60]!r} does not fit its header")
             members[name] = (dtype, shape, start + offset, nbytes)
+        links = {}
+        for entry in header.get("links", []):
+            name, file_name, member = entry["name"], entry["file"], entry["member"]
+            if type(name) is not str or name in members or name in links or type(file_name) is not str or \
+                    not LINKED_FILE.fullmatch(file_name) or type(member) is not str:  # fmt: skip
+                raise StateFileError(f"{path} is corrupt: link {str(name)[:60]!r} does not fit its header")
+            links[name] = (file_name, member)
     except StateFileError:
         raise
-    except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as err:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as err:
         why = f"{type(err).__name__}: {err}".splitlines()[0][:120]
         raise StateFileError(f"{path} is corrupt: its header cannot be read ({why})") from None
-    return Index(members, (stat.st_dev, stat.st_ino, stat.st_size))
+    return Index(members, (stat.st_dev, stat.st_ino, stat.st_size), links)
 
 
 def read_member(path: Path, index: Index, name: str) -> np.ndarray:
@@ -139,7 +159,27 @@ def read_member(path: Path, index: Index, name: str) -> np.ndarray:
     return array
 
 
+def read_linked(path: Path, index: Index, name: str, indexes: dict | None = None) -> np.ndarray:
+    """Link `name` of the file `index` describes: the member it names in the other file (`indexes`: file → Index,
+    a cache of the other files' indexes); StateFileError naming the file when that file or member is missing."""
+    file_name, member = index.links[name]
+    other = Path(path).parent / file_name
+    indexes = {} if indexes is None else indexes
+    try:
+        if file_name not in indexes:
+            indexes[file_name] = read_index(other)
+        return read_member(other, indexes[file_name], member)
+    except (FileNotFoundError, KeyError):
+        raise StateFileError(f"{path} is corrupt: its {name!r} is kept in {other}, which does not hold it") from None
+
+
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every member of the file, by name (to inspect a file: `python -c` or a notebook)."""
+    """Every member of the file by name, and for a partition's file its links, read from the files they name (to
+    inspect a file: `python -c` or a notebook). A previous file (LINKED_FILE) is a former partition file kept for
+    its members: the links it still holds were settled when it was kept, so they are not read."""
+    path = Path(path)
     index = read_index(path)
-    return {name: read_member(path, index, name) for name in index.members}
+    arrays = {name: read_member(path, index, name) for name in index.members}
+    if LINKED_FILE.fullmatch(path.name):
+        return arrays
+    return {**arrays, **{name: read_linked(path, index, name) for name in index.links}}

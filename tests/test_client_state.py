@@ -4,6 +4,7 @@ docs/algorithms/index.md."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from fedsuite.state import (
     state_files,
     state_root,
 )
-from fedsuite.state_files import StateFileError
+from fedsuite.state_files import StateFileError, read_arrays
 from tests.observing import Rows, Watch
 
 SMALL = {
@@ -432,3 +433,89 @@ def test_a_confirmed_writes_previous_vectors_are_deleted_without_being_read(tmp_
     store.flush()
     monkeypatch.setattr(state_module, "read_member", real_read)
     np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.full(4, 2.0, np.float32))
+
+
+# ---- previous vectors kept in the file that held them --------------------------------------------------------------
+def two_writes(root, accepted_first: bool = True):
+    """c_i = 1 written in round 1, then c_i = 2 in round 2 (after the server accepted round 1, or not)."""
+    first = ClientState(DiskStore(root, 3), 4)
+    first.accepted_round = 0
+    first.set("c_i", torch.ones(4))
+    first.save(1)
+    second = ClientState(DiskStore(root, 3), 4)
+    second.accepted_round = 1 if accepted_first else 0
+    second.set("c_i", second.get("c_i") + 1)
+    second.save(2)
+    return second
+
+
+def test_a_write_links_to_the_file_that_holds_its_previous_vectors_instead_of_copying_them(tmp_path):
+    two_writes(tmp_path)
+    names = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("owner"))
+    assert names == ["partition-000003.state", "previous-000003-2.state"]
+    index = state_module.read_index(tmp_path / "partition-000003.state")
+    assert set(index.members) == {"c_i", "write-round"} and index.links == {
+        "prev:c_i": ("previous-000003-2.state", "c_i")
+    }
+    assert read_arrays(tmp_path / "partition-000003.state")["prev:c_i"].tolist() == [1.0] * 4
+    assert [p.name for p in state_files(tmp_path)] == names  # checkpoints copy both
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 2)["c_i"], np.full(4, 2.0))
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 1)["c_i"], np.full(4, 1.0))
+
+
+@pytest.mark.parametrize("accepted", [2, 1])  # the server accepted the round-2 write, or not
+def test_the_next_fit_settles_the_link_and_the_previous_file_goes(tmp_path, accepted):
+    two_writes(tmp_path)
+    third = ClientState(DiskStore(tmp_path, 3), 4)
+    third.accepted_round = accepted
+    value = third.get("c_i").clone()
+    assert value.tolist() == [2.0 if accepted == 2 else 1.0] * 4  # kept, or undone from the previous file
+    third.set("c_i", value + 10)
+    third.save(3)
+    names = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("owner"))
+    linked = ["previous-000003-3.state"] if accepted == 2 else []  # an undone value is in memory: copied
+    assert names == ["partition-000003.state", *linked]
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 2)["c_i"], value.numpy())  # round 3 undone
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 3)["c_i"], value.numpy() + 10)
+
+
+def test_a_write_cut_short_leaves_the_state_it_replaced(tmp_path, monkeypatch):
+    two_writes(tmp_path)
+    before = {k: v.copy() for k, v in effective(DiskStore(tmp_path, 3), 1).items()}
+    third = ClientState(DiskStore(tmp_path, 3), 4)
+    third.accepted_round = 2
+    third.set("c_i", third.get("c_i") + 10)
+    real_replace = os.replace
+
+    def failing(src, dst):
+        if str(dst).endswith("partition-000003.state"):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(state_module.os, "replace", failing)
+    with pytest.raises(OSError):
+        third.save(3)
+    monkeypatch.setattr(state_module.os, "replace", real_replace)
+    after = effective(DiskStore(tmp_path, 3), 1)  # the round-2 write, undone: still the state of round 1
+    assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
+    header = json.dumps({"members": [], "links": [{"name": "prev:c_i", "file": "../previous-000003-2.state",
+                                                   "member": "c_i"}], "end": 0}).encode()  # fmt: skip
+    crafted(tmp_path / "partition-000003.state", header, 0)
+    with pytest.raises(StateFileError, match="link 'prev:c_i' does not fit its header"):
+        DiskStore(tmp_path, 3)["prev:c_i"]
+
+
+def test_a_file_system_without_hard_links_gets_copies(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(state_module.os, "link", no_links)
+    two_writes(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("owner")) == ["partition-000003.state"]
+    index = state_module.read_index(tmp_path / "partition-000003.state")
+    assert "prev:c_i" in index.members and not index.links
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 1)["c_i"], np.full(4, 1.0))
