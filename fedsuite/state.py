@@ -39,7 +39,15 @@ import torch
 
 from fedsuite.npy_bytes import member_names as npz_members
 from fedsuite.npy_bytes import read_member as read_npz_member
-from fedsuite.state_files import Index, StateFileError, read_arrays, read_index, read_member, write_state_file
+from fedsuite.state_files import (
+    Index,
+    StateFileError,
+    read_arrays,
+    read_index,
+    read_linked,
+    read_member,
+    write_state_file,
+)
 
 BYTES_PER_FLOAT = 4
 
@@ -258,23 +266,23 @@ class DiskStore(MutableMapping):
     partition with only a `.npz` file of an earlier version is read from it, and its first write replaces it.
 
     The previous vectors of a write are not written again: `keep_previous` marks a vector that still holds the
-    file's own bytes, and `flush` then keeps that file as `previous-<id>-<round>.state` (a hard link, no copy) and
-    writes a link to it in the new file's header. A previous file no file links to any more is deleted once the new
-    file is in place; until then the folder always holds a whole, consistent state (a crash between the steps leaves
-    at most an unused previous file)."""
+    file's own bytes, and `flush` then keeps that file under a second name (a hard link, no copy), one of the
+    partition's two names `previous-<id>-a.state` and `-b.state` that the file does not link to, and writes a link
+    to it in the new file's header. Once the new file is in place, a kept name it does not link to is removed, so a
+    partition holds at most its file and two kept files, and a crash at any step leaves the state it replaced."""
 
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None):
         """`owner_key`: the run's state key, recorded as the folder's owner (claim) before its first file."""
-        self.partition_id = partition_id
         stem = Path(root) / f"partition-{partition_id:06d}"
         self.path, self.legacy = stem.with_suffix(STATE_SUFFIX), stem.with_suffix(LEGACY_SUFFIX)
+        self.kept_names = tuple(f"previous-{partition_id:06d}-{tag}{STATE_SUFFIX}" for tag in "ab")
         self.owner_key = owner_key
         self._arrays: dict[str, np.ndarray] | None = None
-        self._index: Index | None = None  # the members of self.path as loaded; None: read from self.legacy
-        self._links: dict[str, tuple[str | None, str]] = {}  # key → (previous file; None: self.path as loaded, member)
+        self._index: Index | None = None  # self.path as loaded (or last written); None: read from self.legacy
+        self._links: dict[str, tuple[str | None, str]] = {}  # key → (kept file; None: self.path as loaded, member)
+        self._held: dict[str, np.ndarray] = {}  # a linked key's value where it was in memory when marked
         self._own: set[str] = set()  # keys whose value is still the loaded file's own member
-        self._linked_files: set[str] = set()  # previous files the file on disk links to
-        self._indexes: dict[str, Index] = {}  # previous file → its index
+        self._indexes: dict[str, Index] = {}  # kept file → its index
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
@@ -284,7 +292,6 @@ class DiskStore(MutableMapping):
                 self._arrays = dict.fromkeys([*self._index.members, *self._index.links], _UNREAD)
                 self._links = dict(self._index.links)
                 self._own = set(self._index.members)
-                self._linked_files = {file for file, _ in self._links.values()}
             elif self.legacy.is_file():
                 self._arrays = dict.fromkeys(npz_members(self.legacy), _UNREAD)
         return self._arrays
@@ -295,7 +302,11 @@ class DiskStore(MutableMapping):
         if value is _UNREAD:
             if key in self._links:
                 file, member = self._links[key]
-                value = self._read_linked(file, member)
+                value = self._held.get(key)
+                if value is None and file is None:  # a member of the file as loaded, marked by keep_previous
+                    value = read_member(self.path, self._index, member)
+                elif value is None:
+                    value = read_linked(self.path, key, (file, member), self._indexes)
             elif self._index is not None:
                 value = read_member(self.path, self._index, key)
             else:  # a copy, writable as a value read from a .state file is
@@ -303,22 +314,21 @@ class DiskStore(MutableMapping):
             arrays[key] = value
         return value
 
-    def _read_linked(self, file: str | None, member: str) -> np.ndarray:
-        if file is None:  # a member of the file as loaded (marked by keep_previous, not flushed yet)
-            return read_member(self.path, self._index, member)
-        if file not in self._indexes:
-            self._indexes[file] = read_index(self.path.parent / file)
-        return read_member(self.path.parent / file, self._indexes[file], member)
-
     def __setitem__(self, key, value):
         self._load()[key] = value
-        self._own.discard(key)
-        self._links.pop(key, None)
+        self._forget(key)
 
     def __delitem__(self, key):
         del self._load()[key]
+        self._forget(key)
+
+    def _forget(self, key) -> None:
         self._own.discard(key)
         self._links.pop(key, None)
+        self._held.pop(key, None)
+
+    def __contains__(self, key):  # without reading the member (Mapping's own asks for the value)
+        return key in self._load()
 
     def __iter__(self):
         return iter(self._load())
@@ -329,52 +339,61 @@ class DiskStore(MutableMapping):
     def keep_previous(self, name: str, key: str) -> bool:
         """Make `key` the current value of `name` without copying it, where that value is still the file's own
         member: the next flush keeps the file and links to it. False where it is not (then copy it)."""
-        self._load()
+        arrays = self._load()
         if name not in self._own or self._index is None:
             return False
-        self._arrays[key] = _UNREAD
+        value = arrays[name]
+        arrays[key] = _UNREAD
+        self._forget(key)
         self._links[key] = (None, name)
-        self._own.discard(key)
+        if value is not _UNREAD:
+            self._held[key] = value  # a reference, no copy: the value if the file is replaced meanwhile
         return True
 
-    def flush(self, server_round: int | None = None) -> None:
+    def flush(self) -> None:
         """Replace the file at once: written beside it and renamed; a failure at any byte (a full disk) removes
         the temporary file and leaves the previous file as it was. Keys keep_previous marked become links to the
-        file as loaded, kept as `previous-<id>-<server_round>.state` (without a round they are copied). A `.npz`
-        file of an earlier version, and previous files no longer linked to, go once the new file is in place."""
+        file as loaded, kept under a free kept name (copied where none is free, where the file was replaced since
+        it was loaded and their values are in memory, or where the file system has no hard links). A `.npz` file of
+        an earlier version, and kept files no longer linked to, go once the new file is in place."""
         arrays = self._load()
         root = self.path.parent
         root.mkdir(parents=True, exist_ok=True)
         if self.owner_key is not None and not (root / OWNER).is_file():
             claim(root, self.owner_key)
-        keep = f"previous-{self.partition_id:06d}-{server_round}.state" if server_round is not None else None
+        older = {key: link for key, link in self._links.items() if link[0] is not None}  # settled: none
         marked = {key: member for key, (file, member) in self._links.items() if file is None}
-        if keep is None or keep in self._linked_files or not marked:
-            keep, marked = None, {}  # copied instead (a previous file of that name is still linked to)
-        if keep is not None:
-            if _identity(self.path) != self._index.identity:
+        on_disk = {file for file, _ in self._index.links.values()} if self._index is not None else set()
+        free = [name for name in self.kept_names if name not in on_disk | {file for file, _ in older.values()}]
+        keep = free[0] if marked and free else None
+        if keep is not None and _identity(self.path) != self._index.identity:  # replaced since it was loaded
+            if not marked.keys() <= self._held.keys():
                 raise StateFileError(f"{self.path} changed while it was read (replaced by another writer?)")
-            if not _link_into_place(self.path, root / keep):  # the file as loaded, kept under its new name
-                keep, marked = None, {}  # a file system without hard links: copied
-        links = {key: (keep, member) for key, member in marked.items()}
-        links.update({key: link for key, link in self._links.items() if link[0] is not None})  # older links kept
-        values = {key: self[key] for key in arrays if key not in links}  # members not read yet are read now
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{self.path.name}.", suffix=".tmp")
+            keep = None  # copied from memory
+        created = keep is not None and _link_into_place(self.path, root / keep)  # the file as loaded, kept
+        links = {**older, **({key: (keep, member) for key, member in marked.items()} if created else {})}
         try:
-            with os.fdopen(fd, "wb") as f:
-                write_state_file(f, values, links)
-            os.replace(tmp, self.path)
+            values = {key: self[key] for key in arrays if key not in links}  # members not read yet are read now
+            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{self.path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    write_state_file(f, values, links)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            if created:
+                (root / keep).unlink(missing_ok=True)  # nothing links to it: the file as loaded is still in place
             raise
         linked = {file for file, _ in links.values()}
-        for file in self._linked_files - linked:
-            (root / file).unlink(missing_ok=True)
-            self._indexes.pop(file, None)
+        for name in self.kept_names:  # kept files no file links to (the last write's, or a crash's)
+            if name not in linked:
+                (root / name).unlink(missing_ok=True)
+                self._indexes.pop(name, None)
         self.legacy.unlink(missing_ok=True)
         # the file just written is the one a later keep_previous of this store links to
-        self._index, self._links, self._linked_files = read_index(self.path), links, linked
-        self._own = set(values)
+        self._index, self._links, self._held, self._own = read_index(self.path), links, {}, set(values)
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -386,21 +405,14 @@ NO_HARD_LINKS = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOSYS, errno.EOP
 
 
 def _link_into_place(source: Path, target: Path) -> bool:
-    """`target` becomes another name of `source`'s file (replacing any file of that name at once); False where the
-    file system has no hard links."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    Path(tmp).unlink()
+    """`target` becomes another name of `source`'s file; False where the file system has no hard links. No file
+    links to `target` (DiskStore.flush picks it so): what is there (a crash's leftover) is removed first."""
+    target.unlink(missing_ok=True)
     try:
-        os.link(source, tmp)
-        os.replace(tmp, target)
+        os.link(source, target)
     except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
         if err.errno in NO_HARD_LINKS:
             return False
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
         raise
     return True
 
@@ -457,7 +469,7 @@ class ClientState:
         for name, tensor in self._tensors.items():
             self.store[name] = tensor.detach().cpu().numpy()
         if disk:
-            self.store.flush(server_round)
+            self.store.flush()
 
     def _reconcile(self) -> None:
         """Once per fit, before anything is read: confirm or undo the last write (module docstring)."""

@@ -37,7 +37,7 @@ import numpy as np
 MAGIC = b"FEDSTAT\x01"
 ALIGN = 64
 _LENGTH = struct.Struct("<Q")
-LINKED_FILE = re.compile(r"previous-[0-9]{6}-[0-9]{1,19}\.state")  # fedsuite.state.DiskStore's previous files
+LINKED_FILE = re.compile(r"previous-[0-9]{6,}-[ab]\.state")  # fedsuite.state.DiskStore's kept files
 MAX_HEADER = 1 << 24  # bytes: far above any real header (a few hundred bytes a member)
 KINDS = "biufc"  # numpy dtype kinds a state file holds: booleans, integers, floats, complex
 
@@ -159,10 +159,11 @@ def read_member(path: Path, index: Index, name: str) -> np.ndarray:
     return array
 
 
-def read_linked(path: Path, index: Index, name: str, indexes: dict | None = None) -> np.ndarray:
-    """Link `name` of the file `index` describes: the member it names in the other file (`indexes`: file → Index,
-    a cache of the other files' indexes); StateFileError naming the file when that file or member is missing."""
-    file_name, member = index.links[name]
+def read_linked(path: Path, name: str, link: tuple[str, str], indexes: dict | None = None) -> np.ndarray:
+    """`name` of the file `path`, kept in another file of its folder as `link` = (file, member) says (`indexes`:
+    file → Index, a cache of the other files' indexes); StateFileError naming both files when that file or member
+    is missing."""
+    file_name, member = link
     other = Path(path).parent / file_name
     indexes = {} if indexes is None else indexes
     try:
@@ -182,4 +183,4 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
     arrays = {name: read_member(path, index, name) for name in index.members}
     if LINKED_FILE.fullmatch(path.name):
         return arrays
-    return {**arrays, **{name: read_linked(path, index, name) for name in index.links}}
+    return {**arrays, **{name: read_linked(path, name, link) for name, link in index.links.items()}}

@@ -452,10 +452,10 @@ def two_writes(root, accepted_first: bool = True):
 def test_a_write_links_to_the_file_that_holds_its_previous_vectors_instead_of_copying_them(tmp_path):
     two_writes(tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("owner"))
-    assert names == ["partition-000003.state", "previous-000003-2.state"]
+    assert names == ["partition-000003.state", "previous-000003-a.state"]
     index = state_module.read_index(tmp_path / "partition-000003.state")
     assert set(index.members) == {"c_i", "write-round"} and index.links == {
-        "prev:c_i": ("previous-000003-2.state", "c_i")
+        "prev:c_i": ("previous-000003-a.state", "c_i")
     }
     assert read_arrays(tmp_path / "partition-000003.state")["prev:c_i"].tolist() == [1.0] * 4
     assert [p.name for p in state_files(tmp_path)] == names  # checkpoints copy both
@@ -473,7 +473,7 @@ def test_the_next_fit_settles_the_link_and_the_previous_file_goes(tmp_path, acce
     third.set("c_i", value + 10)
     third.save(3)
     names = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("owner"))
-    linked = ["previous-000003-3.state"] if accepted == 2 else []  # an undone value is in memory: copied
+    linked = ["previous-000003-b.state"] if accepted == 2 else []  # an undone value is in memory: copied
     assert names == ["partition-000003.state", *linked]
     np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 2)["c_i"], value.numpy())  # round 3 undone
     np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 3)["c_i"], value.numpy() + 10)
@@ -502,7 +502,7 @@ def test_a_write_cut_short_leaves_the_state_it_replaced(tmp_path, monkeypatch):
 
 
 def test_a_link_to_a_file_outside_the_folder_is_refused(tmp_path):
-    header = json.dumps({"members": [], "links": [{"name": "prev:c_i", "file": "../previous-000003-2.state",
+    header = json.dumps({"members": [], "links": [{"name": "prev:c_i", "file": "../previous-000003-a.state",
                                                    "member": "c_i"}], "end": 0}).encode()  # fmt: skip
     crafted(tmp_path / "partition-000003.state", header, 0)
     with pytest.raises(StateFileError, match="link 'prev:c_i' does not fit its header"):
@@ -519,3 +519,79 @@ def test_a_file_system_without_hard_links_gets_copies(tmp_path, monkeypatch):
     index = state_module.read_index(tmp_path / "partition-000003.state")
     assert "prev:c_i" in index.members and not index.links
     np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 1)["c_i"], np.full(4, 1.0))
+
+
+def kept_and_partition_files(root) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("owner"))
+
+
+def test_the_kept_names_alternate_and_a_crash_leftover_goes_with_the_next_write(tmp_path):
+    two_writes(tmp_path)
+    store = DiskStore(tmp_path, 3)
+    state = ClientState(store, 4)
+    for server_round in (3, 4):  # one store object, two writes: the second links to the file the first wrote
+        state.accepted_round = server_round - 1
+        state._reconciled = False
+        state.set("c_i", state.get("c_i") + 1)
+        state.save(server_round)
+        kept = f"previous-000003-{'b' if server_round == 3 else 'a'}.state"
+        assert kept_and_partition_files(tmp_path) == ["partition-000003.state", kept]
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 3)["c_i"], np.full(4, 3.0))
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 4)["c_i"], np.full(4, 4.0))
+    (tmp_path / "previous-000003-b.state").write_bytes(b"a crash's leftover")
+    state.accepted_round, state._reconciled = 4, False
+    state.set("c_i", state.get("c_i") + 1)
+    state.save(5)  # links to b (the leftover replaced), and a goes
+    assert kept_and_partition_files(tmp_path) == ["partition-000003.state", "previous-000003-b.state"]
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 4)["c_i"], np.full(4, 4.0))
+
+
+def test_partitions_past_a_million_keep_their_previous_vectors_too(tmp_path):
+    for server_round in (1, 2):
+        state = ClientState(DiskStore(tmp_path, 1_234_567), 4)
+        state.accepted_round = server_round - 1
+        state.set("c_i", torch.full((4,), float(server_round)))
+        state.save(server_round)
+    assert kept_and_partition_files(tmp_path) == ["partition-1234567.state", "previous-1234567-a.state"]
+    np.testing.assert_array_equal(effective(DiskStore(tmp_path, 1_234_567), 1)["c_i"], np.ones(4))
+
+
+def test_a_failed_write_leaves_no_kept_file_behind(tmp_path, monkeypatch):
+    two_writes(tmp_path)
+    third = ClientState(DiskStore(tmp_path, 3), 4)
+    third.accepted_round = 2
+    third.set("c_i", third.get("c_i") + 10)
+    monkeypatch.setattr(state_module, "write_state_file", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+    with pytest.raises(OSError):
+        third.save(3)
+    assert kept_and_partition_files(tmp_path) == ["partition-000003.state", "previous-000003-a.state"]
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_file_replaced_between_load_and_write(tmp_path, held):
+    """Another writer replaced the file: previous vectors still in memory are copied; others cannot be kept."""
+    two_writes(tmp_path)
+    store = DiskStore(tmp_path, 3)
+    state = ClientState(store, 4)
+    state.accepted_round = 2
+    value = state.get("c_i") if held else torch.full((4,), 7.0)  # read (held in memory) or never read
+    assert state.has("c_i")  # the file indexed either way
+    other = DiskStore(tmp_path, 3)
+    other["c_i"] = np.full(4, 99.0, np.float32)
+    other.flush()
+    state.set("c_i", value + 1)
+    if held:
+        state.save(3)
+        np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 2)["c_i"], np.full(4, 2.0))
+        np.testing.assert_array_equal(effective(DiskStore(tmp_path, 3), 3)["c_i"], np.full(4, 3.0))
+    else:
+        with pytest.raises(StateFileError, match="changed while it was read"):
+            state.save(3)
+
+
+def test_a_missing_kept_file_is_named(tmp_path):
+    two_writes(tmp_path)
+    (tmp_path / "previous-000003-a.state").unlink()
+    with pytest.raises(StateFileError, match=r"partition-000003\.state is corrupt: its 'prev:c_i' is kept in .*"
+                                             r"previous-000003-a\.state, which does not hold it"):  # fmt: skip
+        effective(DiskStore(tmp_path, 3), 1)
