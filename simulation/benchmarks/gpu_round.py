@@ -263,13 +263,14 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args, algorithms: list[str], data_dir: str, device: torch.device) -> dict:
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     x_dim = None
-    reuse_host_memory(args.host_memory == "reuse")  # the bare loop too: every path under one allocator setting
+    applied = reuse_host_memory(args.host_memory == "reuse")  # the bare loop too: one allocator setting for all
+    how = HOST_MEMORY[args.host_memory] if applied else "as the C library does by default (the setting was refused)"
     print(f"device {card}, torch {torch.__version__}; model {args.model} on CIFAR-10-shaped data, {args.clients} "
           f"clients × {args.steps} steps of batch {args.batch}, {args.rounds} rounds (steady: median of rounds "
-          f"2..{args.rounds}); freed host buffers {HOST_MEMORY[args.host_memory]}", flush=True)  # fmt: skip
+          f"2..{args.rounds}); freed host buffers {how}", flush=True)  # fmt: skip
     report: dict = {"device": card, "torch": torch.__version__, "model": args.model, "clients": args.clients,
-                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "host_memory": args.host_memory,
-                    "algorithms": {}}  # fmt: skip
+                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds,
+                    "host_memory": args.host_memory if applied else "default", "algorithms": {}}  # fmt: skip
     bare: dict[bool, dict] = {}
     for algorithm in algorithms:
         run_config = reference_config(args, algorithm, data_dir)
