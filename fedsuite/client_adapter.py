@@ -43,7 +43,7 @@ from fedsuite.adaptive import TRACKING_KEY, tracks
 from fedsuite.client_rule import ClientRule, RoundContext
 from fedsuite.config import Config
 from fedsuite.declared import BUFFERS, LAST_ITERATE
-from fedsuite.device import to_host
+from fedsuite.device import to_device, to_host
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
@@ -116,7 +116,7 @@ def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
         return torch.from_numpy(array.copy())
     with warnings.catch_warnings():  # torch warns of a tensor over read-only memory: it is only the copy's source
         warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array).to(device)
+        return to_device(array, device)
 
 
 class RuleClient(NumPyClient):

@@ -1,9 +1,16 @@
-"""Device choice: CUDA when asked for or (auto) when visible, else CPU; a tensor's values brought to the host."""
+"""Device choice: CUDA when asked for or (auto) when visible, else CPU; a tensor's values brought to the host; a
+read-only host array moved to a device once for all the clients of a batched call that receive it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import numpy as np
 import torch
+
+_moved: ContextVar[dict | None] = ContextVar("fedsuite_moved_arrays", default=None)
 
 
 def pick_device(choice: str) -> torch.device:
@@ -30,3 +37,35 @@ def to_host(tensor: torch.Tensor) -> np.ndarray:
     host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
     host.copy_(value)
     return host.numpy()
+
+
+@contextmanager
+def one_move_per_array() -> Iterator[None]:
+    """Within the block, `to_device` moves each read-only host array to the device once: the batched dispatcher
+    prepares a round's clients inside it, whose downlinks are views of the same message bytes (the server's model,
+    the same for every client), so one host-to-device copy serves them all. The arrays it has seen must stay alive
+    and unchanged until the block ends (read-only views of messages the dispatcher holds)."""
+    token = _moved.set({})
+    try:
+        yield
+    finally:
+        _moved.reset(token)
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array's values as a new tensor on `device` that the caller may write (never over the array's memory).
+    Inside `one_move_per_array` an array already moved (the same memory, shape, strides and dtype) is copied on the
+    device from its first move instead of being moved again: the same values, bit for bit."""
+    moved = _moved.get()
+    if moved is None:
+        return _moved_once(array, device)
+    key = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str, str(device))
+    first = moved.get(key)
+    if first is None:
+        first = moved[key] = _moved_once(array, device)  # kept unwritten: each caller gets a copy
+    return first.clone()
+
+
+def _moved_once(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    device = torch.device(device)
+    return torch.from_numpy(array.copy() if device.type == "cpu" else array).to(device)

@@ -23,6 +23,7 @@ from fedsuite.batched.grouping import NotBatchable, group_key
 from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import unbatchable_model
 from fedsuite.client_adapter import PreparedFit, RuleClient, error_reply
+from fedsuite.device import one_move_per_array
 from fedsuite.rounds import PHASE_KEY
 from fedsuite.server.wire import to_parameters
 
@@ -83,8 +84,9 @@ class BatchedDispatcher:
         """Every member's reply, in order: NumPyClient.fit's triple where the dispatcher trained it, else what its
         `alone()` returned, or the exception it raised."""
         items = [_Fit(member) for member in members]
-        for item in items:
-            self._prepare(item)
+        with one_move_per_array():  # the same downlink arrays moved to the device once (fedsuite/device.py)
+            for item in items:
+                self._prepare(item)
         groups: dict[tuple, list[_Fit]] = {}
         for item in items:
             if item.fit is None:
