@@ -277,6 +277,12 @@ def loss_function(task: str):
     return lambda out, y: 0.5 * F.mse_loss(out.squeeze(-1), y)
 
 
+def loss_input(out: torch.Tensor) -> torch.Tensor:
+    """A model's output as the loss takes it: autocast's bfloat16 (or float16) widened to float32; float32 and float64
+    as they are, so a float64 model's loss and gradients stay in float64."""
+    return out.float() if out.dtype in (torch.bfloat16, torch.float16) else out
+
+
 class FlatModel:
     """A module whose parameters are views into one flat vector `x`, gradients into one flat `grad`."""
 
@@ -329,6 +335,6 @@ class FlatModel:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.autocast == "bf16"):
             out = self.module(inputs)
-        loss = loss_fn(out.float(), targets)
+        loss = loss_fn(loss_input(out), targets)
         loss.backward()
         return loss.detach()

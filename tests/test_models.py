@@ -89,3 +89,23 @@ def test_the_run_config_reaches_the_clients_model():
                    "channels-last": True})  # fmt: skip
     model = ClientNode(cfg, 0, 2).model
     assert model.autocast == "bf16" and model.channels_last
+
+
+def test_a_float64_models_loss_and_gradient_stay_in_float64():
+    """The least-squares gradient Xᵀ(Xw − y)/n to float64 rounding: an output narrowed to float32 before the loss
+    (as autocast's bfloat16 is widened) would be off by about 1e-8 relative."""
+    generator = torch.Generator().manual_seed(3)
+    inputs = torch.randn(16, 4, generator=generator, dtype=torch.float64)
+    targets = torch.randn(16, generator=generator, dtype=torch.float64)
+    model = FlatModel(nn.Linear(4, 1, bias=False).to(torch.float64))
+    model.x.copy_(torch.randn(4, generator=generator, dtype=torch.float64) * 1e3)
+
+    def loss_fn(out, y):
+        return 0.5 * torch.nn.functional.mse_loss(out.squeeze(-1), y)
+
+    loss = model.loss_and_grad(loss_fn, inputs, targets)
+    residual = inputs @ model.x - targets
+    assert loss.dtype == torch.float64
+    expected = inputs.T @ residual / len(targets)
+    assert float((model.grad - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
+    assert float(loss) == pytest.approx(0.5 * float((residual**2).mean()), rel=1e-14)
