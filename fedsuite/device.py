@@ -3,6 +3,8 @@ read-only host array moved to a device once for all the clients of a batched cal
 
 from __future__ import annotations
 
+import weakref
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -10,6 +12,7 @@ from contextvars import ContextVar
 import numpy as np
 import torch
 
+_pinned: defaultdict[tuple, list[torch.Tensor]] = defaultdict(list)  # to_host's free buffers
 _moved: ContextVar[dict | None] = ContextVar("fedsuite_moved_arrays", default=None)
 
 
@@ -26,17 +29,25 @@ def pick_device(choice: str) -> torch.device:
 
 def to_host(tensor: torch.Tensor) -> np.ndarray:
     """A tensor's values as a NumPy array on the host, for an array that is encoded and let go soon after (an
-    uplink). From a CUDA device the copy goes through page-locked memory from torch's cache of pinned blocks: one
-    DMA at full speed into memory that is mapped already, where a fresh pageable array would first fault in every
-    page. The array holds its pinned block until it is let go (one client at a time: once its reply is encoded;
-    batched: a round's uplinks together until the round's replies are collected), and torch keeps the blocks cached
-    for the next round."""
+    uplink). From a CUDA device the copy goes through page-locked memory: one DMA at full speed into memory that is
+    mapped already, where a fresh pageable array would first fault in every page. The page-locked buffers are this
+    process's own (`_pinned`), kept across rounds: pinning a model-sized buffer anew costs tens of milliseconds. The
+    array holds its buffer until it is let go, with every view of it (one client at a time: once its reply is
+    encoded; batched: a round's uplinks together until the round's replies are collected); the buffer then waits for
+    the next array of its shape and dtype."""
     value = tensor.detach()
     if value.device.type != "cuda":
         return value.cpu().numpy()
-    host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+    key = (tuple(value.shape), value.dtype)
+    free = _pinned[key]
+    try:
+        host = free.pop()
+    except IndexError:
+        host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
     host.copy_(value)
-    return host.numpy()
+    array = host.numpy()
+    weakref.finalize(array, free.append, host)  # after the array and all its views are gone
+    return array
 
 
 @contextmanager

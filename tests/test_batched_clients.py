@@ -394,3 +394,22 @@ def test_a_downlink_moved_once_per_batched_call_gives_each_client_its_own_equal_
     assert first.tolist() == [101.0, 102.0, 103.0, 104.0]
     assert to_device(view, torch.device("cpu")).tolist() == [-1.0] * 4  # outside the block: read again
     assert len({t.data_ptr() for t in (first, second, third)} | {view.__array_interface__["data"][0]}) == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_uplinks_page_locked_buffer_is_reused_only_once_its_array_and_views_are_gone():
+    import gc
+
+    from fedsuite.device import to_host
+
+    values = torch.arange(1000, dtype=torch.float32, device="cuda")
+    first = to_host(values)
+    held, address = first[10:20], first.ctypes.data
+    del first  # its view still holds the buffer
+    second = to_host(values + 1.0)
+    assert second.ctypes.data != address and held.tolist() == list(range(10, 20))
+    addresses = {address, second.ctypes.data}
+    del held, second
+    gc.collect()
+    third = to_host(values + 2.0)
+    assert third.ctypes.data in addresses and third.tolist() == (values + 2.0).tolist()
