@@ -277,10 +277,17 @@ def loss_function(task: str):
     return lambda out, y: 0.5 * F.mse_loss(out.squeeze(-1), y)
 
 
-def loss_input(out: torch.Tensor) -> torch.Tensor:
-    """A model's output as the loss takes it: autocast's bfloat16 (or float16) widened to float32; float32 and float64
-    as they are, so a float64 model's loss and gradients stay in float64."""
-    return out.float() if out.dtype in (torch.bfloat16, torch.float16) else out
+def loss_inputs(out: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A model's output and its targets as the loss takes them: autocast's bfloat16 (or float16) output widened to
+    float32, and floating targets and output in their common dtype, so a float64 model's loss and gradients stay in
+    float64 and no loss sees two float dtypes (torch 2.11's backward refuses them; later versions promote the same
+    way). Class labels are left as they are."""
+    if out.dtype in (torch.bfloat16, torch.float16):
+        out = out.float()
+    if targets.is_floating_point() and targets.dtype != out.dtype:
+        common = torch.promote_types(out.dtype, targets.dtype)
+        out, targets = out.to(common), targets.to(common)
+    return out, targets
 
 
 class FlatModel:
@@ -335,6 +342,6 @@ class FlatModel:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.autocast == "bf16"):
             out = self.module(inputs)
-        loss = loss_fn(loss_input(out), targets)
+        loss = loss_fn(*loss_inputs(out, targets))
         loss.backward()
         return loss.detach()

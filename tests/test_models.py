@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fedsuite.config import resolve
-from fedsuite.models import FlatModel, build_model
+from fedsuite.models import FlatModel, build_model, loss_inputs
 from fedsuite.node import ClientNode
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -91,12 +91,14 @@ def test_the_run_config_reaches_the_clients_model():
     assert model.autocast == "bf16" and model.channels_last
 
 
-def test_a_float64_models_loss_and_gradient_stay_in_float64():
-    """The least-squares gradient Xᵀ(Xw − y)/n to float64 rounding: an output narrowed to float32 before the loss
-    (as autocast's bfloat16 is widened) would be off by about 1e-8 relative."""
+@pytest.mark.parametrize("target_dtype", [torch.float64, torch.float32])
+def test_a_float64_models_loss_and_gradient_stay_in_float64(target_dtype):
+    """The least-squares gradient Xᵀ(Xw − y)/n to float64 rounding, with float64 targets or float32 ones (widened,
+    never the output narrowed): an output narrowed to float32 before the loss (as autocast's bfloat16 is widened)
+    would be off by about 1e-8 relative, and two float dtypes in one loss fail in torch 2.11's backward."""
     generator = torch.Generator().manual_seed(3)
     inputs = torch.randn(16, 4, generator=generator, dtype=torch.float64)
-    targets = torch.randn(16, generator=generator, dtype=torch.float64)
+    targets = torch.randn(16, generator=generator, dtype=torch.float64).to(target_dtype)
     model = FlatModel(nn.Linear(4, 1, bias=False).to(torch.float64))
     model.x.copy_(torch.randn(4, generator=generator, dtype=torch.float64) * 1e3)
 
@@ -104,8 +106,19 @@ def test_a_float64_models_loss_and_gradient_stay_in_float64():
         return 0.5 * torch.nn.functional.mse_loss(out.squeeze(-1), y)
 
     loss = model.loss_and_grad(loss_fn, inputs, targets)
-    residual = inputs @ model.x - targets
+    residual = inputs @ model.x - targets.double()
     assert loss.dtype == torch.float64
     expected = inputs.T @ residual / len(targets)
     assert float((model.grad - expected).abs().max()) <= 1e-12 * float(expected.abs().max())
     assert float(loss) == pytest.approx(0.5 * float((residual**2).mean()), rel=1e-14)
+
+
+def test_the_loss_takes_output_and_targets_in_one_dtype():
+    half = torch.ones(3, dtype=torch.bfloat16)
+    labels = torch.tensor([0, 2, 1])
+    assert [t.dtype for t in loss_inputs(half, labels)] == [torch.float32, torch.int64]  # labels left alone
+    single, double = torch.ones(3), torch.ones(3, dtype=torch.float64)
+    assert [t.dtype for t in loss_inputs(single, double)] == [torch.float64, torch.float64]
+    assert [t.dtype for t in loss_inputs(double, single)] == [torch.float64, torch.float64]
+    out, targets = loss_inputs(single, single)
+    assert out is single and targets is single  # the usual case: nothing made

@@ -14,7 +14,7 @@ import torch
 from torch.func import functional_call, grad_and_value, vmap
 
 from fedsuite.batched.notice import BUFFERS
-from fedsuite.models import FlatModel, loss_input, trainable
+from fedsuite.models import FlatModel, loss_inputs, trainable
 
 
 def unbatchable_model(model: FlatModel) -> str | None:
@@ -56,7 +56,7 @@ class StackedModel:
             def loss(params, inputs, targets):
                 with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=autocast):
                     out = functional_call(module, params, (inputs,))
-                return loss_fn(loss_input(out), targets)
+                return loss_fn(*loss_inputs(out, targets))
 
             self._gradients[loss_fn] = vmap(grad_and_value(loss))
         return self._gradients[loss_fn]

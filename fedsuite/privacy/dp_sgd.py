@@ -37,7 +37,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedsuite.config import SampleLevelPrivacy
-from fedsuite.models import FlatModel
+from fedsuite.models import FlatModel, loss_inputs
 from fedsuite.privacy.accountant import RunAccountant
 from fedsuite.sampling import Sampler
 
@@ -56,7 +56,7 @@ def per_record_gradients(model: FlatModel, loss_fn, inputs: torch.Tensor, target
 
     def record_loss(values, x, y):
         out = functional_call(module, dict(zip(names, values, strict=True)), (x.unsqueeze(0),))
-        loss = loss_fn(out.float(), y.unsqueeze(0))
+        loss = loss_fn(*loss_inputs(out, y.unsqueeze(0)))
         return loss, loss.detach()
 
     with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.autocast == "bf16"):
