@@ -79,3 +79,19 @@ def test_batching_bound_prints_the_three_gradients_and_its_ratios(capsys):
     assert ratios["stacked_ratio"] == pytest.approx(ms[2] / ms[0], abs=0.01, rel=0.05)
     assert ratios["batching_bound"] == pytest.approx(ms[1] / ms[0], abs=0.01, rel=0.05)
     assert lines[-1].startswith("batching_bound ")
+
+
+def test_round_phases_times_every_phase_of_every_round_and_puts_the_functions_back(capsys):
+    from simulation.benchmarks import round_phases
+
+    originals = [getattr(owner, name) for owner, name, *_ in round_phases.TIMED]
+    assert round_phases.main([*TINY]) == 0
+    assert [getattr(owner, name) for owner, name, *_ in round_phases.TIMED] == originals
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("fedavg batched on cpu; round seconds ")
+    rounds = [line for line in lines if line.startswith("round ")]
+    assert [line.split(":")[0] for line in rounds] == ["round 1", "round 2"]
+    for line in rounds:  # the CPU phases of a batched round (no recording on a CPU)
+        for phase in ("configure_fit", "prepare", "train_stacked", "finish", "to_host", "aggregate_fit", "consistency"):
+            assert f" {phase} " in line, (phase, line)
+    assert lines[-1].startswith("steady_s ")
