@@ -95,3 +95,11 @@ def test_round_phases_times_every_phase_of_every_round_and_puts_the_functions_ba
         for phase in ("configure_fit", "prepare", "train_stacked", "finish", "to_host", "aggregate_fit", "consistency"):
             assert f" {phase} " in line, (phase, line)
     assert lines[-1].startswith("steady_s ")
+
+
+def test_round_phases_refuses_a_bad_algorithm_before_training(capsys):
+    from simulation.benchmarks import round_phases
+
+    with pytest.raises(SystemExit) as stop:
+        round_phases.main([*TINY, "--algorithm", "fedavgg"])
+    assert stop.value.code == 2 and "algorithm" in capsys.readouterr().err

@@ -4,9 +4,10 @@
     python -m simulation.benchmarks.round_phases --algorithm fedspeed --one-at-a-time
     python -m simulation.benchmarks.round_phases --model cnn --clients 2 --steps 2 --rounds 2 --device cpu   # a check
 
-The run is `simulation.benchmarks.gpu_round`'s suite path (the same workload flags, the same fake CIFAR-10 files),
-batched unless --one-at-a-time. Timers wrap the suite's own functions for the length of the run, so every phase is
-the wall time of its calls in that round, on the calling thread:
+The run is `simulation.benchmarks.gpu_round`'s suite path (the same workload flags, the same fake CIFAR-10 files
+unless --data-dir names a folder holding cifar-10-batches-py/), batched unless --one-at-a-time. Timers wrap the
+suite's own functions for the length of the run, so every phase is the wall time of its calls in that round, on the
+calling thread:
 
 | phase | what it times |
 |---|---|
@@ -38,10 +39,12 @@ import torch
 
 from fedsuite import client_adapter
 from fedsuite.batched import dispatch, graph
+from fedsuite.config import resolve
 from fedsuite.host_memory import reuse_host_memory
+from fedsuite.schema import ConfigError
 from fedsuite.server import accounting, adapter
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
-from simulation.benchmarks.gpu_round import BATCHED, reference_config, suite_path, workload_arguments
+from simulation.benchmarks.gpu_round import BATCHED, one_line, reference_config, suite_path, workload_arguments
 
 
 class PhaseClock:
@@ -105,14 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one-at-a-time", action="store_true", help="batch-clients=false (default: batched)")
     args = workload_arguments(parser, argv, "run")
     device = torch.device(args.device)
-    reuse_host_memory(args.host_memory == "reuse")
     logging.getLogger("flwr").setLevel(logging.WARNING)
     clock = PhaseClock(device)
     with tempfile.TemporaryDirectory(prefix="round-phases-") as tmp:
-        data_dir = str(write_fake_cifar10(Path(tmp), args.clients * args.samples, 1000))
+        data_dir = args.data_dir or str(write_fake_cifar10(Path(tmp), args.clients * args.samples, 1000))
         run_config = reference_config(args, args.algorithm, data_dir)
         if not args.one_at_a_time:
             run_config.update(BATCHED)
+        try:  # every name and value checked before anything trains
+            resolve(run_config)
+        except ConfigError as err:
+            parser.error(one_line(err))
+        reuse_host_memory(args.host_memory == "reuse")
         with timers(clock):
             result = suite_path(run_config, device)
     path = "one at a time" if args.one_at_a_time else "batched"
