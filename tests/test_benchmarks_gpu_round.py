@@ -103,3 +103,11 @@ def test_round_phases_refuses_a_bad_algorithm_before_training(capsys):
     with pytest.raises(SystemExit) as stop:
         round_phases.main([*TINY, "--algorithm", "fedavgg"])
     assert stop.value.code == 2 and "algorithm" in capsys.readouterr().err
+
+
+def test_round_phases_says_when_a_batched_run_trained_one_at_a_time(capsys):
+    from simulation.benchmarks import round_phases
+
+    assert round_phases.main([*TINY, "--model", "tests.test_user_models:small_bn"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("fell back to one at a time: ") and "BatchNorm" in lines[1], lines[:3]

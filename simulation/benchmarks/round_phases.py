@@ -20,7 +20,9 @@ calling thread:
 | `aggregate_fit` | the server's checks, aggregation and the round's figures |
 | `consistency` | inside it, the local-consistency figure |
 
-The last line is `steady_s <s>`: the median of rounds 2..R, as gpu_round measures a round.
+Where some clients of a batched run trained one at a time, or a group's steps were not recorded, a line after the
+first says why (as gpu_round's rows do). The last line is `steady_s <s>`: the median of rounds 2..R, as gpu_round
+measures a round.
 """
 
 from __future__ import annotations
@@ -124,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             result = suite_path(run_config, device)
     path = "one at a time" if args.one_at_a_time else "batched"
     print(f"{args.algorithm} {path} on {device}; round seconds {[round(s, 3) for s in result['seconds']]}")
+    for label, reasons in (("fell back to one at a time", result["fell_back"]),
+                           ("steps not recorded", result["not_recorded"])):  # fmt: skip
+        if reasons:  # the phases are then not those of a batched (or recorded) round: said, as gpu_round says it
+            print(f"{label}: {'; '.join(reasons)}")
     for number, seconds in zip(sorted(clock.rounds), result["seconds"], strict=False):
         phases = "  ".join(f"{phase} {value:.3f}" for phase, value in sorted(clock.rounds[number].items()))
         print(f"round {number}: {seconds:.3f} s  {phases}")
