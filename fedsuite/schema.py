@@ -331,8 +331,13 @@ COMMON_KEYS: tuple[Key, ...] = (
         "clients-per-round / 20; must exceed dp-noise / 2", low=0.0, client=True, tunable=False),
     Key("dp-delta", 1e-5, "δ of the (ε, δ) budgets the run reports (client-level and DP-SGD)", low=0.0, high=1.0,
         low_open=True, high_open=True, client=True, tunable=False),
-    Key("dp-target-epsilon", 0.0, "stop the run (status budget-spent) before a round that would take ε above this; "
-        "0 = no target", low=0.0, tunable=False),
+    Key("dp-target-epsilon", 0.0, "stop the run (status budget-spent) before a round that would take ε above this "
+        "(client-level DP, DP-SGD or both); 0 = no target", low=0.0, tunable=False),
+    Key("dp-noise-source", "secure", "where every DP noise value comes from (client-level DP and DP-SGD, "
+        "docs/privacy.md): secure = streams keyed by secrets from the OS's entropy, never written anywhere, so "
+        "nobody can recompute the noise; seeded = from the run seed, for reproducible studies only: anyone holding "
+        "config.json can subtract the noise, so the run is NOT private", ("secure", "seeded"), client=True,
+        tunable=False),
     # --- DP-SGD (sample-level privacy)
     Key("dp-sgd", False, "sample-level differential privacy of every client's records (DP-SGD, "
         "docs/privacy-dp-sgd.md): each local step's gradient is the sum of per-record gradients clipped to "
