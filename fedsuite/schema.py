@@ -62,14 +62,26 @@ class Key:
             return None, f"{self.name}={value!r}: expected a string"
         if self.choices is not None and value not in self.choices:
             return None, f"{self.name}={value!r}: allowed values are {', '.join(self.choices)}"
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            op = ">" if self.low_open else ">="
-            upper = f" and {'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else ""
-            rng = f"{op} {self.low:g}{upper}"
-            return None, f"{self.name}={value!r}: must be {rng}"
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            return None, f"{self.name}={value!r}: must be {'<' if self.high_open else '<='} {self.high:g}"
+        if not self.in_range(value):
+            return None, f"{self.name}={value!r}: must be {self.range_text()}"
         return value, None
+
+    def in_range(self, value: float) -> bool:
+        """Whether `value` lies inside the key's declared bounds (every value does for a key without any)."""
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def range_text(self) -> str:
+        """The whole allowed range in words, whichever bound a value violates: 'in (0, 1)' with two bounds,
+        '> 0' or '<= 100' with one."""
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return "any number"
 
 
 PLUGIN_CONFIG = "plugin-config"  # the one key through which plug-in algorithms' keys pass Flower's run config
@@ -371,15 +383,21 @@ def int_list(text: str) -> tuple[int, ...]:
 
 
 def similar_keys(name: str, schema: Mapping[str, Key]) -> list[str]:
-    """Keys an unknown `name` may have meant: the same words written with '-' (prox_mu → prox-mu, Prox-Mu), keys
-    sharing its first word, and near spellings."""
+    """Keys an unknown `name` may have meant, closest first: the same words written with '-' (prox_mu → prox-mu,
+    Prox-Mu) alone, else keys sharing its first word and near spellings, ordered by how alike they are spelt
+    (difflib's ratio; ties in the schema's order)."""
     dashed = name.strip().lower().replace("_", "-").replace(" ", "-")
     if dashed in schema:
         return [dashed]
     first = dashed.split("-")[0]
     close = [k for k in schema if k.split("-")[0] == first]
     close += [k for k in difflib.get_close_matches(dashed, list(schema), n=3, cutoff=0.75) if k not in close]
-    return close
+    return sorted(close, key=lambda k: -_likeness(dashed, k))
+
+
+def _likeness(written: str, key: str) -> float:
+    """How alike two key names are spelt, in [0, 1] (1: the same)."""
+    return difflib.SequenceMatcher(None, written, key).ratio()
 
 
 _PAIR = re.compile(r"""\s*([^\s=]+)=("(?:[^"\\]|\\.)*"|'[^']*'|\[[^\]]*\]|\{[^}]*\}|[^\s"']+)(?=\s|$)""")

@@ -151,8 +151,8 @@ def test_a_private_run_resumes_bit_for_bit(mode, tmp_path):
 BAD = [
     ({"dp-noise": -1.0}, "dp-noise=-1.0: must be >= 0"),
     ({"dp-clip": 0.0}, "dp-clip=0.0: must be > 0"),
-    ({"dp-delta": 1.0}, "dp-delta=1.0: must be < 1"),
-    ({"dp-delta": 0.0}, "dp-delta=0.0: must be > 0"),
+    ({"dp-delta": 1.0}, "dp-delta=1.0: must be in (0, 1)"),
+    ({"dp-delta": 0.0}, "dp-delta=0.0: must be in (0, 1)"),
     ({"dp-target-epsilon": 0.5}, "dp-target-epsilon=0.5: one round already spends"),
     ({"weighting": "samples"}, "needs weighting='uniform'"),
     ({"local-steps": 0}, "needs local-steps > 0"),

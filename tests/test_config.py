@@ -157,20 +157,39 @@ def test_unknown_name_lists_allowed_values(key, bad, allowed):
         ("lr", 0.0, "> 0"),
         ("partition-alpha", 0.0, "> 0"),
         ("partition-alpha", -1.0, "> 0"),
-        ("participation", 1.5, "<= 1"),
-        ("participation", 0.0, "> 0"),
-        ("partition-mixture", 1.01, "<= 1"),
+        ("participation", 1.5, "in (0, 1]"),
+        ("participation", 0.0, "in (0, 1]"),
+        ("partition-mixture", 1.01, "in [0, 1]"),
         ("num-clients", 0, ">= 1"),
         ("seed", -1, ">= 0"),
         ("weight-decay", -1e-4, ">= 0"),
-        ("lr-decay", 1.5, "<= 1"),
+        ("lr-decay", 1.5, "in (0, 1]"),
         ("fedopt-tau", 0.0, "> 0"),
+        ("dp-delta", 1.0, "in (0, 1)"),
+        ("num-server-rounds", 10**6, "in [1, 100000]"),
     ],
 )
-def test_out_of_range_names_key_and_bound(key, bad, bound):
+def test_out_of_range_names_key_and_its_whole_range(key, bad, bound):
     msg = _error({key: bad})
-    assert f"{key}=" in msg
-    assert bound in msg
+    assert f"{key}={bad!r}: must be {bound}" in msg
+
+
+def _outside(key: C.Key) -> list:
+    """A value just past each of a key's bounds (the bound itself where it is open)."""
+    kind = type(key.default)
+    below = key.low if key.low_open else key.low - 1
+    above = key.high if key.high_open else key.high + 1
+    return [kind(below), kind(above)]
+
+
+@pytest.mark.parametrize("key", [k for k in SCHEMA.values() if k.low is not None and k.high is not None],
+                         ids=lambda k: k.name)  # fmt: skip
+def test_a_two_sided_range_is_named_whole_whichever_bound_a_value_violates(key):
+    below, above = (key.check(value)[1] for value in _outside(key))
+    assert below.split(": ", 1)[1] == above.split(": ", 1)[1]  # the same words on both sides
+    low = "(" if key.low_open else "["
+    high = ")" if key.high_open else "]"
+    assert below.endswith(f": must be in {low}{key.low:g}, {key.high:g}{high}")
 
 
 @pytest.mark.parametrize(
@@ -209,6 +228,14 @@ def test_unknown_key_suggests_close_names():
     msg = _error({"partition-alfa": 0.1})
     assert "partition-alfa: unknown key" in msg
     assert "partition-alpha" in msg  # the "did you mean" hint
+
+
+@pytest.mark.parametrize("typo, best", [("local-step", "local-steps"), ("lr_decai", "lr-decay"),
+                                        ("dp-delt", "dp-delta"), ("num-round", "num-server-rounds"),
+                                        ("partition-alfa", "partition-alpha")])  # fmt: skip
+def test_a_typos_suggestions_are_ordered_closest_first(typo, best):
+    msg = _error({typo: 1})
+    assert f"{typo}: unknown key (did you mean {best}, " in msg
 
 
 @pytest.mark.parametrize(

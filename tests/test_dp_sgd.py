@@ -196,7 +196,7 @@ def test_participations_count_the_rounds_whose_cohort_drew_the_client():
     [
         ({"dp-sgd-noise": -0.5}, "dp-sgd-noise=-0.5: must be >= 0"),
         ({"dp-sgd-clip": 0.0}, "dp-sgd-clip=0.0: must be > 0"),
-        ({"dp-delta": 1.0}, "dp-delta=1.0: must be < 1"),
+        ({"dp-delta": 1.0}, "dp-delta=1.0: must be in (0, 1)"),
         ({"local-steps": 0}, "set local-steps > 0"),
         ({"local-batches": "blocks"}, "local-batches='blocks'"),
         ({"algorithm": "mimesvrg"}, "algorithm='mimesvrg' is refused"),

@@ -176,8 +176,8 @@ FEDEXP_NORMS = "algorithm='fedexp' computes its server step size from each clien
 @pytest.mark.parametrize(
     "keys,message",
     [
-        ({"algorithm": "fedavgm", "fedavgm-beta": 1.0}, "fedavgm-beta=1.0: must be < 1"),
-        ({"algorithm": "fedavgm", "fedavgm-beta": -0.1}, "fedavgm-beta=-0.1: must be >= 0 and < 1"),
+        ({"algorithm": "fedavgm", "fedavgm-beta": 1.0}, "fedavgm-beta=1.0: must be in [0, 1)"),
+        ({"algorithm": "fedavgm", "fedavgm-beta": -0.1}, "fedavgm-beta=-0.1: must be in [0, 1)"),
         ({"algorithm": "fedexp", "fedexp-eps": 0.0}, "fedexp-eps=0.0: must be > 0"),
         ({"algorithm": "fedexp", "fedexp-eps": -1.0}, "fedexp-eps=-1.0: must be > 0"),
         ({"algorithm": "fedexp", "fedexp-eval-average": 1}, "fedexp-eval-average=1: expected true or false"),

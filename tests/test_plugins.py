@@ -74,7 +74,7 @@ def test_a_bad_value_of_a_plugin_key_is_named_with_its_allowed_range(installed):
     done = child(["-m", "simulation.compare", "--algorithms", "fedavgm-nesterov", "--engine", "inprocess", "-c",
                   "dataset='synthetic-lsq' fedavgm-nesterov-beta=1.0"], env, ROOT)  # fmt: skip
     assert done.returncode == 2
-    assert "fedavgm-nesterov-beta=1.0: must be < 1" in done.stderr
+    assert "fedavgm-nesterov-beta=1.0: must be in [0, 1)" in done.stderr
 
 
 # ---- the registry's rules, on a registry of its own (this process's stays plain) ---------------------------------
@@ -121,7 +121,7 @@ def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_e
     assert costs.client_state_vectors("fedavgm-nesterov", cfg) == 0
     preset = resolve({"algorithm": "fedavgm-nesterov", "preset": "fedcm-cifar10-100x10", "fedavgm-nesterov-beta": 0.5})
     assert (preset["dataset"], preset["fedavgm-nesterov-beta"]) == ("cifar10", 0.5)  # a preset's common keys apply
-    with pytest.raises(ConfigError, match=r"fedavgm-nesterov-beta=-0\.1: must be >= 0 and < 1"):
+    with pytest.raises(ConfigError, match=r"fedavgm-nesterov-beta=-0\.1: must be in \[0, 1\)"):
         resolve({"algorithm": "fedavgm-nesterov", "fedavgm-nesterov-beta": -0.1})
     with pytest.raises(ConfigError, match=r"algorithm='fedavgn': allowed values are .*fedavgm-nesterov"):
         resolve({"algorithm": "fedavgn"})

@@ -43,8 +43,8 @@ class Seen(StepsSeen):
 @pytest.mark.parametrize(
     "keys,message",
     [
-        ({"dropout-rate": 1.0}, "dropout-rate=1.0: must be < 1"),
-        ({"dropout-rate": -0.1}, "dropout-rate=-0.1: must be >= 0 and < 1"),
+        ({"dropout-rate": 1.0}, "dropout-rate=1.0: must be in [0, 1)"),
+        ({"dropout-rate": -0.1}, "dropout-rate=-0.1: must be in [0, 1)"),
         ({"round-deadline": -1}, "round-deadline=-1: must be >= 0"),
         ({"speed-spread": 0.5}, "speed-spread=0.5: must be >= 1"),
         ({"client-speed": "random"}, "client-speed='random': allowed values are equal, uniform"),
@@ -61,9 +61,9 @@ class Seen(StepsSeen):
         ({"deadline-policy": "drop", "local-steps": 5},
          "deadline-policy='drop' is read only with a round deadline: set round-deadline > 0"),
         ({"availability": "sometimes"}, "availability='sometimes': allowed values are always, markov, cycle"),
-        ({"availability": "markov", "availability-p-on": 0.0}, "availability-p-on=0.0: must be > 0 and <= 1"),
-        ({"availability": "markov", "availability-p-off": 1.5}, "availability-p-off=1.5: must be <= 1"),
-        ({"availability": "cycle", "availability-fraction": 0.0}, "availability-fraction=0.0: must be > 0"),
+        ({"availability": "markov", "availability-p-on": 0.0}, "availability-p-on=0.0: must be in (0, 1]"),
+        ({"availability": "markov", "availability-p-off": 1.5}, "availability-p-off=1.5: must be in (0, 1]"),
+        ({"availability": "cycle", "availability-fraction": 0.0}, "availability-fraction=0.0: must be in (0, 1]"),
         ({"availability": "cycle", "availability-period": 0}, "availability-period=0: must be >= 1"),
         ({"availability": "markov", "availability-p-off": 1.0, "availability-p-on": 0.05, "num-clients": 3,
           "clients-per-round": 3, "num-server-rounds": 50},

@@ -102,8 +102,8 @@ def test_every_algorithm_declares_a_tunable_lr_inside_the_schema():
             assert all(SCHEMA[key].check(v)[1] is None for v in grid_values(search)), (name, key)
     # the check itself refuses what leaves a range, unknown keys and empty lists
     assert "fedcm-alpha" in problem("fedcm-alpha", (0.5, 1.5), SCHEMA["fedcm-alpha"])
-    assert "lr=0.1: must be >= 0.5" in problem("lr", LogRange(0.1, 0.9), Key("lr", 1.0, "", low=0.5, high=1.0))
-    assert "<= 1" in problem("lr", LogRange(0.1, 2.0), Key("lr", 1.0, "", low=0.0, high=1.0))
+    assert "lr=0.1: must be in [0.5, 1]" in problem("lr", LogRange(0.1, 0.9), Key("lr", 1.0, "", low=0.5, high=1.0))
+    assert "in [0, 1]" in problem("lr", LogRange(0.1, 2.0), Key("lr", 1.0, "", low=0.0, high=1.0))
     assert "not a run-config key" in problem("no-such-key", (1,), None)
     assert "non-empty" in problem("lr", (), SCHEMA["lr"])
     with pytest.raises(ValueError, match="0 < low < high"):
