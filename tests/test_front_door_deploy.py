@@ -5,11 +5,17 @@ the project and the image, `deploy/make-certs` and git, and the README's deploy,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
+import socket
 import stat
 import subprocess
+import sys
+import time
+import tomllib
 from pathlib import Path
 
 import flwr
@@ -354,6 +360,84 @@ def test_make_certs_warns_when_its_keys_could_be_committed(tmp_path):
     if shutil.which("git") and (PROJECT / ".git").exists():  # the project's own certs/ and docker/certs/
         for path in ("certs/ca.key", "certs/supernodes/node0", "docker/certs/superlink.key"):
             assert subprocess.run(["git", "check-ignore", "-q", path], cwd=PROJECT).returncode == 0, path
+
+
+# ---- deploy/ scripts on one machine, without a deployment ------------------------------------------------------------
+
+
+def deploy_env(home: Path) -> dict[str, str]:
+    """The deploy/ scripts with this interpreter's Flower executables and a FLWR_HOME of the test's own."""
+    return {**os.environ, "FEDSUITE_VENV": str(Path(sys.executable).parent.parent), "FLWR_HOME": str(home)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_superlink_creates_the_folder_of_its_database(tmp_path):
+    """`deploy/superlink --database state/superlink.db`, as the README types it, in a folder without state/: the
+    SuperLink starts (Flower alone dies with an sqlite traceback) and writes its database there."""
+    log = tmp_path / "superlink.log"
+    cmd = [str(PROJECT / "deploy" / "superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(free_port()),
+           "--database", "state/superlink.db"]  # fmt: skip
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=deploy_env(tmp_path / "home"), stdout=out, stderr=out,
+                                start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while "Uvicorn running" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert (tmp_path / "state" / "superlink.db").is_file(), log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert "Traceback" not in log.read_text()
+
+
+def test_superlink_refuses_a_database_it_cannot_place_in_one_line(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-folder").mkdir()
+    for database, words in (("a-file/superlink.db", "cannot create its folder"), ("a-folder", "is a folder")):
+        res = subprocess.run([str(PROJECT / "deploy" / "superlink"), "--insecure", "--database", database],
+                             cwd=tmp_path, env=deploy_env(tmp_path / "home"), capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+        line = one_error_line(res)
+        assert "--database" in line and words in line and database in line
+
+
+def connect(home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PROJECT / "deploy" / "connect"), *args], env=deploy_env(home), capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def connections(home: Path) -> dict:
+    out = subprocess.run([str(Path(sys.executable).parent / "flwr"), "config", "ls", "--format", "json"],
+                         env=deploy_env(home), capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def test_connect_keeps_an_existing_connection_unless_told_to_replace_it(tmp_path):
+    """Flower's default `local` connection (the one a plain `flwr run .` simulates on) survives
+    `deploy/connect local …`; a second `deploy/connect mylink` is refused until --replace, which leaves one table."""
+    home = tmp_path / "home"
+    line = one_error_line(connect(home, "local", "127.0.0.1:9093", "--insecure"))
+    assert "'local'" in line and "--replace" in line and "flwr run ." in line
+    config = tomllib.loads((home / "config.toml").read_text())
+    assert config["superlink"]["local"]["address"] == ":local:" and config["superlink"]["default"] == "local"
+    assert connect(home, "mylink", "127.0.0.1:9093", "--insecure").returncode == 0
+    line = one_error_line(connect(home, "mylink", "127.0.0.1:9094", "--insecure"))
+    assert "'mylink'" in line and "--replace" in line
+    assert tomllib.loads((home / "config.toml").read_text())["superlink"]["mylink"]["address"] == "127.0.0.1:9093"
+    replaced = connect(home, "mylink", "127.0.0.1:9094", "--insecure", "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    text = (home / "config.toml").read_text()
+    assert text.count("[superlink.mylink]") == 1 and tomllib.loads(text)["superlink"]["mylink"] == {
+        "address": "127.0.0.1:9094", "insecure": True}  # fmt: skip
+    assert connections(home) == {"superlink": ["supergrid", "local", "mylink"], "default": "local"}
 
 
 # ---- the README ------------------------------------------------------------------------------------------------------
