@@ -220,6 +220,8 @@ class RuleClient(NumPyClient):
         """Everything after the local loop: the uplink, its finiteness, client-level DP's release, the state save,
         the packed arrays and the metrics; returns NumPyClient.fit's (arrays, examples, metrics)."""
         node, config, ctx, private = self.node, fit.config, fit.ctx, fit.private
+        if private is not None:  # DP-SGD past dp-target-epsilon: nothing released, no state moved
+            private.check_budget()
         uplink = {**self.client_rule.uplink(result, fit.rule, ctx), **self._buffers_uplink()}
         if fit.start_shift is not None and self.client_rule.uploads_start_shift:
             uplink["start_shift"] = fit.start_shift
@@ -257,7 +259,8 @@ class RuleClient(NumPyClient):
         if BUFFERS.name in uplink:
             raise ValueError(f"dp={node.cfg.privacy.mode!r}: the model's buffers (BatchNorm statistics) would be "
                              "uploaded without clip or noise; set buffers='local'")  # fmt: skip
-        generator = noise_generator(node.cfg.seed, ctx.round, node.partition_id, getattr(node, "noise_secret", 0))
+        generator = noise_generator(node.cfg.seed, ctx.round, node.partition_id, getattr(node, "noise_secret", 0),
+                                    node.cfg.privacy.noise_source)  # fmt: skip
         return client_release(uplink, node.cfg.privacy, float(config[CLIP_KEY]), int(config[COHORT_KEY]),
                               count_noise(node.cfg), generator)  # fmt: skip
 

@@ -228,12 +228,16 @@ class SampleLevelPrivacy(Settings):
     noise (dp-sgd-noise): σ_s, the noise multiplier on the sum of clipped per-record gradients.
     clip (dp-sgd-clip): C_s, the L2 norm every per-record gradient is clipped to.
     delta (dp-delta): δ of the ε(δ) each client reports.
+    target_epsilon (dp-target-epsilon): a client stops training in a round that would take its ε above it; 0 = none.
+    noise_source (dp-noise-source): 'secure' (secret noise) or 'seeded' (reproducible, not private).
     """
 
     enabled: bool = _key("dp-sgd")
     noise: float = _key("dp-sgd-noise")
     clip: float = _key("dp-sgd-clip")
     delta: float = _key("dp-delta")
+    target_epsilon: float = _key("dp-target-epsilon")
+    noise_source: str = _key("dp-noise-source")
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,7 @@ class ClientPrivacy(Settings):
     count_noise (dp-count-noise): adaptive clipping's σ_b (0: clients-per-round / 20).
     delta (dp-delta): the δ of the reported (ε, δ).
     target_epsilon (dp-target-epsilon): stop before a round that would exceed it; 0 = none.
+    noise_source (dp-noise-source): 'secure' (secret noise) or 'seeded' (reproducible, not private).
     """
 
     mode: str = _key("dp")
@@ -274,6 +279,7 @@ class ClientPrivacy(Settings):
     count_noise: float = _key("dp-count-noise")
     delta: float = _key("dp-delta")
     target_epsilon: float = _key("dp-target-epsilon")
+    noise_source: str = _key("dp-noise-source")
 
     @property
     def on(self) -> bool:

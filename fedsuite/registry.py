@@ -19,7 +19,7 @@ from typing import Any
 from fedsuite.algorithm import Algorithm
 from fedsuite.builtin_algorithms import BUILT_IN, KEYS
 from fedsuite.plugins import AlgorithmRegistry
-from fedsuite.privacy.checks import privacy_errors
+from fedsuite.privacy.checks import budget_errors, privacy_errors
 from fedsuite.privacy.dp_sgd_checks import config_errors as dp_sgd_errors
 from fedsuite.privacy.secagg import secagg_errors
 from fedsuite.schema import COMMON_KEYS, ConfigError, Key, float_list
@@ -69,6 +69,7 @@ def algorithm_errors(values: Mapping[str, Any]) -> list[str]:
         allowed = ", ".join(name for name, a in ALGORITHMS.items() if a.sum_scale)
         errors.append(f"agg-scale='1/N': defined for {allowed} (the LoSAC suite); algorithm={algo.name!r} allows mean")
     errors += privacy_errors(values, algo.dp_refusal) + dp_sgd_errors(values, algo.dp_sgd_refusal)
+    errors += budget_errors(values)
     errors += secagg_errors(values, algo.secagg_refusal)
     return errors + [problem for check in algo.checks if (problem := check(values)) is not None]
 

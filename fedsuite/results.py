@@ -160,6 +160,18 @@ def remove_temporaries(folder: Path, older_than: float | None = None) -> list[Pa
     return removed
 
 
+SECRET_NOISE = "secret"  # the DP noise of a run is keyed by the OS's entropy (dp-noise-source='secure')
+SEEDED_NOISE = "seeded: not private"  # … or drawn from the run seed config.json records (dp-noise-source='seeded')
+
+
+def noise_label(config: dict[str, Any]) -> str | None:
+    """What a run's rows and summary say of its DP noise (docs/privacy.md, Secret noise), or None when no DP
+    mechanism is on."""
+    if config.get("dp", "off") == "off" and not config.get("dp-sgd", False):
+        return None
+    return SEEDED_NOISE if config.get("dp-noise-source") == "seeded" else SECRET_NOISE
+
+
 def default_run_name(algorithm: str, dataset: str) -> str:
     """<algorithm>-<dataset>-<date-time>-<random>: unique across processes started in the same second. An import
     path ('pkg.module:loader') contributes its last name only, so the folder name stays a plain word."""
@@ -272,6 +284,7 @@ class RunRecorder:
         self.target_column = target_column
         self.num_rounds = num_rounds
         self.rows: list[dict[str, Any]] = list(resumed_rows or [])
+        self.noise = noise_label(config)  # every row and the summary say whether the DP noise is secret
         self.started = time.time() - (self.rows[-1].get("elapsed_seconds", 0.0) if self.rows else 0.0)
         self.status = "running"
         self.resume_command: str | None = None  # set once a checkpoint exists
@@ -292,6 +305,8 @@ class RunRecorder:
         """Append a round's row; `status` ends the run (default: `completed` after the last round). The row goes
         into rounds.jsonl and rounds.csv both or neither (a full disk: OutDirFull, the files as they were)."""
         row = {"elapsed_seconds": round(time.time() - self.started, 3), **row}
+        if self.noise is not None:
+            row["dp_noise"] = self.noise
         with self._writing("rounds.jsonl"):
             size = append_atomic(self.folder / "rounds.jsonl", strict_json(row) + "\n")
         try:
@@ -370,6 +385,8 @@ class RunRecorder:
             if having:
                 out[f"final_{column}"] = having[-1][column]
         out.update(against_initial(self.rows))
+        if self.noise is not None:
+            out["dp_noise"], out["private"] = self.noise, self.noise == SECRET_NOISE
         participation = lost_participation(trained)
         if participation is not None:
             out["participation"] = participation

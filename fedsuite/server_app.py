@@ -25,6 +25,7 @@ from fedsuite.device import pick_device
 from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.host_memory import reuse_host_memory
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
+from fedsuite.privacy.model_checks import model_refusals
 from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.results import RunRecorder, default_run_name
 from fedsuite.server.adapter import RuleStrategy
@@ -57,12 +58,15 @@ def initial_state(cfg: Config, dataset) -> tuple[np.ndarray, np.ndarray]:
     """(x^0, the initial buffers) as float32 arrays, from one build of the model under the run seed, checked first
     (check_model); kept per process for the latest model, as a large model takes a while to build."""
     ds = dataset
-    key = (cfg.model, cfg.model_args, ds.name, ds.input_shape, ds.num_classes, ds.task, cfg.seed)
+    key = (cfg.model, cfg.model_args, ds.name, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
+           cfg.privacy.mode, cfg["buffers"], cfg["dp-sgd"])  # fmt: skip
     if key not in _INITIAL:
         net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
         source = ds.test if len(ds.test) else ds.train  # a dataset without a test set (federated evaluation)
         sample = ds.features(source, np.arange(min(2, len(source))), "cpu")
         check_output(net, sample, ds.num_classes, ds.task, cfg.model)
+        if refusals := model_refusals(cfg, net):  # privacy that this model cannot serve (docs/privacy.md)
+            raise ConfigError("; ".join(refusals))
         x0 = torch.cat([p.detach().reshape(-1) for p in trainable(net)]).numpy().astype(np.float32)
         owned = [b.detach().float().reshape(-1) for _, _, b in float_buffers(net)]
         buffers = torch.cat(owned).numpy().astype(np.float32) if owned else np.zeros(0, np.float32)

@@ -57,12 +57,17 @@ def test_with_dp_sgd_off_the_loop_never_enters_the_private_path(monkeypatch):
     assert all("dp_sgd_epsilon" not in r.row and r.row["train_loss"] is not None for r in run.rounds)
 
 
-def test_a_noisy_run_is_reproducible_and_sends_no_training_loss():
-    a = kit.run_algorithm("fedavg", {**kit.PARTIAL, **PRIVATE})
-    b = kit.run_algorithm("fedavg", {**kit.PARTIAL, **PRIVATE})
+def test_a_noisy_run_is_reproducible_only_when_seeded_and_sends_no_training_loss():
+    """dp-noise-source='seeded': two runs are equal; the default secret noise differs between runs."""
+    seeded = {**kit.PARTIAL, **PRIVATE, "dp-noise-source": "seeded"}
+    a = kit.run_algorithm("fedavg", seeded)
+    b = kit.run_algorithm("fedavg", seeded)
     plain = kit.run_algorithm("fedavg", kit.PARTIAL)
     assert np.array_equal(a.x, b.x) and not np.array_equal(a.x, plain.x)
     assert all(r.row["train_loss"] is None for r in a.rounds)  # the records' own losses carry no noise: not sent
+    c = kit.run_algorithm("fedavg", {**kit.PARTIAL, **PRIVATE})
+    d = kit.run_algorithm("fedavg", {**kit.PARTIAL, **PRIVATE})
+    assert not np.array_equal(c.x, d.x) and not np.array_equal(c.x, a.x)
 
 
 # ---- per-record gradients and clipping ------------------------------------------------------------------------
@@ -103,9 +108,9 @@ def test_a_model_with_batch_norm_is_refused_in_one_line():
 
 
 # ---- the noise --------------------------------------------------------------------------------------------------
-def _private(noise: float, clip: float, batch: int, seed: int = 7):
+def _private(noise: float, clip: float, batch: int, seed: int = 7, source: str = "seeded"):
     model = FlatModel(nn.Linear(2000, 1, bias=False))
-    private = dp_sgd.DpSgd(noise, clip, batch, 100, 1e-5, Sampler(4, "fixed", 2), 0, 1)
+    private = dp_sgd.DpSgd(noise, clip, batch, 100, 1e-5, Sampler(4, "fixed", 2), 0, 1, noise_source=source)
     oracle = private.bind(model, UpdateRule(), torch.Generator().manual_seed(seed))
     return model, private, oracle
 
@@ -126,14 +131,15 @@ def test_the_noise_on_a_zero_gradient_has_std_sigma_clip_over_batch():
     assert private.releases == [1] * 20
 
 
-def test_the_noise_stream_is_a_function_of_the_rounds_generator():
-    def first_draw(seed):
-        model, private, oracle = _private(1.0, 1.0, 4, seed)
+def test_the_seeded_noise_stream_is_a_function_of_the_rounds_generator_and_the_secure_one_is_not():
+    def first_draw(seed, source="seeded"):
+        model, private, oracle = _private(1.0, 1.0, 4, seed, source)
         private.new_step()
         oracle.loss_and_grad(loss_function("regression"), torch.zeros(4, 2000), torch.zeros(4))
         return model.grad.clone()
 
     assert torch.equal(first_draw(7), first_draw(7)) and not torch.equal(first_draw(7), first_draw(8))
+    assert not torch.equal(first_draw(7, "secure"), first_draw(7, "secure"))
 
 
 # ---- accounting -------------------------------------------------------------------------------------------------

@@ -30,6 +30,17 @@ def one_round_epsilon(sigma: float, sample: float, population: int, delta: float
     return accountant.RunAccountant(delta, {(sigma, sample, population): 1}).epsilon()
 
 
+def budget_errors(values: Mapping[str, Any]) -> list[str]:
+    """A target ε with no mechanism that spends a budget (dp='off' and dp-sgd=false): refused, as nothing would
+    enforce it. The mechanisms that do spend one check the target themselves (below, and DP-SGD's clients)."""
+    target = float(values.get("dp-target-epsilon", 0.0) or 0.0)
+    if target > 0 and values.get("dp", "off") == "off" and values.get("dp-sgd") is not True:
+        return [f"dp-target-epsilon={target:g}: no mechanism spends a privacy budget (dp='off', dp-sgd=false); set "
+                "dp='server' or 'clients' (client-level DP) or dp-sgd=true (DP-SGD), or leave dp-target-epsilon at "
+                "0"]  # fmt: skip
+    return []
+
+
 def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     """The problems of `values` (validated run-config values) under dp != 'off'; `refusal`: why the chosen algorithm
     cannot run under client-level DP ('' = it can)."""

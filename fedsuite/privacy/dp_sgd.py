@@ -19,8 +19,13 @@ function of the run seed, as the server draws them), each K steps of this round'
 and survives rebuilt client objects and resumed runs; a drawn client whose reply was lost still counts (an upper
 bound).
 
-The noise has a random stream of its own, seeded from the round's generator (the same seed gives the same numbers),
-so the minibatches are those of the plain run with the same seed.
+The noise has a random stream of its own (fedsuite/privacy/noise.py), so the minibatches are those of the plain run
+with the same seed: keyed by secret bits from the OS by default, or with dp-noise-source='seeded' seeded from the
+round's generator (the same seed gives the same numbers, and the run is not private).
+
+A target ε (dp-target-epsilon) is the client's own guard: a round that would take its ε past the target releases
+nothing (PrivacyBudgetSpent, which ends the run with status budget-spent), and every reply says what one more
+round would bring its ε to, so the server stops the run before such a round (fedsuite/server/sample_budget.py).
 """
 
 from __future__ import annotations
@@ -33,16 +38,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedsuite.config import SampleLevelPrivacy
 from fedsuite.models import FlatModel, loss_inputs
 from fedsuite.privacy.accountant import RunAccountant
+from fedsuite.privacy.model_checks import batch_norm_layers, batch_norm_refusal
+from fedsuite.privacy.noise import SECURE, torch_stream
 from fedsuite.sampling import Sampler
 
 NOISE_STREAM = 0x44505347  # "DPSG": the noise's stream beside the round's minibatch stream
 EPSILON_METRIC = "dp-sgd-epsilon"  # a client's ε(δ) in its fit metrics; the round row's `dp_sgd_epsilon` is their max
+NEXT_EPSILON_METRIC = "dp-sgd-epsilon-next"  # its ε(δ) should the next round draw it again, with this round's steps
+
+
+class PrivacyBudgetSpent(RuntimeError):
+    """A client's DP-SGD ε would pass dp-target-epsilon in this round: it releases nothing."""
+
+
 UNPRIVATE_METRICS = ("loss", "first-loss")  # training losses of the records themselves, without noise: not sent
 
 
@@ -99,16 +112,18 @@ class DpSgd:
     partition_id: int
     server_round: int
     releases: list[int] = field(default_factory=list)  # private gradients released in each step of this round
+    target_epsilon: float = 0.0  # dp-target-epsilon: this round releases nothing past it (0 = no target)
+    noise_source: str = SECURE  # dp-noise-source (fedsuite/privacy/noise.py)
     _noise_stream: torch.Generator | None = None
 
     # ---- the local loop's hooks (fedsuite/local.py) ---------------------------------------------------------------
     def bind(self, model: FlatModel, rule, generator: torch.Generator) -> PrivateModel:
-        """The model the round's oracle sees; the noise stream from the round's generator's seed."""
+        """The model the round's oracle sees; the noise stream: secret, or from the round's generator's seed."""
         if rule.batches is not None:
             raise ValueError("dp-sgd=true: this algorithm's steps train on batches of its own (fixed blocks), not on "
                              "sampled batches the privacy accountant describes")  # fmt: skip
         seed = np.random.SeedSequence([generator.initial_seed(), NOISE_STREAM]).generate_state(1)[0]
-        self._noise_stream = torch.Generator(device=model.device).manual_seed(int(seed))
+        self._noise_stream = torch_stream(self.noise_source, int(seed), model.device)
         return PrivateModel(model, self)
 
     def new_step(self) -> None:
@@ -135,15 +150,29 @@ class DpSgd:
         return {(self.noise / math.sqrt(k), self.batch, self.records): rounds * steps
                 for k, steps in sorted(per_round.items()) if k > 0}  # fmt: skip
 
-    def epsilon(self) -> float:
-        """This client's ε(δ) after this round: every round so far whose cohort drew it, each like this one."""
-        rounds = participations(self.sampler, self.partition_id, self.server_round)
+    def epsilon(self, more_rounds: int = 0) -> float:
+        """This client's ε(δ) after this round: every round so far whose cohort drew it, each like this one (plus
+        `more_rounds` like it)."""
+        rounds = participations(self.sampler, self.partition_id, self.server_round) + more_rounds
         return RunAccountant(self.delta, self.events(rounds)).epsilon()
 
+    def check_budget(self) -> None:
+        """Raise PrivacyBudgetSpent, before anything of this round is released, when it takes ε past the target."""
+        if self.target_epsilon <= 0:
+            return
+        after = self.epsilon()
+        if after > self.target_epsilon:
+            raise PrivacyBudgetSpent(
+                f"dp-target-epsilon={self.target_epsilon:g}: this round would take the DP-SGD ε of client "
+                f"{self.partition_id} to {after:.4g} (dp-sgd-noise={self.noise:g}, batches of {self.batch} of "
+                f"{self.records} records, {len(self.releases)} steps); nothing of it is released"
+            )
+
     def fit_metrics(self, metrics: dict) -> dict:
-        """The fit metrics a private client sends: its ε(δ), and not the training losses of its records."""
+        """The fit metrics a private client sends: its ε(δ) now and should one more round draw it, and not the
+        training losses of its records."""
         kept = {k: v for k, v in metrics.items() if k not in UNPRIVATE_METRICS}
-        return {**kept, EPSILON_METRIC: self.epsilon()}
+        return {**kept, EPSILON_METRIC: self.epsilon(), NEXT_EPSILON_METRIC: self.epsilon(more_rounds=1)}
 
 
 def for_client(node, server_round: int) -> DpSgd | None:
@@ -152,17 +181,14 @@ def for_client(node, server_round: int) -> DpSgd | None:
     settings = SampleLevelPrivacy.from_values(node.cfg)
     if not settings.enabled:
         return None
-    norms = sorted(
-        {type(m).__name__ for m in node.model.module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
-    )
+    norms = batch_norm_layers(node.model.module)
     if norms:
-        raise ValueError(f"dp-sgd=true: model={node.cfg.model!r} has {', '.join(norms)} layers, whose batch "
-                         "statistics mix records, so it has no per-record gradients; use a model without BatchNorm "
-                         "(GroupNorm or LayerNorm, e.g. resnet18-gn)")  # fmt: skip
+        raise ValueError(batch_norm_refusal(node.cfg.model, norms))
     n, batch_size = len(node.data), node.cfg.local.batch_size
     batch = n if batch_size <= 0 else min(batch_size, n)
     sampler = Sampler.of_run(node.cfg)
-    return DpSgd(settings.noise, settings.clip, batch, n, settings.delta, sampler, node.partition_id, server_round)
+    return DpSgd(settings.noise, settings.clip, batch, n, settings.delta, sampler, node.partition_id, server_round,
+                 target_epsilon=settings.target_epsilon, noise_source=settings.noise_source)  # fmt: skip
 
 
 _COUNTED: dict[tuple[Sampler, int], tuple[int, int]] = {}  # (sampler, partition) → (round, rounds drawn so far)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from fedsuite.privacy.noise import SECURE, numpy_stream
+
 CLIP_KEY = "dp-clip-now"  # the round's clip C_t, set by the server
 COHORT_KEY = "dp-cohort"  # the number of clients sampled this round (the noise shares are sized to it)
 BELOW_CLIP = "dp-below-clip"  # adaptive clipping: 1 if the upload's norm was at most C_t (plus a noise share)
@@ -41,10 +43,12 @@ def clip_jointly(arrays: Mapping[str, torch.Tensor], clip: float) -> tuple[dict[
     return {name: a * factor for name, a in arrays.items()}, norm
 
 
-def noise_generator(seed: int, server_round: int, partition_id: int, secret: int = 0) -> np.random.Generator:
-    """The client's noise stream for a round: from the run seed (reproducible studies) and the node's secret
-    (a deployment's node config `dp-noise-secret`, unknown to the server)."""
-    return np.random.default_rng([seed, server_round, partition_id, 0xD9, secret])
+def noise_generator(seed: int, server_round: int, partition_id: int, secret: int = 0,
+                    source: str = SECURE) -> np.random.Generator:  # fmt: skip
+    """The client's noise stream for a round (fedsuite/privacy/noise.py): keyed by fresh secret bits from the OS
+    (`source='secure'`), or with `source='seeded'` from the run seed (reproducible studies, not private) and the
+    node's secret (a deployment's node config `dp-noise-secret`, unknown to the server)."""
+    return numpy_stream(source, [seed, server_round, partition_id, 0xD9, secret])
 
 
 def add_noise_share(

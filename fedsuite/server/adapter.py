@@ -69,6 +69,7 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
+from fedsuite.server.sample_budget import SampleLevelBudget
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
 from fedsuite.systems import SystemModel
@@ -98,6 +99,7 @@ class RuleStrategy(Strategy):
         self.rounds = RoundLog()
         self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
         self.systems = SystemModel.from_run_config(plan.run_config)  # work, drop-outs, deadline (fedsuite/systems)
+        self.sample_budget = SampleLevelBudget.of_run(plan.run_config)  # DP-SGD's target ε, or None
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
@@ -155,6 +157,8 @@ class RuleStrategy(Strategy):
             self._end_run(BUDGET_SPENT, spent)
         self.rounds.started(server_round)
         cohort = self.plan.sampler.cohort(server_round)
+        if self.sample_budget is not None and (spent := self.sample_budget.before_round(server_round, cohort)):
+            self._end_run(BUDGET_SPENT, spent)
         absent = self.systems.absent(server_round, cohort)  # dropped or late (fedsuite/systems): sent nothing
         for pid, reason in absent.items():
             self._client_problem(server_round, f"client {pid}", f"failed: {reason}")
@@ -211,6 +215,8 @@ class RuleStrategy(Strategy):
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
         for observer in self.observers:
             observer.failed(server_round, failures)
+        if self.sample_budget is not None and (spent := self.sample_budget.refusals(server_round, failures)):
+            self._end_run(BUDGET_SPENT, spent)
         replies, rejected, diverged = [], 0, 0
         if self.averaged is not None:
             self.averaged.start_round()
@@ -250,6 +256,8 @@ class RuleStrategy(Strategy):
             self.rule.empty_round(server_round)
             return None, {}
         replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
+        if self.sample_budget is not None:
+            self.sample_budget.heard(replies)
         if self.privacy is not None:  # noise on the sums (dp='server'), clip update, accounting: before anyone reads
             self.rounds.note(server_round, self.privacy.release(server_round, replies))
         for observer in self.observers:

@@ -15,6 +15,8 @@ import numpy as np
 from fedsuite import checkpoint, registry
 from fedsuite.batched.notice import why_not_shared
 from fedsuite.privacy.checks import count_noise
+from fedsuite.privacy.model_checks import averaged_buffers_refusal
+from fedsuite.privacy.noise import warn_if_seeded
 from fedsuite.schema import ConfigError
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.observers import RoundObserver
@@ -61,8 +63,7 @@ def server_privacy(cfg, rule, buffers: np.ndarray | None) -> ServerPrivacy | Non
     if not privacy.on:
         return None
     if buffers is not None:
-        raise ConfigError(f"dp={privacy.mode!r}: model={cfg.model!r} has buffers (BatchNorm statistics) that "
-                          "buffers='average' would upload without clip or noise; set buffers='local'")  # fmt: skip
+        raise ConfigError(averaged_buffers_refusal(privacy.mode, cfg.model))
     if rule.query is not None:
         raise ConfigError(f"dp={privacy.mode!r}: algorithm={cfg.algorithm!r} asks its clients a query before "
                           "training, an upload the joint clip does not bound")  # fmt: skip
@@ -83,6 +84,7 @@ def compose_strategy(
     """The algorithm's server rule as a Flower strategy (`strategy_class`) for `plan`; `buffers`: the model's initial
     buffers when the server averages them. Set to the checkpoint's state when the plan resumes one."""
     rule = registry.build_rule(cfg, plan.settings)
+    warn_if_seeded(cfg)  # reproducible DP noise is not private: said once per run (docs/privacy.md)
     strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting,
                               privacy=server_privacy(cfg, rule, buffers), **strategy_args)  # fmt: skip
     if plan.resume is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedsuite.privacy.accountant import POISSON, RunAccountant
+from fedsuite.privacy.noise import numpy_stream
 from fedsuite.privacy.release import BELOW_CLIP, CLIP_KEY, COHORT_KEY, update_noise
 from fedsuite.rounds import Reply
 
@@ -83,7 +84,7 @@ class ServerPrivacy:
         round; returns the round row's privacy figures."""
         cohort = self._cohort.pop(server_round, len(replies))
         clip, sigma = self.clip, self.privacy.noise
-        rng = np.random.default_rng([self.seed, server_round, 0xD9])
+        rng = numpy_stream(self.privacy.noise_source, [self.seed, server_round, 0xD9])  # secret unless 'seeded'
         if self.privacy.mode == "server" and sigma > 0 and replies:
             std = update_noise(sigma, self.adaptive, self.count_noise) * clip
             for name in sorted({name for r in replies for name in r.arrays}):

@@ -1,0 +1,59 @@
+"""The server's side of a DP-SGD target ε (dp-target-epsilon with dp-sgd=true, docs/privacy-dp-sgd.md).
+
+The clients hold the budget: each computes its own ε(δ), and a round that would take it past the target releases
+nothing (fedsuite.privacy.dp_sgd.PrivacyBudgetSpent). The server turns that into the run's end:
+- before a round, a sampled client whose last reply said one more round takes it past the target stops the run
+  there (status budget-spent, no row for the round);
+- a client that refused a round ends the run at that round: the round is not applied and gets no row.
+Clients the server has not heard from yet are covered by their own refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from fedsuite.config import SampleLevelPrivacy
+from fedsuite.privacy.dp_sgd import NEXT_EPSILON_METRIC
+from fedsuite.rounds import Reply
+from fedsuite.server.replies import describe_failure
+
+REFUSAL = "PrivacyBudgetSpent"  # the class name a client's refusal carries through Flower's error reply
+
+
+class SampleLevelBudget:
+    def __init__(self, target: float):
+        self.target = target
+        self._next: dict[int, float] = {}  # partition → its ε(δ) should one more round draw it (last reply)
+
+    @classmethod
+    def of_run(cls, run_config) -> SampleLevelBudget | None:
+        """The run's budget when dp-sgd=true and dp-target-epsilon > 0, else None."""
+        settings = SampleLevelPrivacy.from_values(run_config)
+        if not settings.enabled or settings.target_epsilon <= 0:
+            return None
+        return cls(settings.target_epsilon)
+
+    def heard(self, replies: Iterable[Reply]) -> None:
+        """Keep what each reply says one more round would bring its client's ε to."""
+        for reply in replies:
+            if NEXT_EPSILON_METRIC in reply.metrics:
+                self._next[reply.partition_id] = float(reply.metrics[NEXT_EPSILON_METRIC])
+
+    def before_round(self, server_round: int, cohort: Sequence[int]) -> str | None:
+        """Why the run stops before `server_round`, or None: a sampled client known to pass the target in it."""
+        over = sorted((eps, pid) for pid in cohort if (eps := self._next.get(pid, 0.0)) > self.target)
+        if not over:
+            return None
+        eps, pid = over[-1]
+        return (f"dp-target-epsilon={self.target:g} reached (DP-SGD): round {server_round} would take client "
+                f"{pid}'s ε to {eps:.4g}")  # fmt: skip
+
+    def refusals(self, server_round: int, failures: Sequence) -> str | None:
+        """Why the run ends at `server_round` without applying it, or None: a client refused to release its round."""
+        refused = [describe_failure(f) for f in failures if REFUSAL in describe_failure(f)]
+        if not refused:
+            return None
+        why = refused[0].rstrip("'>").split("dp-target-epsilon=", 1)
+        detail = f": dp-target-epsilon={why[1]}" if len(why) == 2 else ""
+        return (f"dp-target-epsilon={self.target:g} reached (DP-SGD): {len(refused)} client(s) refused round "
+                f"{server_round}, which is not applied{detail}")  # fmt: skip
