@@ -22,7 +22,7 @@ from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation.experiment import report
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import SET_BY_STUDY, Repeatable, parse_list, refuse_study_keys
 from simulation.experiment.fresh_runs import refuse_resume
 from simulation.experiment.jobs import Job, Outcome, described, resolved, validate
 from simulation.experiment.runner import run_jobs
@@ -33,6 +33,8 @@ from simulation.launcher.preflight import preflight
 if TYPE_CHECKING:
     from fedsuite.config import Config
 
+# the keys a comparison sets for every run (the seed is the -c one, the same for every algorithm)
+COMPARE_SETS = {key: flag for key, flag in SET_BY_STUDY.items() if key != "seed"}
 # comparison.csv's columns; rounds_to stands for one column rounds_to_<t> per target
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
            "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status",
@@ -154,7 +156,8 @@ class Comparison(Study):
     bad_input = (ConfigError, FileNotFoundError, ValueError)  # a -c key, --tuned file or the data: exit 2, no run
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--algorithms", required=True, help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
+        parser.add_argument("--algorithms", required=True, action=Repeatable,
+                            help=f"comma-separated, from: {', '.join(ALGORITHMS)}")  # fmt: skip
         parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
         parser.add_argument("--out", default="results/compare", help="output folder")
         parser.add_argument("--title", default="", help="plot title")
@@ -173,6 +176,7 @@ class Comparison(Study):
         algorithms = parse_list(args.algorithms, "--algorithms")
         shared = parse_overrides(args.run_config)
         refuse_resume(shared, "simulation.compare", " with --skip-finished")
+        refuse_study_keys(shared, "-c", "simulation.compare", COMPARE_SETS)
         jobs = jobs_for(algorithms, shared, out, read_tuned(args.tuned) if args.tuned else None)
         validate(jobs)  # every setting is checked before the first run starts
         cfg = resolved(shared)

@@ -31,7 +31,7 @@ from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation.experiment import paired, report
 from simulation.experiment.engines import ENGINES
-from simulation.experiment.flags import grid_tag, parse_grid, parse_list
+from simulation.experiment.flags import Repeatable, grid_tag, parse_grid, parse_list, refuse_study_keys
 from simulation.experiment.fresh_runs import refuse_resume
 from simulation.experiment.intervals import Interval, format_interval
 from simulation.experiment.jobs import SETTLED, Job, resolved, reusable, validate
@@ -192,9 +192,11 @@ class Sweep(Study):
     module = "simulation.sweep"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--algorithms", help=f"comma-separated, from: {', '.join(ALGORITHMS)}")
-        parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
-        parser.add_argument("--grid", default="", help='e.g. "lr=0.01,0.05 local-epochs=2,5" (cartesian product)')
+        parser.add_argument("--algorithms", action=Repeatable,
+                            help=f"comma-separated, from: {', '.join(ALGORITHMS)}")  # fmt: skip
+        parser.add_argument("--seeds", default="0,1,2", action=Repeatable, help="comma-separated run seeds")
+        parser.add_argument("--grid", default="", action=Repeatable, separator=" ",
+                            help='e.g. "lr=0.01,0.05 local-epochs=2,5" (cartesian product)')  # fmt: skip
         parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
         parser.add_argument("--out", default="results/sweep")
         parser.add_argument("--engine", choices=ENGINES, default="flwr")
@@ -216,7 +218,10 @@ class Sweep(Study):
             raise ConfigError(f"--parallel {args.parallel}: give at least 1")
         shared = parse_overrides(args.run_config)
         points = parse_grid(args.grid)
-        refuse_resume([*shared, *(key for point in points for key, _ in point)], "simulation.sweep", "")
+        grid_keys = [key for key, _ in points[0]]
+        refuse_resume([*shared, *grid_keys], "simulation.sweep", "")
+        refuse_study_keys(shared, "-c", "simulation.sweep")
+        refuse_study_keys(grid_keys, "--grid", "simulation.sweep")
         tuned = read_tuned(args.tuned) if args.tuned else None
         jobs = jobs_for(algorithms, points, seeds, shared, out, tuned)
         validate(jobs)  # every setting checked before any run

@@ -43,7 +43,7 @@ from fedsuite.tunable import Search, space_size
 from simulation import sweep
 from simulation.experiment import paired
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import SET_BY_STUDY, Repeatable, parse_list, refuse_study_keys
 from simulation.experiment.fresh_runs import refuse_resume
 from simulation.experiment.jobs import resolved, reusable
 from simulation.experiment.jobs import validate as validate_jobs
@@ -74,6 +74,8 @@ from simulation.tuning.trials import (
     score_column,
     stage_group,
 )
+
+TUNE_SETS = {**SET_BY_STUDY, "seed": "--seeds (the search) and --final-seeds"}  # the keys a tuning sets per run
 
 # --- the command ----------------------------------------------------------------------------------------------------
 
@@ -112,9 +114,10 @@ def _command(args: argparse.Namespace) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The tuning's flags."""
-    parser.add_argument("--algorithms", help="comma-separated registered algorithms")
+    parser.add_argument("--algorithms", action=Repeatable, help="comma-separated registered algorithms")
     parser.add_argument("-c", "--run-config", action="append", default=[], help="shared key=value overrides")
-    parser.add_argument("--seeds", default="0,1", help="search seeds: every trial runs once per seed")
+    parser.add_argument("--seeds", default="0,1", action=Repeatable,
+                        help="search seeds: every trial runs once per seed")  # fmt: skip
     parser.add_argument("--search", choices=SEARCHES, default=None,
                         help="grid (default) or optuna (the default with --budget)")  # fmt: skip
     parser.add_argument("--budget", type=int, default=None,
@@ -124,7 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--search optuna: TPE proposals per algorithm, repeats included (--budget counts "
                              "distinct points)")  # fmt: skip
     parser.add_argument("--sampler-seed", type=int, default=0, help="--search optuna: the TPE sampler's seed")
-    parser.add_argument("--space", default="",
+    parser.add_argument("--space", default="", action=Repeatable, separator=" ",
                         help='replace or add searched values: "lr=0.01,0.1 fedcm:fedcm-alpha=0.1,0.3"')  # fmt: skip
     parser.add_argument("--score", choices=SCORES, default="accuracy",
                         help="validation accuracy (higher is better) or validation loss (lower)")  # fmt: skip
@@ -132,7 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prune", choices=PRUNERS, default="off",
                         help="median: stop a trial's runs that fall behind the median of the completed trials "
                              "before them at an evaluated round (docs/running/tuning.md#pruning)")  # fmt: skip
-    parser.add_argument("--final-seeds", default="10,11,12", help="seeds of the final runs; none = no final runs")
+    parser.add_argument("--final-seeds", default="10,11,12", action=Repeatable,
+                        help="seeds of the final runs; none = no final runs")  # fmt: skip
     parser.add_argument("--baseline", help="the algorithm the final runs of the others are compared with, seed by "
                         "seed (default: fedavg when it is among --algorithms)")  # fmt: skip
     parser.add_argument("--out", default="results/tune")
@@ -161,6 +165,10 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
                         "need fresh seeds")  # fmt: skip
     shared = parse_overrides(args.run_config)
     refuse_resume(shared, "simulation.tune", "")
+    try:
+        refuse_study_keys(shared, "-c", "simulation.tune", TUNE_SETS)
+    except ConfigError as err:
+        raise TuneError(str(err)) from None
     if shared.get("validation-fraction", DEFAULT_VALIDATION_FRACTION) == 0:
         raise TuneError("validation-fraction=0: tuning scores trials on a validation split; give a value in (0, 1) "
                         f"or leave it out ({DEFAULT_VALIDATION_FRACTION})")  # fmt: skip

@@ -1,14 +1,46 @@
-"""A study's flags: comma-separated lists, a grid of run-config values, and the command line that reruns it."""
+"""A study's flags: comma-separated lists (a list flag may be given more than once), a grid of run-config values,
+the run-config keys a study sets itself, and the command line that reruns it."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fedsuite.config import ConfigError
+from fedsuite.config import ConfigError, active_schema
 from simulation.launcher.overrides import parse_overrides
+
+# The run-config keys a study sets for every run itself, and the flag that sets them instead (a -c or --grid value
+# of one would be replaced, run after run, while the report named it)
+RUN_FOLDER = "--out (the study names each run's folder)"
+SET_BY_STUDY = {"algorithm": "--algorithms", "seed": "--seeds", "out-dir": RUN_FOLDER, "run-name": RUN_FOLDER,
+                "overwrite": RUN_FOLDER}  # fmt: skip
+
+
+class Repeatable(argparse.Action):
+    """A list flag that may be given more than once (`--seeds 0,1 --seeds 2`, `--grid "lr=0.1" --grid "…"`): the
+    values of every occurrence are joined with `separator`, as if given once, so none is dropped silently and one
+    given twice is still refused."""
+
+    def __init__(self, option_strings, dest, separator: str = ",", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.separator = separator
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_repeatable_given", set())
+        earlier = getattr(namespace, self.dest) if self.dest in given else None
+        given.add(self.dest)
+        setattr(namespace, self.dest, values if earlier is None else f"{earlier}{self.separator}{values}")
+
+
+def refuse_study_keys(keys: Iterable[str], flag: str, study: str, sets: Mapping[str, str] = SET_BY_STUDY) -> None:
+    """ConfigError naming the first of `keys` (given with `flag`: -c or --grid) that `study` sets for every run
+    itself (`sets`: key → the flag that sets it)."""
+    for key in keys:
+        if key in sets:
+            raise ConfigError(f"{flag} {key}: {study} sets {key} for every run itself; use {sets[key]}")
 
 
 def parse_list(text: str, flag: str, kind: Callable[[str], Any] = str) -> list:
@@ -52,9 +84,20 @@ def parse_value(flag: str, key: str, text: str) -> object:
                           f"strings in quotes ({key}='{text}')") from None  # fmt: skip
 
 
+def as_run(key: str, value: object) -> object:
+    """`value` as a run of `key` takes it (the schema's conversion: lr=1 runs as 1.0), to tell values that run the
+    same setting; unchanged for a key the schema does not know or a value it refuses (resolve names that one)."""
+    known = active_schema().get(key)
+    if known is None:
+        return value
+    converted, problem = known.check(value)
+    return value if problem else converted
+
+
 def parse_grid(text: str) -> list[tuple[tuple[str, object], ...]]:
-    """`"lr=0.01,0.05 local-epochs=2,5"` → the cartesian product of (key, value) pairs (TOML values); a key or a
-    value given twice is a ConfigError (the same runs twice)."""
+    """`"lr=0.01,0.05 local-epochs=2,5"` → the cartesian product of (key, value) pairs (TOML values); a key given
+    twice, or two values that run the same setting (0.05 and 0.050, 1 and 1.0 for a number key), are a ConfigError
+    (the same runs twice)."""
     axes, keys = [], set()
     for item in text.split():
         key, sep, values = item.partition("=")
@@ -63,10 +106,16 @@ def parse_grid(text: str) -> list[tuple[tuple[str, object], ...]]:
         if key in keys:
             raise ConfigError(f"--grid: {key} is given twice; give its values once (key=value1,value2)")
         keys.add(key)
-        axis = [parse_value("--grid", key, v) for v in values.split(",")]
-        for i, value in enumerate(axis):
-            if any(value == other and type(value) is type(other) for other in axis[:i]):
-                raise ConfigError(f"--grid {item!r}: {values.split(',')[i]} is given twice; give each once")
+        texts = values.split(",")
+        axis = [parse_value("--grid", key, v) for v in texts]
+        runs = [as_run(key, v) for v in axis]
+        for i, value in enumerate(runs):
+            same = next((j for j, other in enumerate(runs[:i]) if value == other and type(value) is type(other)), None)
+            if same is not None and texts[same] == texts[i]:
+                raise ConfigError(f"--grid {item!r}: {texts[i]} is given twice; give each once")
+            if same is not None:
+                raise ConfigError(f"--grid {item!r}: {texts[same]} and {texts[i]} are the same {key} ({value!r}) "
+                                  "and would run the same runs twice; give each once")  # fmt: skip
         axes.append([(key, v) for v in axis])
     return [tuple(p) for p in itertools.product(*axes)] if axes else [()]
 
