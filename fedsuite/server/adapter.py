@@ -215,7 +215,7 @@ class RuleStrategy(Strategy):
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
         for observer in self.observers:
             observer.failed(server_round, failures)
-        if self.sample_budget is not None and (spent := self.sample_budget.refusals(server_round, failures)):
+        if self.sample_budget is not None and (spent := self.sample_budget.refusals(server_round, results, failures)):
             self._end_run(BUDGET_SPENT, spent)
         replies, rejected, diverged = [], 0, 0
         if self.averaged is not None:

@@ -48,9 +48,12 @@ class SampleLevelBudget:
         return (f"dp-target-epsilon={self.target:g} reached (DP-SGD): round {server_round} would take client "
                 f"{pid}'s ε to {eps:.4g}")  # fmt: skip
 
-    def refusals(self, server_round: int, failures: Sequence) -> str | None:
-        """Why the run ends at `server_round` without applying it, or None: a client refused to release its round."""
-        refused = [describe_failure(f) for f in failures if REFUSAL in describe_failure(f)]
+    def refusals(self, server_round: int, results: Sequence, failures: Sequence) -> str | None:
+        """Why the run ends at `server_round` without applying it, or None: a client refused to release its round
+        (its reply's error, or a failure carrying the refusal)."""
+        said = [str((res.metrics or {}).get("error", "")) for _, res in results]
+        said += [describe_failure(f) for f in failures]
+        refused = [text for text in said if REFUSAL in text]
         if not refused:
             return None
         why = refused[0].rstrip("'>").split("dp-target-epsilon=", 1)
