@@ -53,6 +53,10 @@ def row_norm(v: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StepContext:
+    """What every stage of a local step is called with, one object per round updated before each step: the live
+    iterate, the round's start (x^t, or x_{i,0} under relaxed-init), the step k, η_l and the step's fixed block
+    (docs/own/algorithm.md, "A step stage with persistent state")."""
+
     x: torch.Tensor  # live flat parameters x_{i,k}
     x0: torch.Tensor  # round start x^t
     step: int = 0
@@ -201,6 +205,10 @@ class LocalData:
 
 @dataclass
 class LocalResult:
+    """What the local loop hands the client's uplink: where it started (x^t, or the relaxed start x_{i,0} under
+    relaxed-init, so x − x0 is Δ_i from the client's own start: docs/running/relaxed-init.md), the final iterate
+    x_{i,K} (a view of the model's parameters), K_i, the losses and the loop's seconds (docs/own/algorithm.md)."""
+
     x0: torch.Tensor
     x: torch.Tensor
     steps: int

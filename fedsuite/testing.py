@@ -20,13 +20,13 @@ The federation (`dataset='synthetic-lsq'`):
 
 What the kit runs and checks:
 
-    run_algorithm(name, cfg, invariants=[...])   one run in process; returns a KitRun: the final x, and per round
-                            the model after aggregation and the results row (losses, relative error, d-vectors and
-                            bytes per client); each invariant is called with the strategy after every aggregation
-                            (`strategy.rule` is the algorithm's server rule with its declared state, `client_vector`
-                            reads a client's state), and with the keywords `server_round` and `cohort` (the round's
-                            sampled partition ids) where its signature takes them; it may raise: the run stops and
-                            the error names the round
+    run_algorithm(name, cfg, invariants=[...])   one run in process; returns a KitRun: x⁰ (the round-0 model), the
+                            final x, and per round the model after aggregation, the sampled cohort and the results
+                            row (losses, relative error, d-vectors and bytes per client); each invariant is called
+                            with the strategy after every aggregation (`strategy.rule` is the algorithm's server rule
+                            with its declared state, `client_vector` reads a client's state), and with the keywords
+                            `server_round` and `cohort` (the round's sampled partition ids) where its signature takes
+                            them; it may raise: the run stops and the error names the round
     check_reduction(a, b, ...)   with these settings algorithm a equals algorithm b bit for bit, the model after
                             every round; with `knob` added to a's settings they differ (the knob really acts)
     check_checkpoint_round_trip(name, folder, ...)   a run stopped after round r and resumed to R ends bit-identical
@@ -35,6 +35,13 @@ What the kit runs and checks:
                             which are derived from the rule's declarations (`sends`, `sends_each`, `uplink`, …)
     check_client_state(name, ...)   every declared client vector is saved after an accepted reply, changes while
                             the clients train, and is read back in the client's next round
+
+For a float64 reference written beside the run (docs/own/algorithm.md, "A float64 reference"):
+
+    minibatch_order(partition, round, cfg)   the minibatches client `partition`'s local loop trains on in `round`,
+                            step by step: their rows of the client's data (`least_squares(cfg).clients[partition]`),
+                            the inputs and targets as the loop saw them, and the fixed block; replayed from the
+                            loop's own batch source and generator of (seed, round, partition)
 
 Nothing here imports tests/; fedsuite's own tests (tests/test_kit.py) check the kit on the built-ins.
 """
@@ -59,9 +66,9 @@ from fedsuite.config import resolve
 from fedsuite.declared import model_state
 
 __all__ = [
-    "LSQ", "PARTIAL", "KitRun", "LeastSquares", "RoundObservation", "check_checkpoint_round_trip",
+    "LSQ", "PARTIAL", "KitRun", "LeastSquares", "Minibatch", "RoundObservation", "check_checkpoint_round_trip",
     "check_client_state", "check_communication", "check_reduction", "client_vector", "identical", "least_squares",
-    "run_algorithm",
+    "minibatch_order", "run_algorithm",
 ]  # fmt: skip
 
 LSQ: dict[str, Any] = {
@@ -128,22 +135,30 @@ class RoundObservation:
     round: int
     x: np.ndarray  # the global model after this round's aggregation
     row: dict[str, Any] = field(default_factory=dict)  # the round's results row
+    cohort: tuple[int, ...] = ()  # the partition ids the server sampled for this round
 
 
 @dataclass
 class KitRun:
+    """One run: `x0` is x⁰, the round-0 model the server built from the seed (a resumed run's is its first run's);
+    `rounds` holds one observation per aggregated round, in order from round 1 (a resumed run's from the round after
+    its checkpoint), so x⁰ and `rounds` are every model of the run."""
+
     x: np.ndarray  # the final global model
     rounds: list[RoundObservation]
     strategy: Any  # fedsuite.server.adapter.RuleStrategy (`.rule`, `.state_dict()`, `.plan`)
+    x0: np.ndarray | None = None  # x⁰, float32 like x
 
 
-def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], rows: list[dict]):
+def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], rows: list[dict],
+              cohorts: dict[int, tuple[int, ...]]):  # fmt: skip
     from fedsuite.server.observers import RoundObserver
 
     class KitObserver(RoundObserver):
         def aggregated(self, server_round, strategy, x_before, replies):
             models[server_round] = np.array(strategy.x, copy=True)
-            context = {"server_round": server_round, "cohort": list(strategy.plan.sampler.cohort(server_round))}
+            cohorts[server_round] = tuple(int(pid) for pid in strategy.plan.sampler.cohort(server_round))
+            context = {"server_round": server_round, "cohort": list(cohorts[server_round])}
             for invariant in invariants:
                 try:
                     invariant(strategy, **_keywords_taken(invariant, context))
@@ -178,11 +193,13 @@ def run_algorithm(algorithm: str, run_config: Mapping[str, Any] | None = None, i
 
     models: dict[int, np.ndarray] = {}
     rows: list[dict] = []
+    cohorts: dict[int, tuple[int, ...]] = {}
     cfg = {**LSQ, **(run_config or {}), "algorithm": algorithm}
-    strategy = run_inprocess(cfg, observers=[_observer(tuple(invariants), models, rows)], **options)
+    strategy = run_inprocess(cfg, observers=[_observer(tuple(invariants), models, rows, cohorts)], **options)
     by_round = {row["round"]: row for row in rows}
-    rounds = [RoundObservation(r, x, by_round.get(r, {})) for r, x in sorted(models.items())]
-    return KitRun(np.array(strategy.x, copy=True), rounds, strategy)
+    rounds = [RoundObservation(r, x, by_round.get(r, {}), cohorts[r]) for r, x in sorted(models.items())]
+    x0 = np.asarray(strategy.plan.initial_x, dtype=np.float32).copy()
+    return KitRun(np.array(strategy.x, copy=True), rounds, strategy, x0)
 
 
 def client_vector(strategy, partition: int, name: str) -> np.ndarray:
@@ -193,6 +210,80 @@ def client_vector(strategy, partition: int, name: str) -> np.ndarray:
 
     view = effective(client_store(strategy, partition), strategy.accepted.get(partition, 0))
     return np.asarray(view[name], np.float64) if name in view else np.zeros(strategy.dim)
+
+
+# ---- the local loop's minibatches, replayed ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Minibatch:
+    """What one local step trained on: a float64 reference takes `rows` of the client's data, or `inputs` and
+    `targets` themselves (the same rows, augmented as the loop saw them where the dataset crops and flips)."""
+
+    step: int  # k, the local step that trained on it, from 0
+    rows: np.ndarray  # its samples' positions in the client's training rows, in the order the loop took them
+    inputs: np.ndarray  # float64
+    targets: np.ndarray  # float64 for regression, the integer labels for classification
+    block: int | None = None  # the fixed data block j of the step (block sources: local-batches='blocks'), else None
+
+
+def minibatch_order(partition: int, server_round: int, run_config: Mapping[str, Any] | None = None, *,
+                    steps: int | None = None, source: Callable | None = None) -> list[Minibatch]:  # fmt: skip
+    """The minibatches client `partition`'s local loop trains on in round `server_round` of `run_config` (over LSQ's
+    keys), one per local step, in order: drawn by the loop's batch source (fedsuite.local.plain_batches, or the
+    client's fixed blocks under local-batches='blocks') from the generator the client trains with, a function of
+    (seed, round, partition) only (fedsuite.node.ClientNode.generator). The client's training rows are its partition
+    (`least_squares(run_config).clients[partition]`) unless validation-fraction or a local test share holds some out.
+
+    `steps`: K_i where the server's system model sets it per client (local-work, round-deadline: the reply's
+    `steps`); default the run config's local-steps (0: epoch mode). `source`: the client rule's own
+    `UpdateRule.batches`, for a client that sets one; it is called twice, for the batches and for their rows."""
+    from fedsuite.data import with_data_clients
+    from fedsuite.node import ClientNode
+
+    cfg = with_data_clients(resolve({**LSQ, **(run_config or {})}))
+    if not 0 <= partition < cfg.num_clients:
+        raise ValueError(f"partition={partition}: the run has clients 0..{cfg.num_clients - 1} (num-clients)")
+    if server_round < 1:
+        raise ValueError(f"server_round={server_round}: clients train in rounds 1, 2, …")
+    node, local = ClientNode(cfg, partition, cfg.num_clients), cfg.local
+    data = node.data
+    source = source or _loop_source(cfg, len(data), partition)
+    shape = (local.epochs, local.steps if steps is None else steps, local.batch_size)
+    positions = _positions(len(data), data.crop_pad)
+    drawn = source(data, *shape, node.generator(server_round))
+    replayed = source(positions, *shape, node.generator(server_round))  # the same draws, on the rows' positions
+    steps_drawn = enumerate(zip(drawn, replayed, strict=True))
+    return [Minibatch(k, _host(rows).astype(np.int64), _host(inputs).astype(np.float64), _targets(targets), block)
+            for k, ((inputs, targets, block), (_, rows, _)) in steps_drawn]  # fmt: skip
+
+
+def _loop_source(cfg, num_samples: int, partition: int) -> Callable:
+    """The batch source the client's loop draws from when its rule sets none (RuleClient.prepare): the client's
+    fixed blocks under local-batches='blocks', else fedsuite.local.plain_batches."""
+    from fedsuite.local import plain_batches
+    from fedsuite.variance import FixedBlocks
+
+    if cfg.local.local_batches == "blocks":
+        return FixedBlocks(num_samples, cfg.local.blocks, cfg.seed, partition)  # as ClientRule.blocks builds them
+    return plain_batches
+
+
+def _positions(n: int, crop_pad: int):
+    """LocalData whose targets are the row positions 0..n−1 (its inputs are placeholders a crop-and-flip can act
+    on: drawn from a generator, the batches' targets are then the rows the loop takes)."""
+    import torch
+
+    from fedsuite.local import LocalData
+
+    return LocalData(torch.zeros((n, 1, 1, 1)), torch.arange(n), crop_pad)
+
+
+def _host(tensor) -> np.ndarray:
+    return tensor.detach().cpu().numpy()
+
+
+def _targets(tensor) -> np.ndarray:
+    values = _host(tensor)
+    return values.astype(np.float64) if np.issubdtype(values.dtype, np.floating) else values
 
 
 # ---- reductions ------------------------------------------------------------------------------------------------

@@ -2,10 +2,14 @@
 changes or is never read back; invariants get the round and its cohort; a rule without `aggregate` is refused when
 registered or built, and one that returns None is named; the studies refuse resume-from before any run; the console's
 run config line lists a plug-in's keys; the example with client state (examples/local_momentum), installed like any
-package, passes its own kit tests."""
+package, passes its own kit tests; the plug-in page names every module the examples import and every field of what a
+plug-in writes or reads."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,7 +198,7 @@ def test_the_local_momentum_example_passes_its_kit_tests(installed):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], env=env,
                           cwd=source, capture_output=True, text=True, timeout=CHILD_TIMEOUT)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "5 passed" in done.stdout
+    assert "6 passed" in done.stdout
 
 
 def test_the_momentum_step_keeps_its_buffer_apart_from_the_move():
@@ -210,3 +214,57 @@ def test_the_momentum_step_keeps_its_buffer_apart_from_the_move():
     u = step(d, None)
     u.mul_(10)  # a later stage edits the move …
     np.testing.assert_array_equal(step.m.numpy(), np.full(3, 2.5, np.float32))  # … never the buffer
+
+
+# ---- 7. the plug-in page documents what a plug-in touches ---------------------------------------------------------
+PAGE = ROOT / "docs" / "own" / "algorithm.md"
+
+
+def fedsuite_imports(folder: Path) -> set[str]:
+    """The fedsuite modules the Python files under `folder` import."""
+    found = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "fedsuite"]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found |= {n for n in names if n.split(".")[0] == "fedsuite"}
+    return found
+
+
+def import_table_modules() -> list[str]:
+    """The modules of the page's table of what a plug-in imports (`fedsuite.strategies.<module>` as a pattern)."""
+    text = PAGE.read_text()
+    table = text[text.index("A plug-in imports fedsuite only as") :].split("\n\n")[1]
+    return [m for row in table.splitlines()[2:] for m in re.findall(r"`(fedsuite\.[\w.<>]+)`", row.split("|")[1])]
+
+
+def test_every_module_the_plugin_examples_import_is_in_the_pages_import_table():
+    listed = [re.compile(re.escape(m).replace(re.escape("<module>"), r"\w+") + "$") for m in import_table_modules()]
+    used = set().union(*(fedsuite_imports(ROOT / "examples" / e) for e in ("fedavgm", "local_momentum")))
+    assert {"fedsuite.testing", "fedsuite.rule", "fedsuite.strategies.fedavgm"} <= used
+    missing = sorted(m for m in used if m != "fedsuite" and not any(p.match(m) for p in listed))
+    assert not missing, f"docs/own/algorithm.md's import table does not list {missing}"
+
+
+def test_the_plugin_page_names_every_field_a_plugin_writes_or_reads():
+    from fedsuite.algorithm import Algorithm
+    from fedsuite.local import LocalResult, StepContext
+
+    page = PAGE.read_text()
+    named = {
+        Algorithm: [f.name for f in dataclasses.fields(Algorithm)],
+        Key: ["resumable", "app", "client", "tunable"],  # the tags; the others are Key(...)'s signature on the page
+        StepContext: [f.name for f in dataclasses.fields(StepContext)],
+        LocalResult: [f.name for f in dataclasses.fields(LocalResult)],
+        kit.KitRun: [f.name for f in dataclasses.fields(kit.KitRun)],
+        kit.RoundObservation: [f.name for f in dataclasses.fields(kit.RoundObservation)],
+        kit.Minibatch: [f.name for f in dataclasses.fields(kit.Minibatch)],
+    }
+    missing = [f"{cls.__name__}.{name}" for cls, names in named.items() for name in names
+               if not re.search(rf"`{name}\b", page)]  # fmt: skip
+    missing += [name for name in kit.__all__ if f"`{name}" not in page]
+    assert not missing, f"docs/own/algorithm.md does not name {missing}"
