@@ -26,6 +26,7 @@ from fedsuite.presets import apply_preset, preset_error
 from fedsuite.pruning import parse_marks
 from fedsuite.registry import ALGORITHMS as ALGORITHMS_REGISTRY
 from fedsuite.registry import BUILT_IN_SCHEMA, active_schema, algorithm_errors
+from fedsuite.results import run_name_problem
 from fedsuite.schema import (
     BINARY_LABEL_DATASETS,
     COLOUR_DATASETS,
@@ -720,6 +721,8 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
     errors += system_errors(v)  # local work, deadline, availability, and client-level DP with them
+    if "run-name" in v and (problem := run_name_problem(str(v["run-name"]))) is not None:
+        errors.append(problem)  # one folder inside out-dir: nothing is written or removed outside it
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:

@@ -179,8 +179,29 @@ def default_run_name(algorithm: str, dataset: str) -> str:
     return f"{algorithm}-{dataset}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
+def run_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a run-name, or None: it must be one folder name inside out-dir (or '' for a fresh one),
+    so a run never writes, or with overwrite=true removes, anything outside the out-dir it was given."""
+    if name == "":
+        return None
+    if name in (".", "..") or "/" in name or (os.altsep and os.altsep in name) or "\0" in name:
+        return (f"run-name={name!r}: must be one folder name inside out-dir (no '/', not '.' or '..'), e.g. "
+                "run-name='scaffold-try1'; empty = a fresh folder")  # fmt: skip
+    if len(os.fsencode(name)) > 255:
+        return f"run-name: {len(os.fsencode(name))} bytes long; a folder name holds at most 255"
+    return None
+
+
 def holds_run(folder: Path) -> bool:
     return (folder / RUN_MARKER).exists() or any((folder / name).exists() for name in RUN_FILES[:3])
+
+
+def made_by_a_run(folder: Path) -> bool:
+    """Whether `folder` is free for a run: missing, empty, or marked as a fedsuite run's folder."""
+    try:
+        return (folder / RUN_MARKER).exists() or not any(folder.iterdir())
+    except FileNotFoundError:
+        return True
 
 
 def taken_message(folder: Path) -> str:
@@ -190,15 +211,50 @@ def taken_message(folder: Path) -> str:
     )
 
 
+def foreign_message(folder: Path) -> str:
+    return (f"results folder {folder} holds files no fedsuite run wrote (it has no {RUN_MARKER} marker), and a run "
+            "neither writes into nor clears such a folder, overwrite=true included; choose another run-name or "
+            "out-dir")  # fmt: skip
+
+
+def remove_run_files(folder: Path) -> None:
+    """Remove what a fedsuite run wrote in `folder` (for overwrite=true): its result files and its checkpoints
+    (round-<r> folders, latest.json and their temporaries); anything else in the folder, or in checkpoints/, stays."""
+    import re
+    import shutil
+
+    for name in (*RUN_FILES, RESERVE, "summary.json.tmp", "summary.json.stop"):
+        (folder / name).unlink(missing_ok=True)
+    ckpt = folder / "checkpoints"
+    if not ckpt.is_dir() or ckpt.is_symlink():
+        return
+    written = re.compile(r"round-\d{6,}|\.round-\d{6,}-[0-9a-f]{8}\.tmp|latest\.json|\.latest\.json\.[0-9a-f]{8}")
+    for path in ckpt.iterdir():
+        if not written.fullmatch(path.name):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    try:
+        ckpt.rmdir()  # only when nothing else is left in it
+    except OSError:
+        pass
+
+
 def claim_folder(folder: Path, overwrite: bool, token: str | None = None, resume: bool = False) -> None:
     """Create `folder` and take it for this run, atomically (two runs racing for one name: one wins).
 
     `token` identifies one launch of simulation.run: the driver claims the folder before Flower starts, and the
     ServerApp it launched (same token in its environment) finds the claim its own."""
-    folder.mkdir(parents=True, exist_ok=True)
+    if (problem := run_name_problem(folder.name)) is not None or folder.name in ("", ".", ".."):
+        raise ResultsFolderTaken(problem or f"results folder {folder}: must end in one folder name (run-name)")
     marker = folder / RUN_MARKER
     if token and _marker(marker).get("token") == token:
         return
+    if not made_by_a_run(folder):
+        raise ResultsFolderTaken(foreign_message(folder))
+    folder.mkdir(parents=True, exist_ok=True)
     if resume:  # continuing the run that is in the folder (resume-from): take it over, keep its files
         marker.write_text(json.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(),
                                       "started": time.time(), "resumed": True}))  # fmt: skip
@@ -213,11 +269,7 @@ def claim_folder(folder: Path, overwrite: bool, token: str | None = None, resume
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}))
     if overwrite:  # the replaced run's files and its checkpoints (else a resume hint could name the old run's)
-        import shutil
-
-        for name in RUN_FILES:
-            (folder / name).unlink(missing_ok=True)
-        shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+        remove_run_files(folder)
 
 
 def _marker(path: Path) -> dict[str, Any]:

@@ -263,10 +263,11 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("num-classes", 0, "server-data=false: number of classes (1 = regression)", low=0, app=APP_OWN_DATA),
     Key("out-dir", "results", "results root; a relative path starts at the current directory of simulation.run "
         "(of the SuperLink under a plain flwr run)", resumable=True, app=APP_RESULTS, tunable=False),
-    Key("run-name", "", "results sub-folder; empty = <algorithm>-<dataset>-<timestamp>-<random>",
-        resumable=True, app=APP_RESULTS, tunable=False),
-    Key("overwrite", False, "replace the results of an earlier run in out-dir/run-name (else that is an error)",
-        resumable=True, tunable=False),
+    Key("run-name", "", "results sub-folder: one folder name inside out-dir (no '/', not '.' or '..'); empty = "
+        "<algorithm>-<dataset>-<timestamp>-<random>", resumable=True, app=APP_RESULTS, tunable=False),
+    Key("overwrite", False, "replace the results of an earlier fedsuite run in out-dir/run-name (else that is an "
+        "error); removes only the files such a run wrote, and refuses a folder no run made", resumable=True,
+        tunable=False),
     Key("tensorboard", False, "also write TensorBoard event files (per-round scalars, the run config) into the "
         "results folder; needs the tracking extra", resumable=True, app=APP_TRACKING),
     Key("wandb-mode", "off", "log to Weights & Biases: offline = a local run folder for `wandb sync`, online = live; "
