@@ -21,6 +21,7 @@ from fedsuite.results import FINISHED
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation.experiment import report
+from simulation.experiment.client_state import check_folders, own_folder
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
 from simulation.experiment.flags import SET_BY_STUDY, Repeatable, parse_list, refuse_study_keys
 from simulation.experiment.fresh_runs import refuse_resume
@@ -38,17 +39,20 @@ COMPARE_SETS = {key: flag for key, flag in SET_BY_STUDY.items() if key != "seed"
 # comparison.csv's columns; rounds_to stands for one column rounds_to_<t> per target
 COLUMNS = ("algorithm", "final_acc", "best_acc", "final_rel_err", "rounds_to", "s_per_round",
            "client_compute_s_per_round", "vectors_per_client_round", "mb_per_client_round", "status",
-           "final_fed_acc", "final_fed_worst10")  # fmt: skip
+           "final_fed_acc", "final_fed_worst10", "no_better_than_initial")  # fmt: skip
 
 
 def jobs_for(algorithms: list[str], shared: dict, out: Path, tuned: Tuned | None = None) -> list[Job]:
-    """One run per algorithm into <out>/runs/<algorithm>/, every other setting shared; `tuned`: each algorithm's
-    values from simulation.tune (the shared -c keys win)."""
-    return [
-        Job({**(shared if tuned is None else with_tuned(shared, tuned, a)), "algorithm": a}, out / "runs" / a, a,
-            {"algorithm": a})
-        for a in algorithms
-    ]  # fmt: skip
+    """One run per algorithm into <out>/runs/<algorithm>/, every other setting shared (a configured client-state-dir
+    becomes each run's own subfolder, runs/<algorithm>); `tuned`: each algorithm's values from simulation.tune (the
+    shared -c keys win)."""
+
+    def job(a: str) -> Job:
+        folder = out / "runs" / a
+        settings = {**(shared if tuned is None else with_tuned(shared, tuned, a)), "algorithm": a}
+        return Job(own_folder(settings, folder, out), folder, a, {"algorithm": a})
+
+    return [job(a) for a in algorithms]
 
 
 def result(outcome: Outcome, targets: list[float]) -> dict:
@@ -77,7 +81,8 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
             continue
         compute = r["client_compute_s_per_round"]
         ratio = compute / base["client_compute_s_per_round"] if base and compute is not None else None
-        cells = [r["algorithm"], report.fmt(r["final_acc"], ".4f"), report.fmt(r["best_acc"], ".4f"),
+        final = report.fmt(r["final_acc"], ".4f") + (f" ({report.NO_BETTER})" if r["no_better_than_initial"] else "")
+        cells = [r["algorithm"], final, report.fmt(r["best_acc"], ".4f"),
                  *([report.fmt(r.get("final_fed_acc"), ".4f"), report.fmt(r.get("final_fed_worst10"), ".4f")]
                    if federated else []),
                  *([report.fmt(r["final_rel_err"], ".3e")] if with_error else []),
@@ -85,6 +90,8 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
                  report.fmt(compute, ".2f"), f"{ratio:.2f}" if ratio else "–",
                  f"{r['vectors_per_client_round']:.1f}", f"{r['mb_per_client_round']:.2f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
+    if any(r.get("no_better_than_initial") for r in results):
+        lines += ["", report.NO_BETTER_NOTE]
     return "\n".join(lines) + "\n"
 
 
@@ -106,7 +113,7 @@ def outputs(out: Path) -> list[Path]:
 def write_report(out: Path, results: list[dict], targets: list[float], command: str, title: str) -> str:
     """<out>/comparison.md, comparison.csv and comparison.png; returns the markdown."""
     text = markdown(results, targets, command)
-    (out / "comparison.md").write_text(text)
+    report.write_text(out / "comparison.md", text)
     report.write_csv(out / "comparison.csv", *csv_rows(results, targets))
     error = any(r.get("curve_is_error") for r in results)
     lines = [report.Line(r["algorithm"], [r["curve"]]) for r in results if r.get("curve")]
@@ -124,7 +131,8 @@ def print_result(r: dict) -> None:
     )
     if r.get("final_fed_acc") is not None:
         quality += f", fed acc {r['final_fed_acc']:.4f} (worst 10 % {report.fmt(r.get('final_fed_worst10'), '.4f')})"
-    print(f"   final {quality}, {report.fmt(r['s_per_round'], '.2f')} s/round", flush=True)
+    learned = f", {report.NO_BETTER} model" if r.get("no_better_than_initial") else ""
+    print(f"   final {quality}, {report.fmt(r['s_per_round'], '.2f')} s/round{learned}", flush=True)
 
 
 def compare(jobs: list[Job], targets: list[float], engine: str, reuse: bool) -> list[dict]:
@@ -179,6 +187,7 @@ class Comparison(Study):
         refuse_study_keys(shared, "-c", "simulation.compare", COMPARE_SETS)
         jobs = jobs_for(algorithms, shared, out, read_tuned(args.tuned) if args.tuned else None)
         validate(jobs)  # every setting is checked before the first run starts
+        check_folders(jobs)  # no run's client-state folder holds another run's state
         cfg = resolved(shared)
         print(described(cfg, shared), flush=True)
         preflight(cfg)

@@ -30,6 +30,7 @@ from fedsuite.results import FINISHED
 from fedsuite.tuned import Tuned, with_tuned
 from fedsuite.tuned import read as read_tuned
 from simulation.experiment import paired, report
+from simulation.experiment.client_state import check_folders, own_folder
 from simulation.experiment.engines import ENGINES
 from simulation.experiment.flags import Repeatable, grid_tag, parse_grid, parse_list, refuse_study_keys
 from simulation.experiment.fresh_runs import refuse_resume
@@ -51,20 +52,24 @@ TARGET_COLUMNS = ("rounds_to_{t}_ci_low", "rounds_to_{t}_ci_high", "reached_{t}"
 
 
 def jobs_for(algorithms: list[str], points: list, seeds: list[int], shared: dict, out: Path,
-             tuned: Tuned | None = None, group: str | None = None) -> list[Job]:  # fmt: skip
+             tuned: Tuned | None = None, group: str | None = None,
+             state_base: Path | None = None) -> list[Job]:  # fmt: skip
     """Algorithms × grid points × seeds, each into <out>/runs/<algorithm>/<grid point>/seed-<s>/, tracked in
     `group`, by default named after <out> (TensorBoard: `tensorboard --logdir <out>` shows every run; W&B: the
-    runs' group). `tuned`: each algorithm's values from simulation.tune (the shared -c keys win)."""
+    runs' group). `tuned`: each algorithm's values from simulation.tune (the shared -c keys win). A configured
+    client-state-dir becomes each run's own subfolder, its results folder relative to `state_base` (default <out>;
+    simulation/experiment/client_state.py)."""
 
     def settings(a: str) -> dict:
         return shared if tuned is None else with_tuned(shared, tuned, a)
 
-    group = group or out.name
-    return [
-        Job({**settings(a), **dict(point), "algorithm": a, "seed": s}, out / "runs" / a / grid_tag(point) / f"seed-{s}",
-            f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point), "seed": s}, group=group)
-        for a, point, s in itertools.product(algorithms, points, seeds)
-    ]  # fmt: skip
+    def job(a: str, point: tuple, s: int) -> Job:
+        folder = out / "runs" / a / grid_tag(point) / f"seed-{s}"
+        chosen = own_folder({**settings(a), **dict(point), "algorithm": a, "seed": s}, folder, state_base or out)
+        return Job(chosen, folder, f"{a} {grid_tag(point)} seed {s}", {"algorithm": a, "grid": grid_tag(point),
+                   "seed": s}, group=group or out.name)  # fmt: skip
+
+    return [job(a, point, s) for a, point, s in itertools.product(algorithms, points, seeds)]
 
 
 def aggregate(jobs: list[Job], targets: list[float]) -> list[dict]:
@@ -104,13 +109,16 @@ def markdown(rows: list[dict], targets: list[float], command: str, baseline: str
         completed = int(r["seeds"].split("/")[0])
         rounds = [_to_target(ci[f"rounds_to_{t:g}"], ".1f", completed) for t in targets]
         costs = [format_interval(ci[k], ".2f") for k in ("s_per_round", "mb_per_client_round")]
-        cells.append([r["algorithm"], r["grid"], r["seeds"], *accuracy, *rounds, *costs])
+        seeds = r["seeds"] + report.no_better_mark(r["no_better_than_initial"])
+        cells.append([r["algorithm"], r["grid"], seeds, *accuracy, *rounds, *costs])
         to_target.append([r["algorithm"], r["grid"], *(_to_target(ci[f"mb_to_{t:g}"], ".3g", completed)
                                                        for t in targets)])  # fmt: skip
     lines = [f"Reproduce: `{command}`", "",
              "Mean over the seeds that completed, with its 95 % interval [low, high] (Student's t over the seeds; "
              "(n = 1): one seed, no interval); rounds to a target over the seeds that reached it (k/n).", "",
              *report.markdown_table(head, cells)]  # fmt: skip
+    if any(r["no_better_than_initial"] for r in rows):
+        lines += ["", report.NO_BETTER_NOTE]
     if targets:
         head = ["algorithm", "grid", *(f"MB to {t:g}" for t in targets)]
         lines += ["", "MB one participating client sent and received until it reached each target (down + up), "
@@ -123,7 +131,8 @@ def markdown(rows: list[dict], targets: list[float], command: str, baseline: str
 
 def csv_rows(rows: list[dict], targets: list[float]) -> tuple[list[dict], list[str]]:
     """sweep.csv: means and stds as numbers (empty where no seed completed), then the 95 % interval bounds (empty
-    with one seed), how many seeds reached each target and the MB to it."""
+    with one seed), how many seeds reached each target and the MB to it, and how many completed seeds learned
+    nothing (no_better_than_initial)."""
 
     def part(value, i):
         return None if value is None else value[i]
@@ -134,11 +143,12 @@ def csv_rows(rows: list[dict], targets: list[float]) -> tuple[list[dict], list[s
     fields = ["algorithm", "grid", "seeds", "final_acc_mean", "final_acc_std", "best_acc_mean", "best_acc_std",
               "s_per_round_mean", "mb_per_client_round_mean", *(f"rounds_to_{t:g}_mean" for t in targets),
               *(f"{k}_ci_{side}" for k in METRICS for side in ("low", "high")),
-              *(f.format(t=f"{t:g}") for t in targets for f in TARGET_COLUMNS)]  # fmt: skip
+              *(f.format(t=f"{t:g}") for t in targets for f in TARGET_COLUMNS), "no_better_than_initial"]  # fmt: skip
     out = []
     for r in rows:
         ci = r["intervals"]
         line = {"algorithm": r["algorithm"], "grid": r["grid"], "seeds": r["seeds"],
+                "no_better_than_initial": r["no_better_than_initial"],
                 "final_acc_mean": part(r["final_acc"], 0), "final_acc_std": part(r["final_acc"], 1),
                 "best_acc_mean": part(r["best_acc"], 0), "best_acc_std": part(r["best_acc"], 1),
                 "s_per_round_mean": part(r["s_per_round"], 0),
@@ -165,7 +175,7 @@ def write_report(out: Path, rows: list[dict], targets: list[float], command: str
     rows) and sweep.png (the mean accuracy over seeds with its 95 % interval)."""
     baseline = baseline or paired.choose_baseline([r["algorithm"] for r in rows], None)
     text = markdown(rows, targets, command, baseline)
-    (out / "sweep.md").write_text(text)
+    report.write_text(out / "sweep.md", text)
     report.write_csv(out / "sweep.csv", *csv_rows(rows, targets))
     differences = paired.paired_rows(rows, targets, baseline) if baseline else []
     if differences:
@@ -225,6 +235,7 @@ class Sweep(Study):
         tuned = read_tuned(args.tuned) if args.tuned else None
         jobs = jobs_for(algorithms, points, seeds, shared, out, tuned)
         validate(jobs)  # every setting checked before any run
+        check_folders(jobs)  # no run's client-state folder holds another run's state
         cfg = resolved(shared)
         preflight(cfg)
         return Plan(args, out, algorithms, jobs, cfg)

@@ -42,11 +42,13 @@ from fedsuite.data_checks import check_evaluation_data
 from fedsuite.tunable import Search, space_size
 from simulation import sweep
 from simulation.experiment import paired
+from simulation.experiment.client_state import check_folders
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
 from simulation.experiment.flags import SET_BY_STUDY, Repeatable, parse_list, refuse_study_keys
 from simulation.experiment.fresh_runs import refuse_resume
 from simulation.experiment.jobs import resolved, reusable
 from simulation.experiment.jobs import validate as validate_jobs
+from simulation.experiment.report import write_text
 from simulation.experiment.runner import run_jobs
 from simulation.experiment.study import Study
 from simulation.launcher.overrides import parse_overrides
@@ -187,8 +189,13 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
     setting = Setting(search_shared, seeds, out / "search", args.engine, args.parallel, column, args.last,
                       args.score == "accuracy")  # fmt: skip
     # every grid point of every algorithm (an Optuna search draws inside the same ranges), and the final runs
-    configs = validate_jobs([j for a, space in spaces.items() for p in grid_points(space) for j in setting.jobs(a, p)])
+    search = [j for a, space in spaces.items() for p in grid_points(space) for j in setting.jobs(a, p)]
+    configs = validate_jobs(search)
     check_evaluation_data(configs[0])  # a validation split empty for every client: refused before any run
+    try:
+        check_folders(search if args.search == "grid" else [])  # no run's client-state folder holds another's
+    except ConfigError as err:
+        raise TuneError(str(err)) from None
     final = final_settings(shared)
     validate_jobs([j for a, space in spaces.items() for j in sweep.jobs_for([a], grid_points(space)[:1], final_seeds,
                                                                             final, out / "final")])  # fmt: skip
@@ -343,7 +350,7 @@ class Tuning(Study):
         compute = compute_line(tuned.trials) if plan.args.prune != "off" else None
         text = summary_markdown(tuned.trials, tuned.best, plan.setting, self.reproduce(plan), tuned.final_text, sizes,
                                 compute)  # fmt: skip
-        (plan.out / "tune.md").write_text(text)
+        write_text(plan.out / "tune.md", text)
         return text
 
     def exit_code(self, plan: Plan, tuned: TuningResult, rerun: str) -> int:
@@ -356,7 +363,7 @@ def run_finals(plan: Plan, values: Mapping[str, dict], command: str) -> tuple[li
     out, args = plan.out, plan.args
     final_jobs = [j for a, v in values.items()
                   for j in sweep.jobs_for([a], [tuple(v.items())], plan.final_seeds, plan.final, out / "final",
-                                          group=stage_group(out / "final"))]  # fmt: skip
+                                          group=stage_group(out / "final"), state_base=out)]  # fmt: skip
     if not final_jobs:
         return [], ""
     outcomes = run_jobs(final_jobs, args.engine, args.parallel, reuse=True)

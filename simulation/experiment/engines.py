@@ -8,8 +8,10 @@ from pathlib import Path
 
 from fedsuite.config import resolve
 from fedsuite.presets import expand as expand_preset
+from fedsuite.server.observers import RoundObserver
 from fedsuite.tracking import close_all, group_environment, tracking_observers
 from simulation.experiment.report import run_status
+from simulation.experiment.signals import deferring, run_finishing
 from simulation.launcher.outcome import RunFailed
 from simulation.launcher.project import pyproject_defaults
 
@@ -18,10 +20,23 @@ ENGINE_HELP = ("flwr: every run is a real `flwr run` simulation; inprocess: the 
                "this process, one client at a time (no Ray, no SuperLink; fast for small models)")  # fmt: skip
 
 
+class LastRound(RoundObserver):
+    """Says when the run records its last round's row: from then on it writes its end (summary, plot), which a
+    study's signal lets finish (simulation.experiment.signals.deferring)."""
+
+    def __init__(self, num_rounds: int):
+        self.num_rounds = num_rounds
+
+    def recorded(self, row: dict) -> None:
+        if row.get("round", 0) >= self.num_rounds:
+            run_finishing()
+
+
 def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None) -> Path:
     """One run of the ServerApp's strategy with the ClientApp's clients in this process (`fedsuite.inprocess`),
     recorded to the same results folder as a `flwr run`, tracked as the run config asks (TensorBoard, W&B; in
-    tracking `group`); a run that does not complete raises RunFailed."""
+    tracking `group`); a run that does not complete raises RunFailed. A study's signal that arrives once the last
+    round is recorded waits until the run has written its end (simulation.experiment.signals.raise_deferred)."""
     from fedsuite.inprocess import run_inprocess
     from fedsuite.server_app import results_folder
 
@@ -32,7 +47,8 @@ def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None
     trackers = tracking_observers(settings, folder, group)
     logging.getLogger("flwr").setLevel(logging.WARNING if quiet else logging.INFO)
     try:
-        run_inprocess(cfg, record=True, observers=trackers)
+        with deferring():
+            run_inprocess(cfg, record=True, observers=[*trackers, LastRound(settings.run_control.num_rounds)])
     except Exception as err:  # the recorder has written the status (RecordingServer, RunAborted)
         status = run_status(folder)
         status = status if status != "running" else "failed"

@@ -1,4 +1,5 @@
-"""What every study reports, in one place: the per-run summary read from a results folder, the one definition of
+"""What every study reports, in one place: the per-run summary read from a results folder (with its flag for a
+run whose last model is no better than its initial one, which every table marks), the one definition of
 steady seconds per round, mean ± std and the mean's 95 % interval over seeds (failed or diverged runs counted,
 never averaged; simulation/experiment/intervals.py), markdown tables, CSV files and plots (one line per series: the
 mean over its seeds with a min–max band, or with the 95 % interval of the mean).
@@ -7,13 +8,14 @@ mean over its seeds with a min–max band, or with the 95 % interval of the mean
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.results import FINISHED, steady_seconds  # the one definition (summary.json, reports, benchmark)
+from fedsuite.results import FINISHED, steady_seconds, write_atomic  # steady_seconds: the one definition
 from simulation.experiment.intervals import t_interval
 
 # --- one run ------------------------------------------------------------------------------------------------------
@@ -71,8 +73,9 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
     """A results folder in numbers: status, final/best accuracy and loss, the final federated accuracy and its
     worst-10 % (evaluation federated/both), ‖x − x*‖/‖x*‖ (synthetic federations), rounds to each target and the
     MB one participating client sent and received up to it, steady s/round and client compute s/round,
-    communication per client and round, and the curve (accuracy per evaluated round, or the relative error where
-    there is no accuracy)."""
+    communication per client and round, the curve (accuracy per evaluated round, or the relative error where
+    there is no accuracy), and whether its last model is no better than the initial one (summary.json
+    `no_better_than_initial`: the run learned nothing)."""
     summary, rows = read_summary(folder), read_rows(folder)
     trained = [r for r in rows if r["round"] > 0]
     per_round = max(len(trained), 1)
@@ -90,6 +93,7 @@ def run_summary(folder: Path, targets: Sequence[float]) -> dict:
         "final_rel_err": summary.get("final_relative_error"),
         "final_fed_acc": summary.get("final_fed_accuracy"),
         "final_fed_worst10": summary.get("final_fed_accuracy_worst10"),
+        "no_better_than_initial": bool(summary.get("no_better_than_initial")),
         "rounds_to": rounds_to,
         "mb_to": {t: None if n is None else _mb_up_to(trained, n) for t, n in rounds_to.items()},
         "s_per_round": steady_seconds(rows),
@@ -136,13 +140,14 @@ def spread(values: Sequence[float], spec: str) -> str:
 
 def over_seeds(runs: Sequence[dict], targets: Sequence[float], metrics: Sequence[str]) -> dict:
     """Run summaries of one setting (one per seed) → mean ± std over the seeds whose run completed: `seeds` is
-    "k/n" (completed/all), every metric a (mean, std) or None, `rounds_to_<t>` (mean ± std over the completed seeds
-    that reached t, how many did, how many completed), `intervals` (every metric's, `rounds_to_<t>`'s and
-    `mb_to_<t>`'s mean with its 95 % interval, intervals.Interval or None), `by_seed` (the completed runs by their
-    `seed`, for runs that name it: paired differences) and the completed seeds' curves. A failed or diverged seed
-    counts in n and is never averaged in."""
+    "k/n" (completed/all), `no_better_than_initial` how many completed seeds learned nothing, every metric a (mean,
+    std) or None, `rounds_to_<t>` (mean ± std over the completed seeds that reached t, how many did, how many
+    completed), `intervals` (every metric's, `rounds_to_<t>`'s and `mb_to_<t>`'s mean with its 95 % interval,
+    intervals.Interval or None), `by_seed` (the completed runs by their `seed`, for runs that name it: paired
+    differences) and the completed seeds' curves. A failed or diverged seed counts in n and is never averaged in."""
     done = [r for r in runs if r.get("status") in FINISHED]  # a budget-spent run ended as its config asked
-    row: dict = {"seeds": f"{len(done)}/{len(runs)}"}
+    row: dict = {"seeds": f"{len(done)}/{len(runs)}",
+                 "no_better_than_initial": sum(1 for r in done if r.get("no_better_than_initial"))}  # fmt: skip
     intervals: dict = {}
     for key in metrics:
         values = [r[key] for r in done if r.get(key) is not None]
@@ -166,6 +171,17 @@ def fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+NO_BETTER = "no better than initial"
+NO_BETTER_NOTE = ("no better than initial: a run whose last model is no better than its initial one (its test loss "
+                  "not below round 0's, or its accuracy not above it; summary.json `no_better_than_initial`): it "
+                  "completed but learned nothing, and counts as every completed run does.")  # fmt: skip
+
+
+def no_better_mark(count: int) -> str:
+    """What follows a table cell over `count` runs that learned nothing (` (2 no better than initial)`), or nothing."""
+    return f" ({count} {NO_BETTER})" if count else ""
+
+
 def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
 
@@ -177,13 +193,23 @@ def remove_stale(paths: Iterable[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
+def write_text(path: Path, data: str | bytes) -> None:
+    """A table, CSV file or plot written whole or not at all: a full disk leaves the file as it was and no temporary
+    file; the OSError names `path` (not the temporary file)."""
+    try:
+        write_atomic(path, data)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None
+
+
 def write_csv(path: Path, rows: Sequence[dict], fields: Sequence[str] | None = None) -> None:
-    """One line per row; columns `fields` (default: the first row's keys), other keys left out."""
+    """One line per row; columns `fields` (default: the first row's keys), other keys left out; written whole."""
     fields = list(fields or (rows[0] if rows else ["algorithm"]))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, text.getvalue())
 
 
 @dataclass
@@ -252,5 +278,7 @@ def plot(path: Path, panels: Sequence[Panel], figsize: tuple[float, float] = (8,
         if panel.legend_size is not None and ax.get_legend_handles_labels()[0]:  # nothing drawn: no legend
             ax.legend(fontsize=panel.legend_size, ncol=panel.legend_columns)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
+    write_text(path, png.getvalue())

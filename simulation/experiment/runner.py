@@ -10,15 +10,18 @@ the command to print how to continue (docs/running/compare-and-sweep.md).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from fedsuite.config import ConfigError
 from fedsuite.pruning import PRUNED
-from fedsuite.results import FINISHED
+from fedsuite.results import FINISHED, mark_stopped, remove_temporaries
 from simulation.experiment import engines
+from simulation.experiment.client_state import clear_earlier_attempt
 from simulation.experiment.jobs import Job, Outcome, damaged_earlier, planned_rounds, reusable
 from simulation.experiment.progress import StudyProgress
 from simulation.experiment.report import read_summary, run_status
@@ -26,9 +29,11 @@ from simulation.experiment.signals import (
     as_interrupted,
     ignore_signals,
     mark_interrupted,
+    raise_deferred,
     stop_children,
     stop_on_signals,
 )
+from simulation.experiment.watcher import Watcher
 from simulation.launcher.outcome import Interrupted, RunFailed
 from simulation.launcher.project import PROJECT
 
@@ -63,6 +68,22 @@ def _said(job: Job, status: str, otherwise: str) -> str:
     return otherwise
 
 
+def mark_killed(folder: Path | None, returncode: int) -> None:
+    """A child process ended by a signal it could not handle (SIGKILL, the out-of-memory killer) left its run
+    `running`: the run failed, and what its cut-short writes left and its per-run client-state folder go."""
+    from simulation.launcher.reaper import remove_run_state
+
+    if folder is None or returncode >= 0:
+        return
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    mark_stopped(folder, "failed", f"the run's process was killed by {name}")
+    remove_temporaries(folder)
+    remove_run_state(folder)
+
+
 def child_command(job: Job, engine: str) -> list[str]:
     """`python -m simulation.experiment.child …`: the job as a child process (simulation.experiment.child)."""
     return [sys.executable, "-m", "simulation.experiment.child", "--run-one", json.dumps(job.overrides()),
@@ -79,6 +100,7 @@ def _run_children(jobs: Sequence[Job], todo: list[int], engine: str, parallel: i
             while pending and len(running) < parallel:
                 index = pending.pop(0)
                 print(f"── start {jobs[index].label} ──", flush=True)
+                clear_earlier_attempt(jobs[index])
                 running[index] = subprocess.Popen(child_command(jobs[index], engine), stdout=subprocess.DEVNULL,
                                                   cwd=PROJECT)  # fmt: skip
                 progress.started(index, jobs[index].label, jobs[index].folder)
@@ -87,6 +109,7 @@ def _run_children(jobs: Sequence[Job], todo: list[int], engine: str, parallel: i
                     continue
                 del running[index]
                 job = jobs[index]
+                mark_killed(job.folder, proc.returncode)
                 status = run_status(job.folder) if proc.returncode in (0, 1, 3) else "failed"
                 print(f"── done {job.label}: {status} ──", flush=True)
                 done(index, Outcome(job, status, _said(job, status, f"exit code {proc.returncode}")))
@@ -152,11 +175,20 @@ def _to_run(jobs: Sequence[Job], reuse: bool, outcomes: dict[int, Outcome],
 
 def _run_in_turn(jobs: Sequence[Job], todo: list[int], engine: str, progress: StudyProgress,
                  done: Callable[[int, Outcome], None]) -> None:  # fmt: skip
-    """The jobs one after the other in this process."""
+    """The jobs one after the other in this process; an in-process run is watched (simulation.experiment.watcher),
+    and a signal that waited for a run to finish its writes stops the study once the run's outcome is in."""
     for index in todo:
-        print(f"── {jobs[index].label} ──", flush=True)
-        progress.started(index, jobs[index].label, jobs[index].folder)
-        outcome = _run_here(jobs[index], engine)
+        job = jobs[index]
+        print(f"── {job.label} ──", flush=True)
+        progress.started(index, job.label, job.folder)
+        clear_earlier_attempt(job)
+        watched = engine == "inprocess" and job.work is None
+        Watcher.tell(job.folder if watched else None)
+        try:
+            outcome = _run_here(job, engine)
+        finally:
+            Watcher.tell(None)
         if not outcome.completed:
             print(f"   {outcome.status}: {outcome.message}", flush=True)
         done(index, outcome)
+        raise_deferred()

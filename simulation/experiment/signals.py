@@ -1,5 +1,7 @@
 """SIGINT, SIGTERM and SIGHUP stop a study alike: the runs in flight (child processes included) are stopped and
-waited for, marked `interrupted`, and the command says how to continue."""
+waited for, marked `interrupted`, and the command says how to continue. A signal that arrives while an in-process
+run writes its end (its last round's row, summary and plot) waits until the run has returned: that run completed,
+whole, and the study stops after it (`deferring`, `raise_deferred`)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,42 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+class _Deferral:
+    """Whether an in-process run is writing its end (a signal then waits), and the signal that waits."""
+
+    finishing = False
+    pending: int | None = None
+
+
 def _raise_stopped(signum, frame):
+    if _Deferral.finishing and _Deferral.pending is None:  # the run's last writes end first; a second signal stops
+        _Deferral.pending = signum
+        return
     raise Stopped(signum)
+
+
+def run_finishing() -> None:
+    """An in-process run has recorded its last round (fedsuite.server.observers `recorded`): until it returns, a
+    signal waits (inside `deferring`)."""
+    _Deferral.finishing = True
+
+
+@contextlib.contextmanager
+def deferring() -> Iterator[None]:
+    """Around one in-process run: a signal after `run_finishing` waits for the run to return, and is kept for
+    `raise_deferred` (the caller records the run's outcome first)."""
+    _Deferral.finishing, _Deferral.pending = False, None
+    try:
+        yield
+    finally:
+        _Deferral.finishing = False
+
+
+def raise_deferred() -> None:
+    """Stop now (Stopped) if a signal waited for the last run to finish; after that run's outcome is recorded."""
+    signum, _Deferral.pending = _Deferral.pending, None
+    if signum is not None:
+        raise Stopped(signum)
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """A study is arguments → jobs → report → reproduce line. A study command declares those parts on a `Study`; the
 parts every study shares are here once: the parser (`python -m <module>`, the module docstring's first paragraph),
-a bad setting stopping it with one line and exit code 2 before any run, SIGINT, SIGTERM and SIGHUP stopping it as
-Ctrl-C does with the line that reruns it (simulation.experiment.signals.run_stoppable), stale outputs removed
-before the runs, the report printed and the files it wrote listed (`wrote:`).
+a bad setting stopping it with one line and exit code 2 before any run (an --out that is a file, or lies below
+one, too), SIGINT, SIGTERM and SIGHUP stopping it as Ctrl-C does with the line that reruns it
+(simulation.experiment.signals.run_stoppable), stale outputs removed before the runs, the report printed and the
+files it wrote listed (`wrote:`); a file it cannot write (a full disk) is one line and exit code 1, the runs kept.
 
     class Comparison(Study):
         module = "simulation.compare"
@@ -18,6 +19,7 @@ before the runs, the report printed and the files it wrote listed (`wrote:`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +68,11 @@ class Study:
         """The files the study writes besides the runs, listed after `wrote:`."""
         return []
 
+    def out_folder(self, plan: Any) -> Path | None:
+        """The folder the study writes into (--out): checked with the settings, made before the runs."""
+        out = getattr(plan, "out", None)
+        return Path(out) if out is not None else None
+
     def stale(self, plan: Any) -> Sequence[Path]:
         """The outputs removed before the runs, so none from an earlier invocation is taken for this one's."""
         return self.outputs(plan)
@@ -111,21 +118,59 @@ class Study:
         """Plan (exit 2 on a bad setting), announce, run, report, list the files; the exit code."""
         try:
             plan = self.plan(args)
+            check_out(self.out_folder(plan))
         except self.bad_input as err:
             return _refused(err)
         if (code := self.announce(plan)) is not None:
             return code
-        reports.remove_stale(self.stale(plan))
+        try:
+            make_out(self.out_folder(plan))
+            reports.remove_stale(self.stale(plan))
+        except ConfigError as err:
+            return _refused(err)
         try:
             results = self.run(plan)
             text = self.report(plan, results)
         except self.run_errors as err:
             return _refused(err)
+        except OSError as err:  # a table, CSV or plot that cannot be written: the runs' folders stay as they are
+            return _unwritten(err, rerun)
         print(text)
         print_written(self.outputs(plan))
         return self.exit_code(plan, results, rerun)
 
 
+def check_out(out: Path | None) -> None:
+    """--out is a folder, or one that can be made: a file in its place or above it, or a folder this process cannot
+    write to, is a ConfigError naming --out (before any run, nothing made)."""
+    if out is None:
+        return
+    existing = next(p for p in (out, *out.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        where = "is a file" if existing == out else f"lies below the file {existing}"
+        raise ConfigError(f"--out {out}: {where}, not a folder; choose a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {existing} is not writable; choose another folder")
+
+
+def make_out(out: Path | None) -> None:
+    """Make --out (and the folders above it) before the runs; one that cannot be made is a ConfigError naming it."""
+    if out is None:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--out {out}: cannot be made ({err.strerror or err}); choose another folder") from None
+
+
 def _refused(err: Exception) -> int:
     print(f"error: {err}", file=sys.stderr)
     return 2
+
+
+def _unwritten(err: OSError, rerun: str) -> int:
+    """One line for a study file that could not be written (a full disk): what, why, and how to continue."""
+    what = err.filename or "a file of the study"
+    print(f"error: cannot write {what} ({err.strerror or err}); the runs' folders are kept: make room and rerun to "
+          f"write it: {rerun}", file=sys.stderr)  # fmt: skip
+    return 1

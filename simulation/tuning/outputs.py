@@ -14,21 +14,25 @@ from simulation.tuning.trials import Setting, Trial
 
 
 def search_rows(trials: Sequence[Trial], best: Trial | None) -> tuple[list[dict], list[str]]:
-    """One row per trial: number, its values, per-seed scores, mean score, status, chosen."""
+    """One row per trial: number, its values, per-seed scores, mean score, status, chosen; where a trial has seeds
+    that learned nothing, how many (no_better_than_initial)."""
     keys = list(dict.fromkeys(k for t in trials for k, _ in t.point))
     seeds = list(trials[0].seeds) if trials else []
     budgeted = any(t.origin for t in trials)  # a --budget search also says what proposed each point
     pruning = any(t.rounds_planned for t in trials)  # --prune: where each trial stopped and the rounds it took
+    learned = any(t.no_better for t in trials)  # seeds whose last model is no better than the initial one
     fields = ["trial", *keys, *(f"seed_{s}" for s in seeds), "mean_score", "status", "chosen",
               *(["proposed_by", "repeated_proposals"] if budgeted else []),
-              *(["pruned_at_round", "rounds_run"] if pruning else [])]  # fmt: skip
+              *(["pruned_at_round", "rounds_run"] if pruning else []),
+              *(["no_better_than_initial"] if learned else [])]  # fmt: skip
     rows = []
     for t in trials:
         rows.append({"trial": t.number, **t.values, **{f"seed_{s}": v for s, v in zip(seeds, t.scores, strict=True)},
                      "mean_score": t.score, "status": t.status, "chosen": t is best,
                      **({"proposed_by": t.origin, "repeated_proposals": t.repeats} if budgeted else {}),
                      **({"pruned_at_round": t.pruned_at, "rounds_run": f"{t.rounds_run}/{t.rounds_planned}"}
-                        if pruning else {})})  # fmt: skip
+                        if pruning else {}),
+                     **({"no_better_than_initial": f"{t.no_better}/{len(seeds)}"} if learned else {})})  # fmt: skip
     return rows, fields
 
 
@@ -55,7 +59,8 @@ def search_markdown(algorithm: str, trials: Sequence[Trial], best: Trial | None,
              "with a failed, diverged or pruned seed has no score and is never chosen." + (_BUDGET_NOTE if
                                                                                    "proposed_by" in fields else ""),
              "",
-             *report.markdown_table(head, cells)]  # fmt: skip
+             *report.markdown_table(head, cells),
+             *(["", report.NO_BETTER_NOTE] if "no_better_than_initial" in fields else [])]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -64,7 +69,7 @@ def write_search(out: Path, algorithm: str, trials: Sequence[Trial], best: Trial
     out.mkdir(parents=True, exist_ok=True)
     rows, fields = search_rows(trials, best)
     report.write_csv(out / f"{algorithm}.csv", rows, fields)
-    (out / f"{algorithm}.md").write_text(search_markdown(algorithm, trials, best, column, last))
+    report.write_text(out / f"{algorithm}.md", search_markdown(algorithm, trials, best, column, last))
 
 
 def final_settings(shared: Mapping[str, Scalar]) -> dict:
@@ -97,6 +102,8 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
     for algorithm, trials in results.items():
         pick = best[algorithm]
         values = ", ".join(f"{k}={v}" for k, v in pick.point) if pick else "none: no trial completed"
+        if pick and pick.no_better:
+            values += f" ({pick.no_better} of {len(pick.seeds)} seeds {report.NO_BETTER})"
         cells.append([algorithm, values, report.fmt(pick.score if pick else None, ".4f"),
                       f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}",
                       points_tried(trials, (space_sizes or {}).get(algorithm))])  # fmt: skip
@@ -104,8 +111,10 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
         "", f"Search compute: {compute['rounds_run']} of {compute['rounds_planned']} planned rounds; pruning stopped "
         f"{compute['pruned_trials']} of {compute['trials']} trials early and saved {compute['saved']:.0%} of the "
         "planned rounds (the rounds their pruned runs did not run)."]  # fmt: skip
+    learned = ["", report.NO_BETTER_NOTE] if any(t is not None and t.no_better for t in best.values()) else []
     lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
-             *report.markdown_table(head, cells), *spent, "", "## Final runs (test accuracy, no validation split)", "",
+             *report.markdown_table(head, cells), *learned, *spent, "",
+             "## Final runs (test accuracy, no validation split)", "",
              final_text.partition("\n\n")[2] if final_text.startswith("Reproduce:") else "No final runs."]  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -61,6 +61,7 @@ class Trial:
     rounds_planned: int = 0
     pruned_at: int | None = None
     rounds_saved: int = 0  # the rounds its pruned seeds did not run
+    no_better: int = 0  # finished seeds whose last model is no better than the initial one (learned nothing)
 
     @property
     def status(self) -> str:
@@ -98,9 +99,8 @@ class Setting:
     maximize: bool
 
     def jobs(self, algorithm: str, point: Point) -> list[Job]:
-        return sweep.jobs_for(
-            [algorithm], [point], list(self.seeds), self.shared, self.out, group=stage_group(self.out)
-        )
+        return sweep.jobs_for([algorithm], [point], list(self.seeds), self.shared, self.out,
+                              group=stage_group(self.out), state_base=self.out.parent)  # fmt: skip
 
 
 def stage_group(folder: Path) -> str:
@@ -123,7 +123,8 @@ def trials_from(setting: Setting, algorithm: str, points: Sequence[Point], statu
         folders = [job.folder for job in setting.jobs(algorithm, point)]
         scored = [_scored(setting, f, statuses[f]) for f in folders]
         status, scores = [st for st, _ in scored], [sc for _, sc in scored]
-        trials.append(Trial(number, algorithm, point, list(setting.seeds), status, scores))
+        no_better = sum(1 for f, st in zip(folders, status, strict=True) if st in FINISHED and learned_nothing(f))
+        trials.append(Trial(number, algorithm, point, list(setting.seeds), status, scores, no_better=no_better))
     return trials
 
 
@@ -137,6 +138,14 @@ def _scored(setting: Setting, folder: Path, status: str) -> tuple[str, float | N
     except report.DamagedRun as err:
         print(f"   {err}", file=sys.stderr, flush=True)
         return "damaged", None
+
+
+def learned_nothing(folder: Path) -> bool:
+    """The run's summary.json says its last model is no better than its initial one (`no_better_than_initial`)."""
+    try:
+        return bool(report.read_summary(folder).get("no_better_than_initial"))
+    except (OSError, report.DamagedRun, AttributeError):
+        return False
 
 
 def run_trials(setting: Setting, algorithm: str, points: Sequence[Point], first_number: int = 1) -> list[Trial]:
