@@ -208,12 +208,12 @@ def test_a_plugin_run_resumed_through_flwr_run_keeps_its_keys(installed, tmp_pat
     fedavgm-nesterov-beta, packed into plugin-config like any -c key outside pyproject's table (one Ray launch)."""
     env, _ = installed
     env = {**env, "FLWR_HOME": str(tmp_path / "flwr-home")}
-    settings = ("algorithm='fedavgm-nesterov' dataset='synthetic-lsq' num-clients=4 clients-per-round=2 "
-                "num-server-rounds=2 fedavgm-nesterov-beta=0.5 checkpoint-every=1 "
-                f"out-dir='{tmp_path}' run-name='p'")  # fmt: skip
+    settings = (
+        "dataset='synthetic-lsq' num-clients=4 clients-per-round=2 num-server-rounds=2 "
+        "fedavgm-nesterov-beta=0.5 checkpoint-every=1"
+    )  # the sweep sets algorithm from --algorithms
     done = child(["-m", "simulation.sweep", "--algorithms", "fedavgm-nesterov", "--seeds", "0", "--engine", "inprocess",
-                  "--out", str(tmp_path / "s"), "-c", settings.replace(f" out-dir='{tmp_path}' run-name='p'", "")],
-                 env, ROOT)  # fmt: skip
+                  "--out", str(tmp_path / "s"), "-c", settings], env, ROOT)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     (first,) = (tmp_path / "s" / "runs").rglob("summary.json")
     folder = first.parent
