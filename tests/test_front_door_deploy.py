@@ -5,6 +5,7 @@ the project and the image, `deploy/make-certs` and git, and the README's deploy,
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -21,7 +22,9 @@ from pathlib import Path
 import flwr
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 from tests.test_compose_flags import compose_command
 
@@ -103,11 +106,11 @@ def test_the_build_context_holds_only_what_the_image_needs():
     build = yaml.safe_load((DOCKER / "compose.yml").read_text())["services"]["superlink"]["build"]
     assert (DOCKER / build["context"]).resolve() == PROJECT and (PROJECT / ".dockerignore").is_file()
     patterns = dockerignore_patterns()
-    copied = re.findall(r"^COPY\s+(.+?)\s+\S+$", (DOCKER / "Dockerfile").read_text(), flags=re.MULTILINE)
+    copied = re.findall(r"^COPY\s+(?!--from)(.+?)\s+\S+$", (DOCKER / "Dockerfile").read_text(), flags=re.MULTILINE)
     needed = [p.rstrip("/") for line in copied for p in line.split()]
-    assert needed == ["docker/requirements.txt", "docker/wheels"]
-    for path in ("docker/Dockerfile", "docker/requirements.txt", "docker/wheels/flwr-1.42.0-py3-none-any.whl",
-                 "docker/wheels/pip-cert.pem"):  # fmt: skip
+    assert needed == ["docker/requirements.txt", "docker/torchvision_cpu_ops.py", "docker/wheels"]
+    for path in (*needed, "docker/Dockerfile", "docker/wheels/flwr-1.42.0-py3-none-any.whl",
+                 "docker/wheels/pip-cert-123.pem"):  # fmt: skip
         assert sent_to_the_engine(path, patterns), path
     kept_home = [".venv/bin/python", ".venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so", ".git/HEAD",
                  ".git/objects/ab/cdef", "certs/ca.key", "certs/supernodes/node0", "docker/certs/ca.key",
@@ -120,7 +123,8 @@ def test_the_build_context_holds_only_what_the_image_needs():
         pytest.skip("not a git checkout")
     assert any(p.startswith("docs/cpu-study/") for p in tracked)  # the committed studies' data
     sent = {p for p in tracked if sent_to_the_engine(p, patterns)}
-    assert sent <= {"docker/Dockerfile", "docker/requirements.txt", "docker/wheels/.gitkeep"}, sorted(sent)[:20]
+    assert sent <= {"docker/Dockerfile", "docker/requirements.txt", "docker/torchvision_cpu_ops.py",
+                    "docker/wheels/.gitkeep"}, sorted(sent)[:20]  # fmt: skip
 
 
 def test_compose_passes_every_build_argument_of_the_dockerfile():
@@ -130,6 +134,78 @@ def test_compose_passes_every_build_argument_of_the_dockerfile():
     assert args == set(build["args"]) and "PIP_CERT" in args
 
 
+# ---- what the image runs -------------------------------------------------------------------------------------------
+
+
+def image_distributions() -> set[str]:
+    """The distributions docker/requirements.txt installs."""
+    lines = [line.split("#")[0].strip() for line in (DOCKER / "requirements.txt").read_text().splitlines()]
+    return {canonicalize_name(Requirement(line).name) for line in lines if line}
+
+
+# Records the top-level modules that the built-in models' own modules import (at their import, or lazily when a
+# factory runs), then builds every built-in model.
+IMPORTS_OF_THE_BUILTIN_MODELS = """
+import importlib.abc, json, sys
+modules, imported = {"fedsuite.models"}, set()
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__") in modules:
+            imported.add(name.split(".")[0])
+sys.meta_path.insert(0, Recorder())
+from fedsuite.models import BUILTIN_MODELS, factory
+modules |= {path.partition(":")[0] for path in BUILTIN_MODELS.values()}
+for name in BUILTIN_MODELS:
+    regression = name in ("linear", "matrix")
+    shape = (16,) if name == "matrix" else (3, 32, 32)
+    factory(name)(shape, 1 if regression else 10, "regression" if regression else "classification")
+print(json.dumps(sorted(imported - set(sys.stdlib_module_names) - {"fedsuite"})))
+"""
+
+
+def test_the_image_installs_what_every_builtin_model_imports():
+    """Every package the built-in models' modules import (torch; torchvision for resnet18-gn) is one that
+    docker/requirements.txt installs, so the image runs every built-in model."""
+    res = subprocess.run([sys.executable, "-c", IMPORTS_OF_THE_BUILTIN_MODELS], cwd=PROJECT, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    owners = importlib.metadata.packages_distributions()
+    needed = {canonicalize_name(d) for m in json.loads(res.stdout) for d in owners.get(m, [m])}
+    assert {"torch", "torchvision"} <= needed, needed
+    assert needed <= image_distributions(), f"docker/requirements.txt lacks {sorted(needed - image_distributions())}"
+
+
+FAKE_TORCHVISION = """import torch
+
+
+@torch.library.register_fake("torchvision::nms")  # what torchvision does at import, its C++ operators unloaded
+def nms(dets, scores, iou_threshold):
+    return dets.new_empty(0, dtype=torch.long)
+"""
+
+
+def test_torchvision_cpu_ops_lets_torchvision_import_without_its_operators(tmp_path):
+    """A stand-in torchvision that registers a fake kernel for torchvision::nms, as torchvision does, with its C++
+    operators unloaded (a CUDA build beside a CPU torch): its import fails alone and works after the image's
+    docker/torchvision_cpu_ops.py (which the .pth line of the image imports at interpreter start)."""
+    (tmp_path / "torchvision").mkdir()
+    (tmp_path / "torchvision" / "__init__.py").write_text(FAKE_TORCHVISION)
+    probe = "import torchvision, torch; print(torch.ops.torchvision.nms.default._schema)"
+
+    def python(code: str, *path: Path) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+    alone = python(probe, tmp_path)
+    assert alone.returncode != 0 and "torchvision::nms does not exist" in alone.stderr
+    shimmed = python("import torchvision_cpu_ops; " + probe, tmp_path, DOCKER)
+    assert shimmed.returncode == 0, shimmed.stderr[-3000:]
+    assert "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor" in shimmed.stdout
+
+
 # ---- stand-ins for docker, docker-compose and flwr ------------------------------------------------------------------
 
 COMPOSE_PART = r"""
@@ -137,8 +213,14 @@ log() { echo "$*" >>"$FAKE_STATE/calls"; }
 image_file() { echo "$FAKE_STATE/image-$(echo "$1" | tr '/:' '__')"; }
 fake_compose() {
     [ "${1:-}" = version ] && { echo "Docker Compose version fake"; exit 0; }
-    log "$COMPOSE_NAME $* | BASE_IMAGE=${BASE_IMAGE:-} FEDSUITE_BUILD_PIP_CERT=${FEDSUITE_BUILD_PIP_CERT:-}"
-    for a in "$@"; do [ "$a" = build ] && touch "$(image_file "fedsuite-flwr:$FEDSUITE_TAG")"; done
+    log "$COMPOSE_NAME $* | BASE_IMAGE=${BASE_IMAGE:-} FEDSUITE_BUILD_PIP_CERT=${FEDSUITE_BUILD_PIP_CERT:-}" \
+        "FEDSUITE_UID=$FEDSUITE_UID FEDSUITE_GID=$FEDSUITE_GID"
+    for a in "$@"; do
+        [ "$a" = build ] || continue
+        touch "$(image_file "fedsuite-flwr:$FEDSUITE_TAG")"
+        cert="$FAKE_CONTEXT/docker/wheels/${FEDSUITE_BUILD_PIP_CERT#/tmp/fedsuite-build/}"
+        [ -z "${FEDSUITE_BUILD_PIP_CERT:-}" ] || [ -f "$cert" ] || log "the build found no $cert"
+    done
     exit 0
 }
 """
@@ -158,6 +240,11 @@ esac
 """
 )
 FAKE_DOCKER_COMPOSE = "#!/usr/bin/env bash\n" + COMPOSE_PART + 'COMPOSE_NAME=docker-compose; fake_compose "$@"\n'
+# `id` as a user FAKE_UID (default 1000) and a `chown` that only records its calls.
+FAKE_ID = """#!/usr/bin/env bash
+case "${1:-}" in -u) echo "${FAKE_UID:-1000}" ;; -g) echo "${FAKE_UID:-1000}" ;; *) echo "uid=${FAKE_UID:-1000}" ;; esac
+"""
+FAKE_CHOWN = '#!/usr/bin/env bash\necho "chown $*" >>"$FAKE_STATE/calls"\n'
 FAKE_FLWR = r"""#!/usr/bin/env bash
 echo "flwr $*" >>"$FAKE_STATE/calls"
 case "$1 ${2:-}" in
@@ -168,7 +255,7 @@ esac
 """
 # What docker/demo and the deploy/ scripts call besides docker and flwr (a PATH without the machine's own Docker).
 SHELL_TOOLS = "bash env sed grep awk cat head tee tr wc ls cp mv rm mkdir mktemp chmod touch dirname basename"
-TOOLS = [*SHELL_TOOLS.split(), "id", "seq", "sleep", "date", "openssl", "ssh-keygen"]
+TOOLS = [*SHELL_TOOLS.split(), "seq", "sleep", "date", "openssl", "ssh-keygen"]
 
 
 def seed_credentials(folder: Path) -> None:
@@ -207,6 +294,8 @@ class Sandbox:
             found = shutil.which(tool)
             if found:
                 (self.bin / tool).symlink_to(found)
+        executable(self.bin / "id", FAKE_ID)
+        executable(self.bin / "chown", FAKE_CHOWN)
         if docker:
             executable(self.bin / "docker", FAKE_DOCKER)
         if compose_v1:
@@ -235,7 +324,7 @@ class Sandbox:
     def demo(self, *args: str, **env: str) -> subprocess.CompletedProcess:
         base = {"PATH": str(self.bin), "HOME": str(self.root), "FAKE_STATE": str(self.state),
                 "DEMO_DIR": str(self.demo_dir), "FEDSUITE_DATA": str(self.data),
-                "FEDSUITE_VENV": str(self.venv)}  # fmt: skip
+                "FEDSUITE_VENV": str(self.venv), "FAKE_CONTEXT": str(self.project)}  # fmt: skip
         return subprocess.run([str(self.project / "docker" / "demo"), *args], capture_output=True, text=True,
                               env={**base, **env}, timeout=120)  # fmt: skip
 
@@ -295,7 +384,7 @@ def test_demo_up_names_each_missing_prerequisite_before_it_writes_anything(tmp_p
 def test_demo_up_builds_once_and_remembers_its_base_image(tmp_path):
     """docker-compose v1 only, the venv not active: the first `up` builds on the BASE_IMAGE given; the next `up`
     needs none (the image exists); after the image is gone, `up` rebuilds on the remembered base. Every flwr call
-    is FEDSUITE_VENV's, and the one-time PIP_CERT reaches the build as a file inside the context."""
+    is FEDSUITE_VENV's. A PIP_CERT in the environment stays out of a build from wheels (it needs no index)."""
     box = Sandbox(tmp_path, compose_v1=True)
     box.wheels(PINNED)
     box.image("base:local")
@@ -305,11 +394,11 @@ def test_demo_up_builds_once_and_remembers_its_base_image(tmp_path):
     assert first.returncode == 0, first.stdout + first.stderr
     assert "2 SuperNodes online" in first.stdout
     (build,) = [c for c in box.calls() if c.startswith("docker-compose ") and " build " in c + " "]
-    assert "BASE_IMAGE=base:local" in build and "FEDSUITE_BUILD_PIP_CERT=/tmp/fedsuite-build/pip-cert.pem" in build
-    assert (box.project / "docker" / "wheels" / "pip-cert.pem").read_text() == cert.read_text()
+    assert "BASE_IMAGE=base:local" in build and "FEDSUITE_BUILD_PIP_CERT= " in build
+    assert not list((box.project / "docker" / "wheels").glob("*.pem"))
     assert box.has_image(f"fedsuite-flwr:{PINNED['flwr']}")
     flwr_calls = [c for c in box.calls() if c.startswith("flwr ")]
-    assert {"flwr config ls", "flwr supernode ls fedsuite-docker --format json"} <= set(flwr_calls)
+    assert {"flwr config ls --format json", "flwr supernode ls fedsuite-docker --format json"} <= set(flwr_calls)
     assert any(c.startswith("flwr supernode register ") for c in flwr_calls)
     assert (box.demo_dir / "certs" / "supernodes" / "supernode-2").exists()
 
@@ -337,6 +426,77 @@ def test_demo_prefers_the_compose_plugin(tmp_path):
     assert compose_calls and all(c.startswith("docker compose -f ") for c in compose_calls)
     down = box.demo("down")
     assert down.returncode == 0 and box.calls()[-1].startswith("docker compose -f ") and " down " in box.calls()[-1]
+
+
+def test_demo_gives_pip_cert_to_an_index_build_for_the_build_only(tmp_path):
+    """Without wheels, a PIP_CERT reaches the build as a file of the context while the build runs and is gone after
+    it, whether the build succeeds or fails; an existing file of the user's in docker/wheels/ is left alone."""
+    box = Sandbox(tmp_path, compose_v1=True)
+    box.image("base:local")
+    cert = tmp_path / "ca-bundle.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    own = box.project / "docker" / "wheels" / "pip-cert.pem"
+    own.write_text("the user's own file\n")
+    res = box.demo("up", BASE_IMAGE="base:local", PIP_CERT=str(cert), PIP_EXTRA_INDEX_URL="https://example.invalid")
+    assert res.returncode == 0, res.stdout + res.stderr
+    (build,) = [c for c in box.calls() if c.startswith("docker-compose ") and " build " in c + " "]
+    assert re.search(r"FEDSUITE_BUILD_PIP_CERT=/tmp/fedsuite-build/pip-cert-\d+\.pem ", build), build
+    assert not [c for c in box.calls() if c.startswith("the build found no")], box.calls()
+    assert sorted(p.name for p in own.parent.iterdir()) == ["pip-cert.pem"]
+    assert own.read_text() == "the user's own file\n"
+    failing = Sandbox(tmp_path / "failing", compose_v1=True)
+    failing.image("base:local")
+    build_fails = '[[ " $* " == *" build "* ]] && exit 1\nfake_compose "$@"'
+    executable(failing.bin / "docker-compose", FAKE_DOCKER_COMPOSE.replace('fake_compose "$@"', build_fails))
+    res = failing.demo("up", BASE_IMAGE="base:local", PIP_CERT=str(cert), PIP_EXTRA_INDEX_URL="https://example.invalid")
+    assert res.returncode == 1 and "building fedsuite-flwr" in res.stderr
+    assert not list((failing.project / "docker" / "wheels").glob("*.pem"))
+
+
+def test_demo_never_runs_the_containers_as_root(tmp_path):
+    """Run by root, the containers run as the image's user app (uid 49999), who gets the private keys they read and
+    the results folder; a user's own uid is kept, and nothing is chowned for them."""
+    box = Sandbox(tmp_path, compose_v1=True)
+    box.wheels(PINNED)
+    box.image("base:local")
+    res = box.demo("up", BASE_IMAGE="base:local", FAKE_UID="0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    started = [c for c in box.calls() if c.startswith("docker-compose ") and " up " in c]
+    assert started and all("FEDSUITE_UID=49999 FEDSUITE_GID=49999" in c for c in started)
+    (chown,) = [c.split() for c in box.calls() if c.startswith("chown ")]
+    certs = box.demo_dir / "certs"
+    assert chown[1] == "49999:49999" and sorted(chown[2:]) == sorted(
+        str(p) for p in (certs / "superlink.key", certs / "supernodes" / "supernode-1",
+                         certs / "supernodes" / "supernode-2", box.demo_dir / "results"))  # fmt: skip
+
+    user = Sandbox(tmp_path / "user", compose_v1=True)
+    user.wheels(PINNED)
+    user.image("base:local")
+    assert user.demo("up", BASE_IMAGE="base:local", FAKE_UID="1234").returncode == 0
+    started = [c for c in user.calls() if c.startswith("docker-compose ") and " up " in c]
+    assert started and all("FEDSUITE_UID=1234 FEDSUITE_GID=1234" in c for c in started)
+    assert not [c for c in user.calls() if c.startswith("chown ")]
+
+
+def test_demo_down_without_an_engine_says_so_in_one_line(tmp_path):
+    box = Sandbox(tmp_path, compose_v1=True)
+    (box.state / "no-engine").touch()
+    line = one_error_line(box.demo("down"))
+    assert "docker info" in line and "docker.io" in line and "dockerd" in line
+    assert not [c for c in box.calls() if c.startswith("docker-compose")]
+
+
+def test_the_image_keeps_neither_wheels_nor_root(tmp_path):
+    """The wheels (and a CA bundle beside them) are copied into a build stage of their own; the image's stage takes
+    only the virtual environment from it, and its last USER is not root."""
+    stages = re.split(r"^FROM\s", (DOCKER / "Dockerfile").read_text(), flags=re.MULTILINE)[1:]
+    assert len(stages) >= 2, "one stage: the wheels' COPY layer stays in the image"
+    final = stages[-1]
+    copies = re.findall(r"^COPY\s+(.+)$", final, flags=re.MULTILINE)
+    assert copies and all(c.startswith("--from=") for c in copies), copies
+    assert "docker/wheels" in "".join(stages[:-1])
+    users = re.findall(r"^USER\s+(\S+)", final, flags=re.MULTILINE)
+    assert users and users[-1] not in ("root", "0")
 
 
 # ---- credentials and git --------------------------------------------------------------------------------------------
