@@ -30,7 +30,9 @@ STATUSES = {"completed": 0, "budget-spent": 0, "pruned": 0, "failed": 1, "diverg
 FINISHED = ("completed", "budget-spent")
 RUN_MARKER = ".fedsuite-run"
 RUN_TOKEN_ENV = "FEDSUITE_RUN_TOKEN"  # set by simulation.run for every process of one launch
-RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log", "flwr.log")
+INITIAL_MODEL = "model-round-0.npy"  # x⁰, the flat trainable parameters every client starts from (float32)
+RUN_FILES = ("config.json", "summary.json", "rounds.jsonl", "rounds.csv", "accuracy.png", "clients.log", "flwr.log",
+             INITIAL_MODEL)  # fmt: skip
 
 CSV_COLUMNS = (
     "round", "accuracy", "loss", "train_loss", "objective_gap", "relative_error", "round_seconds",
@@ -162,6 +164,15 @@ def remove_temporaries(folder: Path, older_than: float | None = None) -> list[Pa
 
 SECRET_NOISE = "secret"  # the DP noise of a run is keyed by the OS's entropy (dp-noise-source='secure')
 SEEDED_NOISE = "seeded: not private"  # … or drawn from the run seed config.json records (dp-noise-source='seeded')
+
+
+def npy_bytes(array) -> bytes:
+    """`array` in NumPy's .npy format (np.load reads it back)."""
+    import numpy as np
+
+    out = io.BytesIO()
+    np.save(out, np.asarray(array), allow_pickle=False)
+    return out.getvalue()
 
 
 def noise_label(config: dict[str, Any]) -> str | None:
@@ -327,10 +338,12 @@ class RunRecorder:
         overwrite: bool = False,
         resumed_rows: list[dict[str, Any]] | None = None,
         target_column: str = "accuracy",
+        initial_model: Any = None,
     ):
         """`resumed_rows`: continue the run in `folder` from a checkpoint holding these rows (fedsuite.checkpoint);
         rows written after the checkpoint are dropped, as those rounds run again. `target_column`: the row column
-        rounds-to-target reads (target-metric: accuracy, fed_accuracy, val_accuracy, fed_val_accuracy)."""
+        rounds-to-target reads (target-metric: accuracy, fed_accuracy, val_accuracy, fed_val_accuracy).
+        `initial_model`: x⁰ (a flat NumPy array), written as model-round-0.npy for a check from outside the run."""
         self.folder = folder
         self.targets = targets
         self.target_column = target_column
@@ -347,6 +360,8 @@ class RunRecorder:
             write_atomic(folder / "rounds.csv", _csv_lines([CSV_COLUMNS, *map(_csv_row, self.rows)]))
             if resumed_rows is not None:
                 write_atomic(folder / "rounds.jsonl", "".join(strict_json(row) + "\n" for row in self.rows))
+            if initial_model is not None:
+                write_atomic(folder / INITIAL_MODEL, npy_bytes(initial_model))
             self.write_summary("running")
 
     def _writing(self, name: str):

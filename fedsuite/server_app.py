@@ -141,7 +141,8 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         meta = run_meta(cfg, dataset, parts, x0, device)
         meta.update(run_id=run_id, client_state_dir=str(state_root) if state_root else None)  # for the reaper
         recorder = RunRecorder(folder, dict(cfg), meta, cfg.targets, run.num_rounds, cfg.output.overwrite,
-                               resume.rows if resume else None, cfg.evaluation.target_column)  # fmt: skip
+                               resume.rows if resume else None, cfg.evaluation.target_column,
+                               initial_model=x0)  # fmt: skip
         log.info("fedsuite │ results → %s", folder)
     log.info(
         "fedsuite │ %s on %s │ model %s, d=%d │ %d clients, %s │ %s │ %d rounds │ device %s",

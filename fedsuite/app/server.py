@@ -159,4 +159,4 @@ def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.n
     }
     folder = Path(results).expanduser().absolute()
     return RunRecorder(folder, dict(cfg), meta, cfg.targets, cfg.run_control.num_rounds, cfg.output.overwrite,
-                       target_column=cfg.evaluation.target_column)  # fmt: skip
+                       target_column=cfg.evaluation.target_column, initial_model=x0)  # fmt: skip
