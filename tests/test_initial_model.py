@@ -1,4 +1,4 @@
-"""Every results folder holds x⁰ (docs/reference/results.md): model-round-0.npy, the flat float32 trainable
+"""Every results folder holds x⁰ (docs/reference/results-folder.md): model-round-0.npy, the flat float32 trainable
 parameters every client starts from, so a run can be checked from outside it (lr=0 is refused, so no round shows
 x⁰ otherwise)."""
 
