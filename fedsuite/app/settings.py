@@ -15,17 +15,28 @@ from typing import Any
 from fedsuite import registry
 from fedsuite.config import SCHEMA, Config, ConfigError, active_schema, resolve
 
-# Keys the user's own app replaces, with what replaces them (each key's `app` tag, fedsuite.config): the message
-# of the one-line error.
+# The built-ins' tags, for readers of the built-in schema; the functions below read the active schema, so a
+# plug-in algorithm's keys count with their own `app` and `client` tags.
 REFUSED: dict[str, str] = {name: key.app for name, key in SCHEMA.items() if key.app}
-# What a client reads from its settings besides its algorithm's own keys (each key's `client` tag).
 _CLIENT_READS = tuple(name for name, key in SCHEMA.items() if key.client)
 SETTINGS_KEY = "fedsuite.app-settings"  # fit-config entry: the server's values of the keys its clients read
 
 
+def refused() -> dict[str, str]:
+    """Keys the user's own app replaces, with what replaces them (each key's `app` tag, plug-ins' keys included):
+    the message of the one-line error."""
+    return {name: key.app for name, key in active_schema().items() if key.app}
+
+
+def client_reads() -> tuple[str, ...]:
+    """What a client reads from its settings besides its algorithm's own keys (each key's `client` tag)."""
+    return tuple(name for name, key in active_schema().items() if key.client)
+
+
 def allowed_keys() -> list[str]:
     """The run-config keys fedsuite.app takes as settings (plug-in algorithms' keys included)."""
-    return [name for name in active_schema() if name not in REFUSED]
+    refused_keys = refused()
+    return [name for name in active_schema() if name not in refused_keys]
 
 
 def key_name(setting: str) -> str:
@@ -36,12 +47,13 @@ def run_config(algorithm: str, settings: Mapping[str, Any], fixed: Mapping[str, 
     """The resolved run config of `algorithm` with the keyword `settings` (and `fixed`, set by fedsuite.app itself);
     ConfigError naming the key for a refused or unknown setting or a bad value."""
     values: dict[str, Any] = {}
+    refused_keys = refused()
     for setting, value in settings.items():
         name = key_name(setting)
         if name in values:
             raise ConfigError(f"{name}: given twice ({setting!r} and another spelling)")
-        if name in REFUSED:
-            raise ConfigError(f"{setting}: not a fedsuite.app setting ({REFUSED[name]})")
+        if name in refused_keys:
+            raise ConfigError(f"{setting}: not a fedsuite.app setting ({refused_keys[name]})")
         values[name] = value
     unknown = sorted(set(values) - set(active_schema()))
     if unknown:
@@ -54,7 +66,7 @@ def run_config(algorithm: str, settings: Mapping[str, Any], fixed: Mapping[str, 
 def client_keys(cfg: Config) -> list[str]:
     """The keys a client of cfg's algorithm reads from its own settings, which must equal the server's."""
     algo = registry.ALGORITHMS[cfg.algorithm]
-    return sorted({"algorithm", *_CLIENT_READS, *algo.client_args.values()})
+    return sorted({"algorithm", *client_reads(), *algo.client_args.values()})
 
 
 def shared_settings(cfg: Config) -> str:
