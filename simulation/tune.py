@@ -92,6 +92,16 @@ def _seeds(text: str, flag: str) -> list[int]:
     return seeds
 
 
+def _final_seeds(text: str) -> list[int]:
+    """--final-seeds: the seeds, or none (no final runs), which goes alone."""
+    items = [item.strip().lower() for item in text.split(",")]
+    if "none" not in items:
+        return _seeds(text, "--final-seeds")
+    if len(items) > 1:
+        raise TuneError(f"--final-seeds {text!r}: none (no final runs) goes alone, without seeds")
+    return []
+
+
 def _command(args: argparse.Namespace) -> str:
     parts = ["python -m simulation.tune", f"--algorithms {args.algorithms}", f"--seeds {args.seeds}",
              f"--search {args.search}"]  # fmt: skip
@@ -161,7 +171,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Searc
     if args.parallel < 1 or args.last < 1:
         raise TuneError("--parallel and --last: must be >= 1")
     seeds = _seeds(args.seeds, "--seeds")
-    final_seeds = _seeds(args.final_seeds, "--final-seeds") if args.final_seeds.strip().lower() != "none" else []
+    final_seeds = _final_seeds(args.final_seeds)
     if overlap := sorted(set(seeds) & set(final_seeds)):
         raise TuneError(f"--final-seeds {args.final_seeds}: seed {overlap[0]} is also a search seed; the final runs "
                         "need fresh seeds")  # fmt: skip

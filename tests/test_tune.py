@@ -81,8 +81,11 @@ def fake(monkeypatch):
 
 
 def tune_args(out: Path, *extra: str) -> list[str]:
-    return ["--algorithms", "fedavg", "-c", SHARED, "--seeds", "0,1", "--final-seeds", "10,11", "--engine",
-            "inprocess", "--out", str(out), *extra]  # fmt: skip
+    """The tuning's flags, `extra` last; a list flag in `extra` replaces its default here (given twice, a list flag
+    would hold both lists)."""
+    defaults = {"--algorithms": "fedavg", "--seeds": "0,1", "--final-seeds": "10,11"}
+    given = [item for flag, value in defaults.items() if flag not in extra for item in (flag, value)]
+    return [*given, "-c", SHARED, "--engine", "inprocess", "--out", str(out), *extra]
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -341,7 +344,8 @@ def check_real_tuning(out: Path, algorithm: str, seeds: list[int], final_seeds: 
     """The chosen values are the best mean validation score of the search runs; search runs held out a validation
     split, final runs did not and ran on the final seeds with the chosen values."""
     rows = read_csv(out / "search" / f"{algorithm}.csv")
-    keys = [k for k in rows[0] if k not in ("trial", "mean_score", "status", "chosen") and not k.startswith("seed_")]
+    keys = [k for k in rows[0] if k not in ("trial", "mean_score", "status", "chosen", "no_better_than_initial")
+            and not k.startswith("seed_")]  # fmt: skip
     means = {}
     for row in rows:
         point = tuple((k, row[k]) for k in keys)
