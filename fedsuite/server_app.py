@@ -27,10 +27,10 @@ from fedsuite.host_memory import reuse_host_memory
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.privacy.model_checks import model_refusals
 from fedsuite.privacy.secagg import SecAggSettings
-from fedsuite.results import RunRecorder, default_run_name
+from fedsuite.results import default_run_name
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.compose import batch_shares, compose_strategy, run_plan
-from fedsuite.server.loop import RecordingServer
+from fedsuite.server.loop import RecordingServer, StopAwareRecorder, watch_flower_exit
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
 from fedsuite.server.secure import SecureServer
@@ -140,9 +140,9 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
         folder = results_folder(cfg)
         meta = run_meta(cfg, dataset, parts, x0, device)
         meta.update(run_id=run_id, client_state_dir=str(state_root) if state_root else None)  # for the reaper
-        recorder = RunRecorder(folder, dict(cfg), meta, cfg.targets, run.num_rounds, cfg.output.overwrite,
-                               resume.rows if resume else None, cfg.evaluation.target_column,
-                               initial_model=x0)  # fmt: skip
+        recorder = StopAwareRecorder(folder, dict(cfg), meta, cfg.targets, run.num_rounds, cfg.output.overwrite,
+                                     resume.rows if resume else None, cfg.evaluation.target_column,
+                                     initial_model=x0)  # fmt: skip
         log.info("fedsuite │ results → %s", folder)
     log.info(
         "fedsuite │ %s on %s │ model %s, d=%d │ %d clients, %s │ %s │ %d rounds │ device %s",
@@ -239,6 +239,7 @@ def server_fn(context: Context) -> ServerAppComponents:
     quiet_flower_logs()
     cfg = with_data_clients(resolve(context.run_config))
     plan = build_plan(cfg, run_id=int(context.run_id))
+    watch_flower_exit(plan.recorder)  # `flwr stop`, a signal: recorded, though no exception reaches this thread
     # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
     strategy = build_strategy(cfg, plan, trackers)

@@ -3,12 +3,20 @@
 Whatever ends the run early is written to summary.json before it propagates (a strategy's RunAborted has written its
 own status; any other exception is `failed`, an interruption `interrupted`), so a results folder never says
 `running` about a run that has stopped. A resumed run starts after the checkpoint's round.
+
+Stops from outside the ServerApp (docs/reliability.md#how-a-stop-is-recorded): Flower ends its simulation process
+from the main thread (`flwr stop <run-id>` makes it send itself SIGINT), while the ServerApp runs in another thread
+that is cut off a few seconds later without any exception reaching it; watch_flower_exit records the stop from
+Flower's exit handlers. A launch of simulation.run leaves a stop note first (fedsuite.stop_note), which
+StopAwareRecorder reads before it records a failure that the stop itself caused.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import sys
+import threading
 import time
 
 from flwr.server import History, Server
@@ -16,8 +24,10 @@ from flwr.server.client_manager import SimpleClientManager
 
 from fedsuite import state
 from fedsuite.pruning import PRUNED
+from fedsuite.results import RunRecorder
 from fedsuite.server.guard import RunAborted
 from fedsuite.server.privacy import BUDGET_SPENT
+from fedsuite.stop_note import stop_note
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -91,9 +101,96 @@ class RecordingServer(Server):
         return History(), time.perf_counter() - started
 
     def _finish(self, status: str, reason: str) -> None:
-        if self.recorder is not None:
+        if self.recorder is not None and self.recorder.status == "running":
             log.error("fedsuite │ %s: %s", status, reason)
             if self.recorder.resume_command:
                 log.error("fedsuite │ resume from the last checkpoint with: %s", self.recorder.resume_command)
             self.recorder.finish(status, reason)
         self._ended(status, reason)
+
+
+class StopAwareRecorder(RunRecorder):
+    """The ServerApp's RunRecorder, which a stop from outside cannot contradict: a failure recorded once the run's
+    launch has begun to stop it (its stop note, fedsuite.stop_note) is recorded as `interrupted` with the stop's
+    reason, the failure's kept after it (the stop killed the Ray workers before the ServerApp's process); and once
+    the summary holds a final status, no later round of a ServerApp thread still running reopens it (no row, no
+    `running` summary). Flower's exit handler (watch_flower_exit) writes from another thread, hence the lock."""
+
+    def __init__(self, *args, **kwargs):
+        self.lock = threading.RLock()
+        self.thread = threading.get_ident()  # the ServerApp's thread
+        super().__init__(*args, **kwargs)
+
+    def record(self, row, status=None, reason=None) -> None:
+        with self.lock:
+            if self.status == "running":
+                super().record(row, status, reason)
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        with self.lock:
+            stop = stop_note() if status == "failed" and self.status == "running" else None
+            if stop is not None:
+                status, reason = "interrupted", f"{stop.reason} (the run then reported: {reason})"
+            super().finish(status, reason)
+
+    def write_summary(self, status: str, reason: str | None = None) -> None:
+        with self.lock:
+            if self.status == "running":
+                super().write_summary(status, reason)
+
+
+# flwr.supercore.exit.ExitCode: the codes Flower's process ends with when a signal stopped it
+FLOWER_SIGNAL_EXITS = {1: "SIGINT", 2: "SIGQUIT", 3: "SIGTERM"}
+
+
+def watch_flower_exit(recorder: StopAwareRecorder) -> None:
+    """Have Flower's exit handlers record how its process ended while the summary still says `running`
+    (flower_exit_outcome), before Flower's own clean-up and its forced exit. Without Flower's exit machinery
+    (an in-process run) nothing is registered."""
+    try:
+        from flwr.supercore.exit import add_exit_handler
+    except ImportError:
+        return
+    add_exit_handler(lambda: record_flower_exit(recorder, flower_exit_code()), run_before_force_exit=True)
+
+
+def record_flower_exit(recorder: StopAwareRecorder, code: int | None) -> None:
+    """Flower is ending the process with exit code `code` (None: unknown). Where the ServerApp runs in this same
+    thread (a deployment's flwr-serverapp), the SystemExit that follows reaches RecordingServer.fit, which records
+    it; else (the simulation's ServerApp thread) it is recorded here."""
+    if threading.get_ident() == recorder.thread:
+        return
+    with recorder.lock:
+        if recorder.status == "running":
+            status, reason = flower_exit_outcome(code)
+            log.error("fedsuite │ %s: %s", status, reason)
+            recorder.finish(status, reason)
+
+
+def flower_exit_outcome(code: int | None) -> tuple[str, str]:
+    """(status, reason) of a run whose Flower process ends with `code` before the run did: the launch's stop when
+    it left a note; a signal: interrupted; Flower's error codes (100 and above): failed."""
+    stop = stop_note()
+    if stop is not None:
+        return "interrupted", stop.reason
+    if code == 1:
+        return "interrupted", ("stopped by Flower: SIGINT to its simulation process, which is how `flwr stop "
+                               "<run-id>` (and a stopped SuperLink) end a run")  # fmt: skip
+    if code in FLOWER_SIGNAL_EXITS:
+        return "interrupted", f"stopped by {FLOWER_SIGNAL_EXITS[code]} to Flower's process that runs the ServerApp"
+    if code is None:
+        return "interrupted", "Flower ended the process that runs the ServerApp before the run ended"
+    return "failed", (f"Flower's process that runs the ServerApp ended with exit code {code} before the run ended; "
+                      "Flower's log says why (flwr.log, or `flwr log <run-id>`)")  # fmt: skip
+
+
+def flower_exit_code() -> int | None:
+    """The exit code Flower's flwr_exit is ending the process with, read from its frame (its exit handlers are called
+    without arguments); None when not called from there."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "flwr_exit" and frame.f_globals.get("__name__", "").startswith("flwr."):
+            code = frame.f_locals.get("code")
+            return int(code) if isinstance(code, int) else None
+        frame = frame.f_back
+    return None

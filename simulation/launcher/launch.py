@@ -24,6 +24,7 @@ from fedsuite.results import (
     is_disk_full,
     mark_stopped,
 )
+from fedsuite.stop_note import leave_stop_note
 from fedsuite.tracking import tracking_errors
 from simulation.launcher.console import LaunchLog, stream
 from simulation.launcher.flower import (
@@ -155,6 +156,7 @@ def watched(started: Started, quiet: bool) -> Path:
     except Interrupted as err:
         for sig in SIGNAL_EXIT:
             signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        leave_stop_note(started.flwr_home, started.token, str(err), err.at)  # before any process is signalled
         Launch(started.token, started.ray_dir, spare={reaper.pid}).stop()
         mark_stopped(started.folder, "interrupted", str(err), stopped_at=err.at)
         err.folder = started.folder

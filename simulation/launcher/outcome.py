@@ -13,10 +13,12 @@ from fedsuite.pruning import PRUNED
 from fedsuite.results import FINISHED, STATUSES, mark_stopped
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+STOPPED_BY_FLOWER = "stopped on its SuperLink (`flwr stop`): Flower reports finished:stopped"
 
 
 class RunFailed(RuntimeError):
-    """The run ended but did not complete: `status` is failed or diverged, `folder` holds what it wrote."""
+    """The run ended but did not complete: `status` is failed, diverged or interrupted (by Flower: `flwr stop`),
+    `folder` holds what it wrote."""
 
     def __init__(self, message: str, status: str = "failed", folder: Path | None = None):
         super().__init__(message)
@@ -56,8 +58,10 @@ def outcome(folder: Path, run_id: str, flower_status: str, full: str | None = No
         if full:
             print(f"warning: {full} (flwr.log is incomplete; the results are whole)", file=sys.stderr)
         return folder
-    if status in ("failed", "diverged"):
+    if status in ("failed", "diverged", "interrupted"):  # interrupted: by Flower (`flwr stop`), the ServerApp says
         raise RunFailed(f"run {run_id} {status}: {reason}", status, folder)
+    if flower_status == "finished:stopped" and mark_stopped(folder, "interrupted", STOPPED_BY_FLOWER):
+        raise RunFailed(f"run {run_id} interrupted: {STOPPED_BY_FLOWER}", "interrupted", folder)
     if full:
         written = mark_stopped(folder, "failed", full)
         where = "" if written else " (summary.json could not be updated: it still says running)"

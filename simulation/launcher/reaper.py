@@ -6,11 +6,12 @@
 
 It waits for its standard input to close: the driver holds the other end, and the kernel closes it when the
 driver exits for any reason. Meanwhile it records the launch's process tree every second (simulation.launcher.processes:
-Ray's agents lose the token from their environment, not their place in the tree). Then it stops every process of
-the launch, removes the launch's private FLWR_HOME and Ray folder, marks a summary.json that still says `running`
-as `interrupted` (one that says `failed` too when written after the driver ended: the stop caused that failure),
-removes temporary files a cut-short write left in the results folder, and the run's per-run client-state folder
-(in RAM for client-state memory; checkpoints hold their own copies). Each step runs whatever the one before met
+Ray's agents lose the token from their environment, not their place in the tree). Then it leaves the stop note for the
+ServerApp (fedsuite.stop_note: a failure the stop causes is recorded as the stop), stops every process of the
+launch, marks a summary.json that still says `running` as `interrupted` (one that says `failed` too when written
+after the driver ended: the stop caused that failure), removes the launch's private FLWR_HOME and Ray folder,
+temporary files a cut-short write left in the results folder, and the run's per-run client-state folder (in RAM
+for client-state memory; checkpoints hold their own copies). Each step runs whatever the one before met
 (a full disk must not leave the FLWR_HOME behind).
 It runs in a session of its own, so a Ctrl-C or a signal to the driver's process group does not reach it.
 """
@@ -27,9 +28,11 @@ import time
 from pathlib import Path
 
 from fedsuite.results import mark_stopped, remove_temporaries
+from fedsuite.stop_note import leave_stop_note
 from simulation.launcher.processes import Launch
 
 RECORD_SECONDS = 1.0
+DRIVER_ENDED = "the command that started the run ended before the run did"
 
 
 def remove_run_state(folder: Path) -> None:
@@ -67,12 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     wait_for_driver(launch)
     problems = []
     ended = time.time()
+    leave_stop_note(Path(flwr_home), token, DRIVER_ENDED, ended)  # the ServerApp records the stop, not its effects
     left = launch.stop()
-    for step in (
+    for step in (  # the summary first: the folders below may take a while to remove on a busy machine
+        lambda: mark_stopped(Path(folder), "interrupted", DRIVER_ENDED, stopped_at=ended),
         lambda: [shutil.rmtree(p, ignore_errors=True) for p in (flwr_home, ray_dir) if p],
-        lambda: mark_stopped(
-            Path(folder), "interrupted", "the command that started the run ended before the run did", stopped_at=ended
-        ),
         lambda: remove_temporaries(Path(folder), older_than=ended),
         lambda: remove_run_state(Path(folder)),
     ):
