@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -82,6 +83,35 @@ def data_mounts(project: str, service: str) -> list[dict]:
     return [m for c in containers(project, service) for m in c["Mounts"] if m["Destination"] == "/data"]
 
 
+def clientapp_pids(project: str, service: str) -> set[str]:
+    """The process ids of the flwr-clientapp processes running in the service's container."""
+    (container,) = containers(project, service)
+    top = subprocess.run(["docker", "top", container["Id"], "-o", "pid,args"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in top.splitlines() if "flwr-clientapp" in line}
+
+
+def wait_until(predicate, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, proc.stdout.read()[-4000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def check_the_image(image: str) -> None:
+    """resnet18-gn's torchvision topology builds in the image, which holds no wheel of its build and whose user is
+    not root."""
+    probe = ("import glob, torch.nn as nn; from torchvision.models import resnet18; "
+             "resnet18(num_classes=10, norm_layer=lambda c: nn.GroupNorm(2, c)); "
+             "print([w for d in ('/tmp', '/opt') for w in glob.glob(d + '/**/*.whl', recursive=True)])")  # fmt: skip
+    res = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", image, "-c", probe], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr[-3000:]
+    user = subprocess.run(["docker", "image", "inspect", "--format", "{{.Config.User}}", image], capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    assert user and user not in ("root", "0")
+
+
 def tear_down(demo, project: str) -> None:
     down = demo("down", timeout=300)
     left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
@@ -90,22 +120,44 @@ def tear_down(demo, project: str) -> None:
 
 
 def test_compose_demo_trains_with_tls_and_node_auth(tmp_path):
+    """The shared dataset; no container runs as root. SuperNode 1 is restarted while its round-1 ClientApp runs in
+    its own SuperExec container: that ClientApp's reply is lost (the restarted SuperNode refuses its task token, the
+    one error docs/deployment/docker.md explains), round 1 counts node 2's reply, node 1 trains again in round 2."""
     project = "fsdemo" + uuid.uuid4().hex[:6]
-    demo = demo_command(demo_env(tmp_path, project))
+    env = demo_env(tmp_path, project)
+    demo = demo_command(env)
     try:
         up = demo("up", timeout=900)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         assert "2 SuperNodes online" in up.stdout
         data = data_mounts(project, "superexec-clientapp-1")
         assert data and not data[0]["RW"]  # the dataset is mounted read-only
-        run = demo("run", "-c", "num-server-rounds=2", timeout=600)
-        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+        user = "49999:49999" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+        services = ("superlink", "superexec-serverapp", "supernode-1", "supernode-2", "superexec-clientapp-1",
+                    "superexec-clientapp-2")  # fmt: skip
+        assert [c["Config"]["User"] for s in services for c in containers(project, s)] == [user] * len(services)
+        (node,) = containers(project, "supernode-1")
+        check_the_image(node["Config"]["Image"])
+
+        run = subprocess.Popen([str(DEMO), "run", "-c", "num-server-rounds=2"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        # the first ClientApp answers the partition query of client-mapping='fixed'; the second trains round 1
+        first: set[str] = set()
+        wait_until(lambda: first.update(clientapp_pids(project, "superexec-clientapp-1")) or first, run)
+        wait_until(lambda: clientapp_pids(project, "superexec-clientapp-1") - first, run)
+        subprocess.run(["docker", "restart", node["Id"]], check=True, capture_output=True, timeout=120)
+        out, _ = run.communicate(timeout=600)
+        print(out[-3000:])
+        assert run.returncode == 0, out[-4000:]
         (folder,) = (tmp_path / "results").glob("demo-*")
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["rounds_completed"] == 2
         assert summary["final_accuracy"] > 0.6  # a 2NN on Fashion-MNIST, 2 clients, 2 rounds
         rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
-        assert [r["replies"] for r in rows[1:]] == [2, 2]
+        assert [(r["replies"], r["failures"]) for r in rows[1:]] == [(1, 1), (2, 0)]
+        logs = subprocess.run(["docker", "logs", node["Id"]], capture_output=True, text=True)
+        log = logs.stdout + logs.stderr
+        assert "[ApiError:1008] Runtime task-token authentication failed." in log
         print("round seconds:", [r["round_seconds"] for r in rows[1:]])
     finally:
         tear_down(demo, project)

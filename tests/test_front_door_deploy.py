@@ -600,6 +600,35 @@ def test_connect_keeps_an_existing_connection_unless_told_to_replace_it(tmp_path
     assert connections(home) == {"superlink": ["supergrid", "local", "mylink"], "default": "local"}
 
 
+def test_make_certs_and_the_deployment_page_keep_ca_key_in_the_same_place():
+    """ca.key stays on the machine that made the credentials (no daemon reads it); superlink.key goes to the
+    SuperLink host: the script's help and the deployment page's table say the same."""
+    help_text = subprocess.run([str(PROJECT / "deploy" / "make-certs"), "--help"], capture_output=True, text=True,
+                               timeout=60).stdout  # fmt: skip
+    sentences = re.split(r"(?<=[.;])\s", " ".join(help_text.split()))
+    (ca_key,) = [s for s in sentences if "ca.key stays" in s]
+    assert "trusted machine" in ca_key and "no daemon" in ca_key and "SuperLink host" not in ca_key
+    assert any("superlink.key goes to the SuperLink host only" in s for s in sentences)
+    page = (PROJECT / "docs" / "deployment" / "index.md").read_text()
+    (row,) = [line for line in page.splitlines() if line.startswith("| `ca.key` |")]
+    assert row.rstrip(" |").endswith("stays on the trusted machine that ran `deploy/make-certs`")
+    (row,) = [line for line in page.splitlines() if line.startswith("| `superlink.crt`, `superlink.key` |")]
+    assert row.rstrip(" |").endswith("SuperLink host only")
+    assert "needs `ca.crt`,\n`superlink.crt` and `superlink.key` there, and not `ca.key`" in page
+
+
+def test_the_docs_sections_the_scripts_point_to_exist():
+    """Every docs/deployment/<page>#<section> that a deploy/ or docker/ script names (in its help or its errors)
+    is a heading of that page, as MkDocs makes anchors of headings."""
+    pointers = {m for path in [*(PROJECT / "deploy").iterdir(), DOCKER / "demo"]
+                for m in re.findall(r"docs/deployment/([\w-]+\.md)#([\w-]+)", path.read_text())}  # fmt: skip
+    assert ("docker.md", "a-docker-engine-on-debian") in pointers
+    for page, section in pointers:
+        headings = re.findall(r"^#+ (.+)$", (PROJECT / "docs" / "deployment" / page).read_text(), flags=re.MULTILINE)
+        slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
+        assert section in slugs, f"docs/deployment/{page}#{section}"
+
+
 # ---- the README ------------------------------------------------------------------------------------------------------
 
 
