@@ -637,6 +637,17 @@ def code_lines(text: str) -> list[str]:
     return [line for block in blocks for line in block.splitlines()]
 
 
+def test_readme_deploy_block_installs_every_host_and_names_an_absolute_out_dir():
+    """The deploy block starts with what every host needs (the project, the default dataset's Debian package) and
+    its run writes its results to an absolute out-dir on the SuperLink host."""
+    text = (PROJECT / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL) if "deploy/make-certs" in b]
+    lines = block.replace("\\\n", " ").splitlines()
+    assert "pip install -e ." in lines[0] and "dataset-fashion-mnist" in lines[0] and "every host" in lines[0]
+    (run,) = [line for line in lines if line.startswith("deploy/run ")]
+    assert re.search(r"out-dir='/[^']+'", run), run
+
+
 def test_readme_deploy_docker_and_flwr_run_lines_work_as_typed():
     """The deploy block saves the connection and admits the keys before deploy/run uses them; the Docker lines fetch
     the wheels and name the base image; plain `flwr run` streams, and the README and docs/running/run.md stop the
@@ -653,7 +664,7 @@ def test_readme_deploy_docker_and_flwr_run_lines_work_as_typed():
     assert "BASE_IMAGE=" in lines[first["docker/demo up"]]
     flwr_runs = [line for line in lines if line.startswith("flwr run")]
     assert flwr_runs and all("--stream" in line for line in flwr_runs)
-    stop = [line.split("#")[0].strip() for line in lines if line.startswith("pkill -f")]
+    # the line after `flwr run` that stops the local SuperLink it left running, the same in docs/running/run.md
+    stop = [line.split("#")[0].strip() for line in lines if "stop the SuperLink" in line]
     run_page = code_lines((PROJECT / "docs" / "running" / "run.md").read_text())
     assert stop and stop[0] in [line.split("#")[0].strip() for line in run_page]
-    assert "local-superlink" in stop[0]
