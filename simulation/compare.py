@@ -70,10 +70,12 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
     base = next((r for r in results if r["algorithm"] == "fedavg" and r.get("client_compute_s_per_round")), None)
     with_error = any(r.get("final_rel_err") is not None for r in results)
     federated = any(r.get("final_fed_acc") is not None for r in results)
+    learned_nothing = any(r.get("no_better_than_initial") for r in results)  # a last column says which
     head = ["algorithm", "final acc", "best acc", *(["final fed acc", "fed worst 10 %"] if federated else []),
             *(["final ‖x−x*‖/‖x*‖"] if with_error else []),
             *[f"rounds to {t:g}" for t in targets], "s/round",
-            "client compute s/round", "× FedAvg compute", "vectors/client/round", "MB/client/round"]  # fmt: skip
+            "client compute s/round", "× FedAvg compute", "vectors/client/round", "MB/client/round",
+            *([report.NO_BETTER] if learned_nothing else [])]  # fmt: skip
     lines = [f"Reproduce: `{command}`", "", *report.markdown_table(head, [])]
     for r in results:
         if r["status"] not in FINISHED:
@@ -81,16 +83,16 @@ def markdown(results: list[dict], targets: list[float], command: str) -> str:
             continue
         compute = r["client_compute_s_per_round"]
         ratio = compute / base["client_compute_s_per_round"] if base and compute is not None else None
-        final = report.fmt(r["final_acc"], ".4f") + (f" ({report.NO_BETTER})" if r["no_better_than_initial"] else "")
-        cells = [r["algorithm"], final, report.fmt(r["best_acc"], ".4f"),
+        cells = [r["algorithm"], report.fmt(r["final_acc"], ".4f"), report.fmt(r["best_acc"], ".4f"),
                  *([report.fmt(r.get("final_fed_acc"), ".4f"), report.fmt(r.get("final_fed_worst10"), ".4f")]
                    if federated else []),
                  *([report.fmt(r["final_rel_err"], ".3e")] if with_error else []),
                  *[str(r["rounds_to"][f"{t:g}"] or "–") for t in targets], report.fmt(r["s_per_round"], ".2f"),
                  report.fmt(compute, ".2f"), f"{ratio:.2f}" if ratio else "–",
-                 f"{r['vectors_per_client_round']:.1f}", f"{r['mb_per_client_round']:.2f}"]  # fmt: skip
+                 f"{r['vectors_per_client_round']:.1f}", f"{r['mb_per_client_round']:.2f}",
+                 *(["yes" if r["no_better_than_initial"] else "no"] if learned_nothing else [])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    if any(r.get("no_better_than_initial") for r in results):
+    if learned_nothing:
         lines += ["", report.NO_BETTER_NOTE]
     return "\n".join(lines) + "\n"
 

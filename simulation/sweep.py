@@ -99,9 +99,10 @@ def _to_target(value: Interval | None, spec: str, completed: int) -> str:
 
 def markdown(rows: list[dict], targets: list[float], command: str, baseline: str | None = None) -> str:
     """sweep.md: the means with their 95 % intervals, MB to each target, and (with a baseline) the paired
-    differences against it."""
+    differences against it; where a completed seed learned nothing, a last column counts such seeds per row."""
+    learned_nothing = any(r["no_better_than_initial"] for r in rows)
     head = ["algorithm", "grid", "seeds", "final acc", "best acc", *(f"rounds to {t:g}" for t in targets),
-            "s/round", "MB/client/round"]  # fmt: skip
+            "s/round", "MB/client/round", *([report.NO_BETTER] if learned_nothing else [])]  # fmt: skip
     cells, to_target = [], []
     for r in rows:
         ci = r["intervals"]
@@ -109,15 +110,15 @@ def markdown(rows: list[dict], targets: list[float], command: str, baseline: str
         completed = int(r["seeds"].split("/")[0])
         rounds = [_to_target(ci[f"rounds_to_{t:g}"], ".1f", completed) for t in targets]
         costs = [format_interval(ci[k], ".2f") for k in ("s_per_round", "mb_per_client_round")]
-        seeds = r["seeds"] + report.no_better_mark(r["no_better_than_initial"])
-        cells.append([r["algorithm"], r["grid"], seeds, *accuracy, *rounds, *costs])
+        nothing = [f"{r['no_better_than_initial']}/{completed}"] if learned_nothing else []
+        cells.append([r["algorithm"], r["grid"], r["seeds"], *accuracy, *rounds, *costs, *nothing])
         to_target.append([r["algorithm"], r["grid"], *(_to_target(ci[f"mb_to_{t:g}"], ".3g", completed)
                                                        for t in targets)])  # fmt: skip
     lines = [f"Reproduce: `{command}`", "",
              "Mean over the seeds that completed, with its 95 % interval [low, high] (Student's t over the seeds; "
              "(n = 1): one seed, no interval); rounds to a target over the seeds that reached it (k/n).", "",
              *report.markdown_table(head, cells)]  # fmt: skip
-    if any(r["no_better_than_initial"] for r in rows):
+    if learned_nothing:
         lines += ["", report.NO_BETTER_NOTE]
     if targets:
         head = ["algorithm", "grid", *(f"MB to {t:g}" for t in targets)]

@@ -102,19 +102,24 @@ def test_a_run_no_better_than_its_initial_model_is_marked_in_every_table(tmp_pat
     assert sweep.main(["--algorithms", "fedavg", "--seeds", "0,1", "-c", quiet, "--engine", "inprocess",
                        "--out", str(tmp_path / "s")]) == 0  # fmt: skip
     assert all(_summary(p)["no_better_than_initial"] for p in (tmp_path / "s").glob("runs/*/*/*"))
-    text = (tmp_path / "s" / "sweep.md").read_text()
-    assert "| fedavg | default | 2/2 (2 no better than initial) |" in text and report.NO_BETTER_NOTE in text
+    table = (tmp_path / "s" / "sweep.md").read_text().split("\n\n")[2].splitlines()
+    assert table[0].endswith("| MB/client/round | no better than initial |")
+    assert table[2].startswith("| fedavg | default | 2/2 |") and table[2].endswith("| 2/2 |")
+    assert report.NO_BETTER_NOTE in (tmp_path / "s" / "sweep.md").read_text()
     with open(tmp_path / "s" / "sweep.csv") as f:
         assert f.read().splitlines()[0].endswith(",no_better_than_initial")
     assert compare.main(["--algorithms", "fedavg", "-c", quiet, "--engine", "inprocess",
                          "--out", str(tmp_path / "c")]) == 0  # fmt: skip
-    assert "(no better than initial) |" in (tmp_path / "c" / "comparison.md").read_text()
+    table = (tmp_path / "c" / "comparison.md").read_text().split("\n\n")[1].splitlines()
+    assert table[0].endswith("| no better than initial |") and table[2].endswith("| yes |")
     assert "no better than initial model" in capsys.readouterr().out
     assert tune.main(["--algorithms", "fedavg", "--space", LEARNS_NOTHING, "--seeds", "0", "--final-seeds", "5",
                       "-c", SETTING, "--engine", "inprocess", "--out", str(tmp_path / "t")]) == 0  # fmt: skip
     assert "| 1/1 |" in (tmp_path / "t" / "search" / "fedavg.md").read_text()
     text = (tmp_path / "t" / "tune.md").read_text()
-    assert "lr=1e-09 (1 of 1 seeds no better than initial)" in text and "1/1 (1 no better than initial)" in text
+    chosen = next(line for line in text.splitlines() if line.startswith("| fedavg | lr=1e-09 | "))
+    final = next(line for line in text.splitlines() if line.startswith("| fedavg | lr=1e-09 | 1/1 | "))
+    assert chosen.endswith("| 1/1 |") and final.endswith("| 1/1 |") and text.count(report.NO_BETTER_NOTE) == 2
 
 
 def test_a_table_without_such_a_run_has_no_mark():

@@ -171,15 +171,12 @@ def fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+# The last column of a table where some run learned nothing, and the line under the table that says what it means
 NO_BETTER = "no better than initial"
-NO_BETTER_NOTE = ("no better than initial: a run whose last model is no better than its initial one (its test loss "
-                  "not below round 0's, or its accuracy not above it; summary.json `no_better_than_initial`): it "
-                  "completed but learned nothing, and counts as every completed run does.")  # fmt: skip
-
-
-def no_better_mark(count: int) -> str:
-    """What follows a table cell over `count` runs that learned nothing (` (2 no better than initial)`), or nothing."""
-    return f" ({count} {NO_BETTER})" if count else ""
+NO_BETTER_NOTE = ("no better than initial: the completed runs whose last model is no better than their initial "
+                  "one (the test loss not below round 0's, or the accuracy not above it; summary.json "
+                  "`no_better_than_initial`): they learned nothing, and count as every completed run "
+                  "does.")  # fmt: skip
 
 
 def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:

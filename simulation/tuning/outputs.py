@@ -96,22 +96,23 @@ def summary_markdown(results: Mapping[str, list[Trial]], best: Mapping[str, Tria
                      compute: Mapping | None = None) -> str:  # fmt: skip
     """tune.md: the command, per algorithm the chosen values, their score, the scored trials and the distinct
     points tried (of its space's size), and the final runs' table."""
+    learned_nothing = any(t is not None and t.no_better for t in best.values())
     head = ["algorithm", "chosen values", f"validation score ({setting.column})", "trials with a score",
-            "distinct points tried"]  # fmt: skip
+            "distinct points tried", *([report.NO_BETTER] if learned_nothing else [])]  # fmt: skip
     cells = []
     for algorithm, trials in results.items():
         pick = best[algorithm]
         values = ", ".join(f"{k}={v}" for k, v in pick.point) if pick else "none: no trial completed"
-        if pick and pick.no_better:
-            values += f" ({pick.no_better} of {len(pick.seeds)} seeds {report.NO_BETTER})"
         cells.append([algorithm, values, report.fmt(pick.score if pick else None, ".4f"),
                       f"{sum(1 for t in trials if t.score is not None)}/{len(trials)}",
                       points_tried(trials, (space_sizes or {}).get(algorithm))])  # fmt: skip
+        if learned_nothing:  # of the chosen trial's seeds
+            cells[-1].append(f"{pick.no_better}/{len(pick.seeds)}" if pick else "–")
     spent = [] if compute is None else [
         "", f"Search compute: {compute['rounds_run']} of {compute['rounds_planned']} planned rounds; pruning stopped "
         f"{compute['pruned_trials']} of {compute['trials']} trials early and saved {compute['saved']:.0%} of the "
         "planned rounds (the rounds their pruned runs did not run)."]  # fmt: skip
-    learned = ["", report.NO_BETTER_NOTE] if any(t is not None and t.no_better for t in best.values()) else []
+    learned = ["", report.NO_BETTER_NOTE] if learned_nothing else []
     lines = [f"Reproduce: `{command}`", "", "## Chosen on the validation split", "",
              *report.markdown_table(head, cells), *learned, *spent, "",
              "## Final runs (test accuracy, no validation split)", "",
