@@ -460,37 +460,96 @@ def exported(lines: str) -> dict[str, str]:
     return dict(word.split("=", 1) for line in lines.splitlines() for word in shlex.split(line)[1:])
 
 
-def test_plain_flwr_run_gets_a_superlink_of_its_own_and_flwr_stop_ends_it_interrupted(tmp_path, monkeypatch):
-    """The README's recipe for plain `flwr run` on a shared machine: the ports recorded for this FLWR_HOME are taken
-    by a listener that is not its SuperLink, so the recipe moves to fresh ports, saying which process held them; the
-    plain `flwr run` then runs on a SuperLink of its own (the listener is never asked anything). `flwr stop` ends the
-    run: summary.json says interrupted and why (`flwr run --stream` exits 0 all the same, Flower's choice), and the
-    recipe's --stop stops that SuperLink by its PID."""
+def recipe_env(home: Path) -> dict[str, str]:
+    """This session's environment with FLWR_HOME=home and no ports: a shell before the recipe's line."""
+    from simulation.launcher.own_superlink import PORT_VARIABLES
+
+    env = {k: v for k, v in os.environ.items() if k not in PORT_VARIABLES}
+    env["FLWR_HOME"] = str(home)
+    return env
+
+
+def test_plain_flwr_never_joins_the_listener_on_its_recorded_ports(tmp_path, monkeypatch):
+    """The README's recipe for plain `flwr` on a shared machine: the ports recorded for this FLWR_HOME are taken by a
+    listener that is not its SuperLink (as a SuperLink of another user would answer Flower's probe), so the recipe
+    says which process holds them and moves to fresh ports; a plain `flwr` command then starts a SuperLink of its own
+    there and never asks the listener anything; the recipe refuses a SuperLink of its FLWR_HOME on Flower's fixed
+    ports; --stop stops that SuperLink by its PID."""
     from simulation.launcher import own_superlink as recipe
 
     home = tmp_path / "flwr-home"
-    env = {k: v for k, v in os.environ.items() if k not in recipe.PORT_VARIABLES}
-    env["FLWR_HOME"] = str(home)
-    first = exported(own_superlink(env).stdout)
-    taken = int(first["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"])
+    env = recipe_env(home)
+    taken = int(exported(own_superlink(env).stdout)["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"])
     decoy = FakeSuperLink(taken)
-    proc = None
     try:
         again = own_superlink(env)
         assert again.returncode == 0 and f"port {taken}" in again.stderr and f"pid {os.getpid()}" in again.stderr
         env.update(exported(again.stdout))
         ports = (int(env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"]), int(env["FLWR_LOCAL_CONTROL_API_PORT"]))
-        assert taken not in ports and env["FLWR_HOME"] == str(home.resolve())
-        flwr = str(Path(sys.executable).parent / "flwr")
-        config = f"{LONG} out-dir='{tmp_path}' run-name='r'"
-        proc = subprocess.Popen([flwr, "run", str(PROJECT), "--stream", "-c", config],
-                                stdout=open(tmp_path / "console.txt", "w"), stderr=subprocess.STDOUT, env=env,
-                                cwd=PROJECT)  # fmt: skip
-        wait_for_rows(tmp_path, 3, proc)
-        assert [link.ports for link in recipe.own_superlinks(home.resolve())] == [ports]
+        assert taken not in ports and env["FLWR_HOME"] == str(home.resolve()) and env["FLWR_TELEMETRY_ENABLED"] == "0"
+        listed = subprocess.run([str(Path(sys.executable).parent / "flwr"), "ls"], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert listed.returncode == 0 and f"127.0.0.1:{ports[0]}" in listed.stdout, listed.stdout + listed.stderr
+        assert [link.ports for link in recipe.own_superlinks(home.resolve())] == [ports] and decoy.asked == []
+        assert own_superlink(env).stdout == again.stdout  # a new shell: the same SuperLink
         monkeypatch.setattr(recipe, "FLOWER_DEFAULT_PORTS", ports)  # were they Flower's fixed ports: refused
         with pytest.raises(recipe.Refused, match="default ports"):
             recipe.ports_for(home.resolve())
+        assert "stopped (pid" in own_superlink(env, "--stop").stderr
+        assert recipe.own_superlinks(home.resolve()) == []
+    finally:
+        decoy.close()
+        recipe.stop(home.resolve())
+
+
+def test_flowers_exit_records_how_the_run_ended(tmp_path):
+    """Flower ends its simulation process from the main thread while the ServerApp's thread is cut off without an
+    exception: Flower's exit handler records the stop. `flwr stop` (SIGINT): interrupted, and a round the ServerApp
+    still finishes is not recorded; Flower's error exit: failed; a run that had ended stays as it was."""
+    import threading
+
+    from fedsuite.config import resolve
+    from fedsuite.server.loop import StopAwareRecorder, record_flower_exit
+
+    def recorder(name: str) -> StopAwareRecorder:
+        return StopAwareRecorder(tmp_path / name, dict(resolve({"dataset": "synthetic-lsq"})), {}, [0.5], 10)
+
+    def flower_exits(rec: StopAwareRecorder, code: int) -> dict:
+        thread = threading.Thread(target=record_flower_exit, args=(rec, code))  # Flower's main thread
+        thread.start()
+        thread.join()
+        return json.loads((rec.folder / "summary.json").read_text())
+
+    stopped = recorder("stopped")
+    stopped.record({"round": 0, "loss": 1.0})
+    s = flower_exits(stopped, 1)
+    assert s["status"] == "interrupted" and "flwr stop" in s["reason"], s
+    stopped.record({"round": 1, "loss": 0.5})  # the ServerApp's thread, until Flower's forced exit
+    assert stopped.rows == [stopped.rows[0]] and len((stopped.folder / "rounds.jsonl").read_text().splitlines()) == 1
+    assert flower_exits(stopped, 3)["status"] == "interrupted"
+    s = flower_exits(recorder("crashed"), 700)
+    assert s["status"] == "failed" and "exit code 700" in s["reason"]
+    done = recorder("done")
+    done.finish("completed")
+    assert flower_exits(done, 1)["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_flwr_stop_ends_a_plain_flwr_run_interrupted(tmp_path):
+    """A plain `flwr run --stream` on the recipe's own SuperLink, stopped with `flwr stop <run-id>`: summary.json
+    says interrupted and why, with no row after the stop, `flwr run --stream` exits 0 all the same (Flower's CLI),
+    and the recipe's --stop stops the SuperLink. (The exit handler that records it: the test above.)"""
+    from simulation.launcher import own_superlink as recipe
+
+    home = tmp_path / "flwr-home"
+    env = recipe_env(home)
+    env.update(exported(own_superlink(env).stdout))
+    flwr = str(Path(sys.executable).parent / "flwr")
+    proc = subprocess.Popen([flwr, "run", str(PROJECT), "--stream", "-c", f"{LONG} out-dir='{tmp_path}' run-name='r'"],
+                            stdout=open(tmp_path / "console.txt", "w"), stderr=subprocess.STDOUT, env=env,
+                            cwd=PROJECT)  # fmt: skip
+    try:
+        wait_for_rows(tmp_path, 3, proc)
         run_id = re.search(r"Successfully started run (\d+)", console(tmp_path)).group(1)
         stopped = subprocess.run([flwr, "stop", run_id], env=env, cwd=PROJECT, capture_output=True, text=True,
                                  timeout=120)  # fmt: skip
@@ -498,13 +557,9 @@ def test_plain_flwr_run_gets_a_superlink_of_its_own_and_flwr_stop_ends_it_interr
         assert proc.wait(timeout=STOP_WAIT) == 0  # Flower's `flwr run --stream`: 0 whatever became of the run
         s = summary(tmp_path)
         assert s["status"] == "interrupted" and "flwr stop" in s["reason"], s
-        rows = (tmp_path / "r" / "rounds.jsonl").read_text().splitlines()
-        assert len(rows) == s["rounds_completed"] + 1  # no round recorded after the stop
-        assert decoy.asked == []
+        assert len((tmp_path / "r" / "rounds.jsonl").read_text().splitlines()) == s["rounds_completed"] + 1
         assert "stopped (pid" in own_superlink(env, "--stop").stderr
-        assert recipe.own_superlinks(home.resolve()) == []
     finally:
-        decoy.close()
-        if proc is not None and proc.poll() is None:
+        if proc.poll() is None:
             proc.kill()
         recipe.stop(home.resolve())
