@@ -188,7 +188,7 @@ class LocalLoop(Settings):
     steps_min (local-steps-min): the smallest K_i of local-work 'uniform' / 'per-round'; 0 = unset.
     batch_size (batch-size): B; 0 = the full local batch.
     lr (lr): η_l^0, the local learning rate of round 1.
-    lr_decay (lr-decay): γ, η_l^t = η_l^0 γ^t.
+    lr_decay (lr-decay): γ, η_l in round t (counted from 1) is η_l^0 γ^(t−1).
     weight_decay (weight-decay): coupled L2 added to every local step.
     clip_norm (clip-norm): clip each step's gradient to this L2 norm; 0 = off.
     clip_scope (clip-scope): 'clean' or 'reference', what clip_norm clips (docs/algorithms/index.md).

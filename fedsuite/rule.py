@@ -40,7 +40,7 @@ class RuleSettings:
     initial_x: np.ndarray
     sampler: Sampler
     lr: float  # η_l^0
-    lr_decay: float = 1.0  # γ: η_l^t = η_l^0 γ^t
+    lr_decay: float = 1.0  # γ: η_l in round t (counted from 1) is η_l^0 γ^(t−1)
     weighting: str = "uniform"  # or "samples": cohort means weighted by n_i
     agg_scale: str = "mean"  # or "1/N": Σ_S Δ_i / N, the LoSAC paper's eq. (13)
     # client-level DP with Poisson sampling: cohort means divide the (noisy) sum by the expected cohort p·N, never by
