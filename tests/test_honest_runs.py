@@ -124,13 +124,13 @@ def test_a_results_folder_holds_one_run(tmp_path):
     RunRecorder(folder, {}, {}, [], 3).record({"round": 0})
     with pytest.raises(ResultsFolderTaken, match="overwrite=true"):
         RunRecorder(folder, {}, {}, [], 3)
-    with pytest.raises(ResultsFolderTaken):  # also an older run without the marker file
-        (folder / ".fedsuite-run").unlink()
-        claim_folder(folder, overwrite=False)
     (folder / "checkpoints" / "round-000002").mkdir(parents=True)  # the replaced run's checkpoint
     RunRecorder(folder, {"again": 1}, {}, [], 3, overwrite=True)
     assert not (folder / "rounds.jsonl").exists() and json.loads((folder / "config.json").read_text())["run_config"]
     assert not (folder / "checkpoints").exists()  # nothing offers to resume the replaced run
+    with pytest.raises(ResultsFolderTaken):  # a folder without the marker file is no run's: kept, even with overwrite
+        (folder / ".fedsuite-run").unlink()
+        claim_folder(folder, overwrite=True)
     # the driver's claim (token) is the ServerApp's to use, nobody else's
     claim_folder(tmp_path / "launch", overwrite=False, token="abc")
     claim_folder(tmp_path / "launch", overwrite=False, token="abc")
