@@ -85,8 +85,12 @@ class Router:
             known = {p.cid for p in self.node_of.values()}
             fresh = [p for p in client_manager.all().values() if p.cid not in known]
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                answers = list(pool.map(lambda p: p.get_properties(GetPropertiesIns({}), None, 0), fresh))
+                answers = list(pool.map(_ask_partition, fresh))
             for proxy, ans in zip(fresh, answers, strict=True):
+                if isinstance(ans, Exception):  # e.g. a node restarting as it was asked: asked again below
+                    log.warning("node %s did not say which partition it holds (%s: %s); asked again until the "
+                                "node wait ends", proxy.cid, type(ans).__name__, str(ans).strip()[:200])  # fmt: skip
+                    continue
                 pid, parts = int(ans.properties["partition-id"]), int(ans.properties["num-partitions"])
                 if parts != n or not 0 <= pid < n:
                     raise FederationError(
@@ -104,6 +108,15 @@ class Router:
         if len(self.node_of) < n:
             log.warning("only %d of %d partitions have a node; the others count as failures", len(self.node_of), n)
         return self.node_of
+
+
+def _ask_partition(proxy: ClientProxy):
+    """The node's answer to "which partition do you hold?", or the exception its reply raised (a node that is gone
+    or restarting answers with an error reply, which Flower raises as an exception)."""
+    try:
+        return proxy.get_properties(GetPropertiesIns({}), None, 0)
+    except Exception as err:  # noqa: BLE001 - any failed answer leaves the node unmapped, never ends the run
+        return err
 
 
 def _node_order(cid: str) -> tuple:
