@@ -83,6 +83,22 @@ def test_a_list_flag_given_twice_holds_both_lists():
     assert sweep.Sweep(None).parser().parse_args(["--algorithms", "fedavg"]).seeds == "0,1,2"  # the default alone
 
 
+def test_the_paper_studies_join_their_list_flags_too(tmp_path, capsys):
+    from simulation.studies import dlg, dlg_defences, lowrank
+    from simulation.studies import lora as lora_study
+    from simulation.studies import losac_table2 as table2
+
+    assert lora_study.LoraStudy(None).parser().parse_args(["--seeds", "0", "--seeds", "1"]).seeds == "0,1"
+    args = table2.TableTwo(None).parser().parse_args(["--out", "x", "--blocks", "2", "--blocks", "5", "--steps", "6"])
+    assert (args.blocks, args.steps) == ("2,5", "6")
+    attacked = dlg.parse_args(["--out", "x", "--algorithms", "fedavg", "--algorithms", "dsgd"])
+    assert attacked.algorithms == ["fedavg", "dsgd"]
+    assert lowrank.main(["--out", str(tmp_path), "--ranks", "2", "--ranks", "x"]) == 2
+    _refused(capsys, "--ranks '2,x'")
+    defended = dlg_defences.parse_args(["--out", "x", "--defences", "none", "--defences", "secagg"])
+    assert defended.defences == ["none", "secagg"]
+
+
 def test_a_sweep_given_seeds_twice_runs_both_and_refuses_one_given_in_each(tmp_path, capsys):
     argv = ["--algorithms", "fedavg", "-c", SETTING, "--engine", "inprocess", "--out", str(tmp_path)]
     assert sweep.main([*argv, "--seeds", "0", "--seeds", "0"]) == 2

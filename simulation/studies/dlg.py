@@ -28,7 +28,7 @@ from fedsuite.dlg_messages import MESSAGES, Captured, available, capture, run_co
 from fedsuite.models import build_model
 from fedsuite.node import ClientNode
 from fedsuite.server_app import quiet_flower_logs
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, validate
 from simulation.experiment.progress import print_written
 from simulation.experiment.runner import run_jobs
@@ -155,7 +155,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="output root; files go to <out>/<name>/")
     p.add_argument("--name", default="", help="sub-folder of --out; default: the dataset")
     p.add_argument("--dataset", choices=tuple(DATASETS), default="fashion-mnist")
-    p.add_argument("--algorithms", default=",".join(MESSAGES), help=f"comma-separated, of {', '.join(MESSAGES)}")
+    p.add_argument("--algorithms", action=Repeatable, default=",".join(MESSAGES),
+                   help=f"comma-separated, of {', '.join(MESSAGES)}")  # fmt: skip
     p.add_argument("--clients", type=int, default=100, help="N = S (full participation)")
     p.add_argument("--round", type=int, default=5, help="the attacked round (1-based)")
     p.add_argument("--client", type=int, default=1, help="the attacked client (partition id)")

@@ -33,7 +33,7 @@ from fedsuite.local import minibatches
 from fedsuite.models import build_model
 from fedsuite.node import ClientNode
 from fedsuite.server_app import quiet_flower_logs
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, validate
 from simulation.experiment.progress import print_written
 from simulation.experiment.runner import run_jobs
@@ -198,7 +198,8 @@ def study(args) -> list[DefenceResult]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--defences", default=",".join(DEFENCES), help=f"comma-separated, of {', '.join(DEFENCES)}")
+    p.add_argument("--defences", action=Repeatable, default=",".join(DEFENCES),
+                   help=f"comma-separated, of {', '.join(DEFENCES)}")  # fmt: skip
     p.add_argument("--clients", type=int, default=3, help="N = S, every client in every round (SecAgg+: ≥ 3)")
     p.add_argument("--client", type=int, default=1, help="the attacked client (partition id)")
     p.add_argument("--rounds", type=int, default=5, help="attack the uploads of rounds 1..R (one record each)")

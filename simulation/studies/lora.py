@@ -23,7 +23,7 @@ from pathlib import Path
 from fedsuite.config import ConfigError
 from simulation.experiment import report
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, resolved, validate
 from simulation.experiment.runner import run_jobs
 from simulation.experiment.study import Study
@@ -228,10 +228,10 @@ class LoraStudy(Study):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--out", default="docs/lora-study", type=Path)
-        parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
-        parser.add_argument("--seeds", default="0,1,2")
+        parser.add_argument("--algorithms", action=Repeatable, default=",".join(ALGORITHMS))
+        parser.add_argument("--seeds", action=Repeatable, default="0,1,2")
         parser.add_argument("--rounds", type=int, default=60)
-        parser.add_argument("--targets", default="0.4,0.45", help="comma-separated accuracy targets")
+        parser.add_argument("--targets", action=Repeatable, default="0.4,0.45", help="comma-separated accuracy targets")
         parser.add_argument("--engine", choices=ENGINES, default="inprocess", help=ENGINE_HELP)
         parser.add_argument("--parallel", type=int, default=1, help="runs at once (separate processes)")
         parser.add_argument("-c", "--run-config", action="append", default=[], help="overrides of the setting")

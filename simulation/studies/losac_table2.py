@@ -29,7 +29,7 @@ from fedsuite.config import ConfigError
 from simulation import compare
 from simulation.experiment import report
 from simulation.experiment.engines import ENGINES
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, described, resolved, validate
 from simulation.experiment.progress import print_written
 from simulation.experiment.study import Study
@@ -178,9 +178,9 @@ class TableTwo(Study):
         parser.add_argument("--combine", nargs="+", type=Path, metavar="FOLDER",
                             help="only combine these table2 folders (one seed each) into "
                             "<out>/seeds.md|csv")  # fmt: skip
-        parser.add_argument("--algorithms", default="losac,scaffold,fedavg,fedsaga")
-        parser.add_argument("--blocks", default="2,5", help="M values")
-        parser.add_argument("--steps", default="2,6", help="T values (local steps)")
+        parser.add_argument("--algorithms", action=Repeatable, default="losac,scaffold,fedavg,fedsaga")
+        parser.add_argument("--blocks", action=Repeatable, default="2,5", help="M values")
+        parser.add_argument("--steps", action=Repeatable, default="2,6", help="T values (local steps)")
         parser.add_argument("--rounds", type=int, default=500)
         parser.add_argument("--target", type=float, default=0.85)
         parser.add_argument("--engine", choices=ENGINES, default="flwr")

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsuite.config import ConfigError, resolve
 from simulation.experiment import report
-from simulation.experiment.flags import parse_list
+from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, validate
 from simulation.experiment.progress import print_written
 from simulation.experiment.runner import run_jobs
@@ -152,9 +152,9 @@ def plot(path: Path, rows: list[dict], table: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--algorithms", default="losac-prox,scaffold-prox")
-    parser.add_argument("--ranks", default="32,16,8,4,2")
-    parser.add_argument("--lambdas", default="0.001,0.01,0.1")
+    parser.add_argument("--algorithms", action=Repeatable, default="losac-prox,scaffold-prox")
+    parser.add_argument("--ranks", action=Repeatable, default="32,16,8,4,2")
+    parser.add_argument("--lambdas", action=Repeatable, default="0.001,0.01,0.1")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("-c", "--run-config", action="append", default=[], help="run-config overrides")
     args = parser.parse_args(argv)
