@@ -169,8 +169,8 @@ def _refused(err: Exception) -> int:
 
 
 def _unwritten(err: OSError, rerun: str) -> int:
-    """One line for a study file that could not be written (a full disk): what, why, and how to continue."""
-    what = err.filename or "a file of the study"
-    print(f"error: cannot write {what} ({err.strerror or err}); the runs' folders are kept: make room and rerun to "
-          f"write it: {rerun}", file=sys.stderr)  # fmt: skip
+    """One line for a study file that could not be written (a full disk), or another OSError after the runs began:
+    what, why, and how to continue."""
+    what = f"cannot write {err.filename} ({err.strerror or err})" if err.filename else f"{type(err).__name__}: {err}"
+    print(f"error: {what}; the runs' folders are kept: make room and rerun to write it: {rerun}", file=sys.stderr)
     return 1
