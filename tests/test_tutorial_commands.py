@@ -24,6 +24,7 @@ NOT_HERE = {
     "resume-from='results/": "resumes a run the reader made before (checkpoints are tests/test_checkpoint.py's)",
     "data-dir='/data/photos'": "the reader's own image folder (image folders are tests/test_user_data.py's)",
     "pip install -e examples/fedavgm": "installs the example plug-in first (tests/test_examples.py runs it)",
+    "simulation.launcher.own_superlink": "a shell set up for plain flwr run, no run config (tests/test_run_control.py)",
 }
 
 
