@@ -65,7 +65,7 @@ def console(tmp_path) -> str:
     return (tmp_path / "console.txt").read_text()
 
 
-def test_ctrl_c_stops_the_whole_run_within_seconds(tmp_path):
+def test_ctrl_c_stops_the_whole_run(tmp_path):
     proc = launch(tmp_path, LONG)
     rows = wait_for_rows(tmp_path, 4, proc)
     assert len(tagged_processes(env=SESSION)) >= 4  # SuperLink, SuperExec, flwr-simulation, Ray …
