@@ -126,7 +126,7 @@ class Study:
         try:
             make_out(self.out_folder(plan))
             reports.remove_stale(self.stale(plan))
-        except ConfigError as err:
+        except (ConfigError, OSError) as err:  # OSError: an earlier table that cannot be removed (named)
             return _refused(err)
         try:
             results = self.run(plan)
