@@ -21,10 +21,9 @@ from fedsuite.app.node import evaluation_copy
 from fedsuite.app.settings import SETTINGS_KEY, run_config, shared_settings
 from fedsuite.config import Config, ConfigError
 from fedsuite.models import float_buffers, trainable
-from fedsuite.results import RunRecorder
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.compose import compose_strategy, run_plan
-from fedsuite.server.loop import RecordingServer
+from fedsuite.server.loop import RecordingServer, StopAwareRecorder, watch_flower_exit
 from fedsuite.server.observers import RoundObserver
 
 Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
@@ -131,6 +130,8 @@ def server_components(strategy: RuleStrategy) -> ServerAppComponents:
     """What a ServerApp's server_fn returns for `strategy`: fedsuite's round loop (which writes the results folder's
     final status also when the run fails) and the number of rounds and round timeout of its settings."""
     run = Config(strategy.plan.run_config).run_control
+    if strategy.plan.recorder is not None:  # `flwr stop`, a signal: recorded, though no exception reaches the loop
+        watch_flower_exit(strategy.plan.recorder)
     return ServerAppComponents(
         server=RecordingServer(strategy, strategy.plan.recorder, remove_client_state=False),
         config=ServerConfig(num_rounds=run.num_rounds, round_timeout=run.round_timeout or None),
@@ -148,7 +149,7 @@ def initial_state(model: torch.nn.Module) -> tuple[np.ndarray, np.ndarray]:
     return x0.astype(np.float32), buffers.astype(np.float32)
 
 
-def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.ndarray) -> RunRecorder:
+def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.ndarray) -> StopAwareRecorder:
     import flwr
 
     meta = {
@@ -158,5 +159,5 @@ def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.n
         "surface": "fedsuite.app",
     }
     folder = Path(results).expanduser().absolute()
-    return RunRecorder(folder, dict(cfg), meta, cfg.targets, cfg.run_control.num_rounds, cfg.output.overwrite,
+    return StopAwareRecorder(folder, dict(cfg), meta, cfg.targets, cfg.run_control.num_rounds, cfg.output.overwrite,
                        target_column=cfg.evaluation.target_column, initial_model=x0)  # fmt: skip
