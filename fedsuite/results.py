@@ -486,47 +486,7 @@ class RunRecorder:
         self.status = status
 
     def plot(self) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-
-        acc = [(r["round"], r["accuracy"]) for r in self.rows if r.get("accuracy") is not None]
-        fed = [(r["round"], r["fed_accuracy"]) for r in self.rows if r.get("fed_accuracy") is not None]
-        err = [(r["round"], r["relative_error"]) for r in self.rows if r.get("relative_error") is not None]
-        clients = next((r for r in reversed(self.rows) if r.get("fed_client_accuracy")), None)
-        curves = [(points, label) for points, label in ((acc, "central test"), (fed, "federated")) if points]
-        systems = any(k in r for r in self.rows for k in SYSTEM_COLUMNS)
-        panels = [kind for kind, have in (("accuracy", curves), ("error", err), ("clients", clients),
-                                          ("systems", systems)) if have]  # fmt: skip
-        if not panels:
-            return
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-        for ax, kind in zip(axes[0], panels, strict=True):
-            if kind == "accuracy":
-                for points, label in curves:
-                    ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
-                ax.set(xlabel="round", ylabel="accuracy")
-                if len(curves) > 1 or fed:
-                    ax.legend()
-            elif kind == "error":
-                ax.plot(*zip(*err, strict=True), marker="o", markersize=3)
-                ax.set(xlabel="round", ylabel="‖x − x*‖ / ‖x*‖", yscale="log")
-            elif kind == "clients":
-                ax.hist(list(clients["fed_client_accuracy"].values()), bins=10, range=(0.0, 1.0))
-                ax.set(xlabel=f"client accuracy (round {clients['round']})", ylabel="clients")
-            else:
-                _plot_systems(ax, self.rows)
-            if kind != "clients":
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
-            ax.grid(alpha=0.3)
-        fig.suptitle(self.folder.name, fontsize=9)
-        fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=110)
-        plt.close(fig)
-        write_atomic(self.folder / "accuracy.png", png.getvalue())
+        draw_plot(self.folder, self.rows)
 
 
 SYSTEM_COLUMNS = ("steps_mean", "dropped", "late", "unavailable")  # the system models' row columns
@@ -718,3 +678,63 @@ def steady_seconds(rows: Iterable[dict[str, Any]], key: str = "round_seconds", s
         return None
     mid = len(values) // 2
     return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+
+def draw_plot(folder: Path, rows: list[dict[str, Any]]) -> None:
+    """accuracy.png of `folder` from its rows (docs/reference/results-folder.md#accuracypng)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    acc = [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
+    fed = [(r["round"], r["fed_accuracy"]) for r in rows if r.get("fed_accuracy") is not None]
+    err = [(r["round"], r["relative_error"]) for r in rows if r.get("relative_error") is not None]
+    clients = next((r for r in reversed(rows) if r.get("fed_client_accuracy")), None)
+    curves = [(points, label) for points, label in ((acc, "central test"), (fed, "federated")) if points]
+    systems = any(k in r for r in rows for k in SYSTEM_COLUMNS)
+    panels = [kind for kind, have in (("accuracy", curves), ("error", err), ("clients", clients),
+                                      ("systems", systems)) if have]  # fmt: skip
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, kind in zip(axes[0], panels, strict=True):
+        if kind == "accuracy":
+            for points, label in curves:
+                ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
+            ax.set(xlabel="round", ylabel="accuracy")
+            if len(curves) > 1 or fed:
+                ax.legend()
+        elif kind == "error":
+            ax.plot(*zip(*err, strict=True), marker="o", markersize=3)
+            ax.set(xlabel="round", ylabel="‖x − x*‖ / ‖x*‖", yscale="log")
+        elif kind == "clients":
+            ax.hist(list(clients["fed_client_accuracy"].values()), bins=10, range=(0.0, 1.0))
+            ax.set(xlabel=f"client accuracy (round {clients['round']})", ylabel="clients")
+        else:
+            _plot_systems(ax, rows)
+        if kind != "clients":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
+        ax.grid(alpha=0.3)
+    fig.suptitle(folder.name, fontsize=9)
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic(folder / "accuracy.png", png.getvalue())
+
+
+def draw_missing_plot(folder: Path) -> bool:
+    """Draw accuracy.png from rounds.jsonl when a run ended without it (a signal that arrived while the run wrote
+    its end); True if it was drawn."""
+    if (folder / "accuracy.png").exists() or not (folder / "rounds.jsonl").is_file():
+        return False
+    rows = []
+    for line in (folder / "rounds.jsonl").read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    draw_plot(folder, rows)
+    return True

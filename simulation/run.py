@@ -24,10 +24,11 @@ Prints the results folder as its last line.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from fedsuite.config import ConfigError
-from fedsuite.results import read_closing_line
+from fedsuite.results import FINISHED, draw_missing_plot, read_closing_line
 from simulation.launcher.launch import checked_config, run
 from simulation.launcher.outcome import Interrupted, RunFailed
 from simulation.launcher.overrides import parse_overrides
@@ -59,8 +60,28 @@ def check_only(overrides: dict) -> int:
     return 0
 
 
+def ended_before_the_signal(err: Interrupted) -> str | None:
+    """The final status of a run that had ended as it was asked to (completed, budget-spent) when the signal
+    arrived, else None; its plot drawn if the signal cut it off."""
+    if err.folder is None:
+        return None
+    try:
+        status = json.loads((err.folder / "summary.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+    if status not in FINISHED:
+        return None
+    draw_missing_plot(err.folder)
+    return status
+
+
 def unfinished(err: RunFailed | Interrupted) -> int:
     """Say how a run that did not complete ended, where its results are and how to resume it; its exit code."""
+    if isinstance(err, Interrupted) and (status := ended_before_the_signal(err)) is not None:
+        print(f"\nthe signal ({err}) came after the run had ended {status}; every process of it was stopped",
+              file=sys.stderr)  # fmt: skip
+        print(read_closing_line(err.folder))
+        return 0
     if isinstance(err, Interrupted):
         print(f"\ninterrupted ({err}); every process of the run was stopped", file=sys.stderr)
     else:
