@@ -24,13 +24,12 @@ Prints the results folder as its last line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from fedsuite.config import ConfigError
-from fedsuite.results import FINISHED, draw_missing_plot, read_closing_line
+from fedsuite.results import read_closing_line
 from simulation.launcher.launch import checked_config, run
-from simulation.launcher.outcome import Interrupted, RunFailed
+from simulation.launcher.outcome import Interrupted, RunFailed, ended_before_the_signal
 from simulation.launcher.overrides import parse_overrides
 from simulation.launcher.preflight import preflight
 from simulation.launcher.resume import print_resume_hint
@@ -58,21 +57,6 @@ def check_only(overrides: dict) -> int:
     preflight(cfg)
     print("run config, folders, data and partition OK" + (", checkpoint whole" if cfg["resume-from"] else ""))
     return 0
-
-
-def ended_before_the_signal(err: Interrupted) -> str | None:
-    """The final status of a run that had ended as it was asked to (completed, budget-spent) when the signal
-    arrived, else None; its plot drawn if the signal cut it off."""
-    if err.folder is None:
-        return None
-    try:
-        status = json.loads((err.folder / "summary.json").read_text()).get("status")
-    except (OSError, ValueError):
-        return None
-    if status not in FINISHED:
-        return None
-    draw_missing_plot(err.folder)
-    return status
 
 
 def unfinished(err: RunFailed | Interrupted) -> int:

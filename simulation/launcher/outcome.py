@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from fedsuite.pruning import PRUNED
-from fedsuite.results import FINISHED, STATUSES, mark_stopped
+from fedsuite.results import FINISHED, STATUSES, draw_missing_plot, mark_stopped
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 STOPPED_BY_FLOWER = "stopped on its SuperLink (`flwr stop`): Flower reports finished:stopped"
@@ -70,3 +70,18 @@ def outcome(folder: Path, run_id: str, flower_status: str, full: str | None = No
     if not mark_stopped(folder, "failed", reason) and summary:
         reason = f"Flower reports {flower_status} but summary.json says {status}"
     raise RunFailed(f"run {run_id} failed: {reason}", "failed", folder)
+
+
+def ended_before_the_signal(err: Interrupted) -> str | None:
+    """The final status of a run that had ended as it was asked to (completed, budget-spent) when the signal
+    arrived, else None; its plot drawn if the signal cut it off."""
+    if err.folder is None:
+        return None
+    try:
+        status = json.loads((err.folder / "summary.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+    if status not in FINISHED:
+        return None
+    draw_missing_plot(err.folder)
+    return status
