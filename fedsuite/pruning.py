@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fedsuite.schema import PRUNE_SCORES
+from fedsuite.stages.server import ServerStage
 
 PRUNED = "pruned"  # the run's status when a prune-at mark stopped it
 
@@ -45,8 +46,8 @@ def higher_is_better(score: str) -> bool:
     return "accuracy" in score
 
 
-class Pruning:
-    """The marks of one run and the check at the end of each round."""
+class Pruning(ServerStage):
+    """The marks of one run and the check at the end of each round (a round stage: fedsuite/stages/server.py)."""
 
     def __init__(self, marks: Mapping[int, float], score: str):
         self.marks, self.score = dict(marks), score
@@ -68,3 +69,6 @@ class Pruning:
             return None
         side = "below" if higher_is_better(self.score) else "above"
         return PRUNED, f"round {server_round}: {self.score} {value:.6g} is {side} its prune-at mark {mark:.6g}"
+
+    def check_row(self, server_round: int, metrics: Mapping) -> tuple[str, str] | None:
+        return self.check(server_round, metrics)

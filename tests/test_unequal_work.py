@@ -16,6 +16,7 @@ from fedsuite.config import ConfigError, resolve
 from fedsuite.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 from fedsuite.systems import STEPS_KEY, LocalWork, SystemModel
+from fedsuite.systems.stage import SystemsStage
 from simulation.launcher import launch
 from simulation.launcher.processes import tagged_processes
 from simulation.run import main as run_main
@@ -104,7 +105,8 @@ def test_each_client_takes_the_k_i_the_server_sent_and_the_rows_show_them(mode):
     seen = StepsSeen()
     strategy = run_inprocess({**cfg, "algorithm": "fedavg"}, observers=[seen])
     plan = work_of(cfg)
-    assert strategy.systems.fit_config(1, 0) == {STEPS_KEY: plan.steps(1, 0)}
+    systems = next(stage for stage in strategy.stages if isinstance(stage, SystemsStage))
+    assert systems.client_config(1, 0) == {STEPS_KEY: plan.steps(1, 0)}
     for t, steps in seen.steps.items():
         assert steps == {i: plan.steps(t, i) for i in range(5)}
     trained = [row for row in seen.rows if row["round"] > 0]

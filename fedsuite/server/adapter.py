@@ -47,7 +47,7 @@ from fedsuite.payload import (
     nbytes,
     pack,
 )
-from fedsuite.pruning import PRUNED, Pruning
+from fedsuite.pruning import PRUNED
 from fedsuite.rounds import Reply
 from fedsuite.rule import ServerRule
 from fedsuite.server import checkpointing
@@ -69,23 +69,23 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
-from fedsuite.server.sample_budget import SampleLevelBudget
+from fedsuite.server.stages import server_stages
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
-from fedsuite.systems import SystemModel
+from fedsuite.stages.server import ServerStage
 
 log = logging.getLogger("flwr.fedsuite")
 ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state)
-PRIVACY = "privacy"  # the state of client-level DP: the round's clip and the accountant's rounds
 
 
 class RuleStrategy(Strategy):
     def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (),
                  buffers: np.ndarray | None = None, weighting: str = "uniform",
-                 privacy: ServerPrivacy | None = None):  # fmt: skip
+                 privacy: ServerPrivacy | None = None, stages: Iterable[ServerStage] | None = None):  # fmt: skip
         """`buffers`: the model's initial buffers when the server averages them (buffers='average'), else None;
         `weighting`: the rule's cohort weights ('uniform' or 'samples'), used for them too; `privacy`: the server's
-        half of client-level DP (fedsuite.server.privacy), or None."""
+        half of client-level DP (fedsuite.server.privacy), or None; `stages`: the run's round stages
+        (fedsuite/stages/server.py), by default those its run config switches on, `privacy` first."""
         super().__init__()
         self.privacy = privacy
         self.secure = False  # secagg=true: every FitRes holds the cohort's mean (fedsuite.server.secure)
@@ -95,11 +95,9 @@ class RuleStrategy(Strategy):
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers,
                              plan.shares)  # fmt: skip
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
-        self.pruning = Pruning.from_run_config(plan.run_config)
         self.rounds = RoundLog()
         self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
-        self.systems = SystemModel.from_run_config(plan.run_config)  # work, drop-outs, deadline (fedsuite/systems)
-        self.sample_budget = SampleLevelBudget.of_run(plan.run_config)  # DP-SGD's target ε, or None
+        self.stages = list(server_stages(plan.run_config, privacy) if stages is None else stages)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
@@ -128,13 +126,14 @@ class RuleStrategy(Strategy):
         state = {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
         if self.averaged is not None:
             state[BUFFERS.name] = self.averaged.vector
-        if self.privacy is not None:
-            state[PRIVACY] = self.privacy.state_dict()
+        for stage in self.stages:
+            if stage.state_name is not None:
+                state[stage.state_name] = stage.state_dict()
         return state
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
         expected = {"rule", ACCEPTED.name, "guard"} | ({BUFFERS.name} if self.averaged is not None else set())
-        expected |= {PRIVACY} if self.privacy is not None else set()
+        expected |= {stage.state_name for stage in self.stages if stage.state_name is not None}
         if set(values) != expected:
             raise ValueError(f"strategy state has {sorted(values)}, expected {', '.join(sorted(expected))}")
         if self.averaged is not None:
@@ -144,8 +143,9 @@ class RuleStrategy(Strategy):
         self.rule.load_state_dict(values["rule"])
         self.accepted = values[ACCEPTED.name]
         self.guard.load_state_dict(values["guard"])
-        if self.privacy is not None:
-            self.privacy.load_state_dict(values[PRIVACY])
+        for stage in self.stages:
+            if stage.state_name is not None:
+                stage.load_state_dict(values[stage.state_name])
 
     # ---- Flower Strategy API ---------------------------------------------------------------------
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
@@ -153,13 +153,12 @@ class RuleStrategy(Strategy):
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         rule = self.rule
-        if self.privacy is not None and (spent := self.privacy.budget_left(server_round)) is not None:
-            self._end_run(BUDGET_SPENT, spent)
-        self.rounds.started(server_round)
         cohort = self.plan.sampler.cohort(server_round)
-        if self.sample_budget is not None and (spent := self.sample_budget.before_round(server_round, cohort)):
-            self._end_run(BUDGET_SPENT, spent)
-        absent = self.systems.absent(server_round, cohort)  # dropped or late (fedsuite/systems): sent nothing
+        for stage in self.stages:  # a privacy budget a round would pass: the run ends here
+            if (spent := stage.stop_before(server_round, cohort)) is not None:
+                self._end_run(BUDGET_SPENT, spent)
+        self.rounds.started(server_round)
+        absent = {pid: why for stage in self.stages for pid, why in stage.absent(server_round, cohort).items()}
         for pid, reason in absent.items():
             self._client_problem(server_round, f"client {pid}", f"failed: {reason}")
         nodes = self.router.route([pid for pid in cohort if pid not in absent], client_manager)
@@ -178,8 +177,8 @@ class RuleStrategy(Strategy):
         lr = rule.local_lr(server_round)
         config: dict[str, Scalar] = {"round": server_round, "lr": lr, ALGORITHM_KEY: self.plan.algorithm,
                                      **rule.fit_config(server_round)}  # fmt: skip
-        if self.privacy is not None:
-            config.update(self.privacy.fit_config(server_round, len(cohort)))
+        for stage in self.stages:
+            config.update(stage.round_config(server_round, cohort))
         self._sampled = set(nodes)
         downlink = rule.downlink(server_round)
         for observer in self.observers:
@@ -198,12 +197,12 @@ class RuleStrategy(Strategy):
                 params = to_parameters(arrays)
             fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
                           STATE_KEY: str(self.plan.state_key),
-                          **self.systems.fit_config(server_round, pid)}  # this client's K_i, if decided  # fmt: skip
+                          **self._client_config(server_round, pid)}  # fmt: skip
             instructions.append((nodes[pid], FitIns(params, fit_config)))
             sizes.append((nbytes(arrays) - buffer_bytes, len(arrays) - len(buffers)))
         self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)  # absent ones: failures
-        if self.systems.on:
-            self.rounds.note(server_round, self.systems.cohort_figures(server_round, absent))
+        for stage in self.stages:
+            self.rounds.note(server_round, stage.sent(server_round, absent))
         if query is not None:
             self.rounds.queried(server_round, query[0], query[1], query[2])
         if not cohort or (absent and not instructions):  # Poisson sampling drew nobody (client-level DP only), or
@@ -215,8 +214,9 @@ class RuleStrategy(Strategy):
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
         for observer in self.observers:
             observer.failed(server_round, failures)
-        if self.sample_budget is not None and (spent := self.sample_budget.refusals(server_round, results, failures)):
-            self._end_run(BUDGET_SPENT, spent)
+        for stage in self.stages:  # a client that refused to spend more budget: the round is not applied
+            if (spent := stage.refused(server_round, results, failures)) is not None:
+                self._end_run(BUDGET_SPENT, spent)
         replies, rejected, diverged = [], 0, 0
         if self.averaged is not None:
             self.averaged.start_round()
@@ -237,9 +237,10 @@ class RuleStrategy(Strategy):
             proxy = failure[0] if isinstance(failure, tuple) else None
             who = self.router.who(proxy) if proxy is not None else self.router.unanswered(silent)
             self._client_problem(server_round, who, f"failed: {describe_failure(failure)}", failure_details(failure))
-        stats = self.rounds.received(server_round, replies, rejected, len(failures), private=self.privacy is not None)
-        if self.systems.on:  # the K_i the replies took (docs/running/systems.md); off: the rows are as before
-            self.rounds.note(server_round, self.systems.round_figures(replies))
+        private = any(stage.hides_replies for stage in self.stages)
+        stats = self.rounds.received(server_round, replies, rejected, len(failures), private=private)
+        for stage in self.stages:
+            self.rounds.note(server_round, stage.received(server_round, replies))
         if self.secure:  # no figure from single replies' arrays: every reply holds the mean
             self.rounds.note(server_round, {"local_consistency": None})
         self.rounds.settle_query(server_round)
@@ -249,17 +250,16 @@ class RuleStrategy(Strategy):
         verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
         self._stop_if(server_round, verdict)
         self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"], start_loss(replies)))
-        if not replies and self.privacy is not None and self.privacy.noise_only(server_round):
-            replies = [self.privacy.noise_carrier(server_round, self.rule, self.rule.local_lr(server_round))]
-        elif not replies:
+        if not replies:  # a round that releases something all the same (client-level DP's noise)
+            lr = self.rule.local_lr(server_round)
+            replies = [reply for stage in self.stages for reply in stage.empty_round(server_round, self.rule, lr)]
+        if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             self.rule.empty_round(server_round)
             return None, {}
         replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
-        if self.sample_budget is not None:
-            self.sample_budget.heard(replies)
-        if self.privacy is not None:  # noise on the sums (dp='server'), clip update, accounting: before anyone reads
-            self.rounds.note(server_round, self.privacy.release(server_round, replies))
+        for stage in self.stages:  # noise on the sums (dp='server'), clip update, accounting: before anyone reads
+            self.rounds.note(server_round, stage.release(server_round, replies))
         for observer in self.observers:
             observer.replied(server_round, replies)
         x_before = self.rule.x
@@ -354,7 +354,7 @@ class RuleStrategy(Strategy):
         # with a validation split the guard reads it, so the test set decides nothing (not even which tuning trial
         # counts as diverged); else the central test loss, else the federated one
         loss = next((metrics[k] for k in ("val_loss", "loss", "fed_val_loss", "fed_loss") if k in metrics), None)
-        verdict = self.guard.test_loss(server_round, loss) or self.pruning.check(server_round, metrics)
+        verdict = self.guard.test_loss(server_round, loss) or self._row_verdict(server_round, metrics)
         if verdict is not None:  # diverged, or behind a prune-at mark (fedsuite/pruning.py)
             self._record(row, *verdict)
             raise RunAborted(*verdict)
@@ -379,6 +379,14 @@ class RuleStrategy(Strategy):
             if (reason := observer.screen(server_round, reply)) is not None:
                 raise RejectedReply(reason)
         return reply
+
+    def _client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        """The stages' entries of one client's fit config (its K_i under the system models)."""
+        return {k: v for stage in self.stages for k, v in stage.client_config(server_round, partition_id).items()}
+
+    def _row_verdict(self, server_round: int, metrics: dict[str, Any]) -> Verdict:
+        """The first stage's verdict on the round's metrics (a prune-at mark missed), or None."""
+        return next((v for stage in self.stages if (v := stage.check_row(server_round, metrics)) is not None), None)
 
     def _stop_if(self, server_round: int, verdict: Verdict) -> None:
         """Record the round with the verdict's status and stop the run (RunAborted), if there is a verdict."""

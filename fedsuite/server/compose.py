@@ -22,6 +22,7 @@ from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan, rule_settings
 from fedsuite.server.privacy import ServerPrivacy
+from fedsuite.server.stages import server_stages
 
 
 def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
@@ -85,8 +86,9 @@ def compose_strategy(
     buffers when the server averages them. Set to the checkpoint's state when the plan resumes one."""
     rule = registry.build_rule(cfg, plan.settings)
     warn_if_seeded(cfg)  # reproducible DP noise is not private: said once per run (docs/privacy.md)
-    strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting,
-                              privacy=server_privacy(cfg, rule, buffers), **strategy_args)  # fmt: skip
+    privacy = server_privacy(cfg, rule, buffers)
+    strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting, privacy=privacy,
+                              stages=server_stages(cfg, privacy), **strategy_args)  # fmt: skip
     if plan.resume is not None:
         checkpoint.restore(strategy, plan.resume, plan.client_state_root)
     return strategy

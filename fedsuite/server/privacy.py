@@ -19,11 +19,18 @@ from fedsuite.privacy.accountant import POISSON, RunAccountant
 from fedsuite.privacy.noise import numpy_stream
 from fedsuite.privacy.release import BELOW_CLIP, CLIP_KEY, COHORT_KEY, update_noise
 from fedsuite.rounds import Reply
+from fedsuite.stages.server import ServerStage
 
 BUDGET_SPENT = "budget-spent"  # the run's status when dp-target-epsilon stopped it (docs/privacy.md)
 
 
-class ServerPrivacy:
+class ServerPrivacy(ServerStage):
+    """Client-level DP as a round stage (fedsuite/stages/server.py): the target ε before a round, the clip and cohort
+    size in every fit config, a noise-only round under Poisson sampling, the noise and accounting on the replies."""
+
+    state_name = "privacy"  # the strategy's checkpointed state holds the clip and the accountant's rounds
+    hides_replies = True  # private clients send no loss, and single uploads carry only a share of the noise
+
     def __init__(self, privacy, num_clients: int, clients_per_round: int, seed: int, count_noise: float,
                  poisson_rate: float | None = None, local_steps: int = 1):  # fmt: skip
         """`privacy`: the run's fedsuite.config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping;
@@ -45,6 +52,15 @@ class ServerPrivacy:
         self.accountant = RunAccountant.from_state(self.privacy.delta, values["rounds"])
 
     # ---- one round -------------------------------------------------------------------------------
+    def stop_before(self, server_round: int, cohort: Sequence[int]) -> str | None:
+        return self.budget_left(server_round)
+
+    def round_config(self, server_round: int, cohort: Sequence[int]) -> dict[str, Any]:
+        return self.fit_config(server_round, len(cohort))
+
+    def empty_round(self, server_round: int, rule, lr: float) -> list[Reply]:
+        return [self.noise_carrier(server_round, rule, lr)] if self.noise_only(server_round) else []
+
     def budget_left(self, server_round: int) -> str | None:
         """None while one more full round keeps ε within dp-target-epsilon; else why the run stops here."""
         target = self.privacy.target_epsilon
@@ -79,7 +95,7 @@ class ServerPrivacy:
             return sigma, self.poisson_rate, POISSON
         return sigma, cohort, self.num_clients
 
-    def release(self, server_round: int, replies: Sequence[Reply]) -> dict[str, Any]:
+    def release(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         """Add the server's noise (dp='server') to the validated replies in place, move C (adaptive), account the
         round; returns the round row's privacy figures."""
         cohort = self._cohort.pop(server_round, len(replies))

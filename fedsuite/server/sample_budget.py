@@ -10,17 +10,21 @@ Clients the server has not heard from yet are covered by their own refusal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from fedsuite.config import SampleLevelPrivacy
 from fedsuite.privacy.dp_sgd import NEXT_EPSILON_METRIC
 from fedsuite.rounds import Reply
 from fedsuite.server.replies import describe_failure
+from fedsuite.stages.server import ServerStage
 
 REFUSAL = "PrivacyBudgetSpent"  # the class name a client's refusal carries through Flower's error reply
 
 
-class SampleLevelBudget:
+class SampleLevelBudget(ServerStage):
+    """A round stage (fedsuite/stages/server.py): stop before a round that passes the target, end the run at a
+    round a client refused, and keep what each reply says of its client's next ε."""
+
     def __init__(self, target: float):
         self.target = target
         self._next: dict[int, float] = {}  # partition → its ε(δ) should one more round draw it (last reply)
@@ -33,13 +37,14 @@ class SampleLevelBudget:
             return None
         return cls(settings.target_epsilon)
 
-    def heard(self, replies: Iterable[Reply]) -> None:
-        """Keep what each reply says one more round would bring its client's ε to."""
+    def release(self, server_round: int, replies: list[Reply]) -> dict:
+        """Keep what each reply says one more round would bring its client's ε to (the replies are not changed)."""
         for reply in replies:
             if NEXT_EPSILON_METRIC in reply.metrics:
                 self._next[reply.partition_id] = float(reply.metrics[NEXT_EPSILON_METRIC])
+        return {}
 
-    def before_round(self, server_round: int, cohort: Sequence[int]) -> str | None:
+    def stop_before(self, server_round: int, cohort: Sequence[int]) -> str | None:
         """Why the run stops before `server_round`, or None: a sampled client known to pass the target in it."""
         over = sorted((eps, pid) for pid in cohort if (eps := self._next.get(pid, 0.0)) > self.target)
         if not over:
@@ -48,7 +53,7 @@ class SampleLevelBudget:
         return (f"dp-target-epsilon={self.target:g} reached (DP-SGD): round {server_round} would take client "
                 f"{pid}'s ε to {eps:.4g}")  # fmt: skip
 
-    def refusals(self, server_round: int, results: Sequence, failures: Sequence) -> str | None:
+    def refused(self, server_round: int, results: Sequence, failures: Sequence) -> str | None:
         """Why the run ends at `server_round` without applying it, or None: a client refused to release its round
         (its reply's error, or a failure carrying the refusal)."""
         said = [str((res.metrics or {}).get("error", "")) for _, res in results]

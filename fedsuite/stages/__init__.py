@@ -1,0 +1,2 @@
+"""Round stages: each cross-cutting mechanism of a round (privacy, the system models, pruning, …) in one place of its
+own, which the round's adapters call without knowing it by name (docs/developer/architecture.md, Round stages)."""

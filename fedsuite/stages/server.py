@@ -1,0 +1,67 @@
+"""`ServerStage`: one cross-cutting mechanism on the server's side of a round (docs/developer/architecture.md, Round
+stages). Flower-free, like the rules: the strategy (fedsuite/server/adapter.py) calls every stage of the run at the
+same points of each round, in the order the composition root (fedsuite/server/compose.py) gave them, and knows none
+of them by name. Every hook does nothing by default, so a stage writes only the hooks it needs.
+
+A round, as the stages see it:
+1. `stop_before(round, cohort)`: a reason ends the run before the round (status budget-spent, no row).
+2. `absent(round, cohort)`: clients of the cohort that get no instruction, each with its reason (clients.log).
+3. `round_config(round, cohort)` / `client_config(round, pid)`: entries of every client's / one client's fit
+   config; then `sent(round, absent)`: the row's figures decided at sending.
+4. `refused(round, results, failures)`: a reason ends the run at this round without applying it (budget-spent).
+5. `received(round, replies)`: the row's figures from the round's valid replies.
+6. `empty_round(round, rule, lr)`: replies to aggregate when none came (a round that still releases noise).
+7. `release(round, replies)`: change the replies in place before the rule aggregates them (noise on the sum);
+   returns the row's figures.
+8. `check_row(round, metrics)`: a (status, reason) verdict that ends the run once the round's metrics are in.
+A stage with a `state_name` keeps state in the strategy's checkpoints (`state_dict` / `load_state_dict`), and
+`hides_replies` says that no figure may be computed from single replies (client-level DP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fedsuite.rounds import Reply
+
+
+class ServerStage:
+    state_name: str | None = None  # its key in the strategy's checkpointed state; None = it keeps none
+    hides_replies: bool = False  # no row figure from single replies' arrays or losses (they carry no noise)
+
+    def stop_before(self, server_round: int, cohort: Sequence[int]) -> str | None:
+        return None
+
+    def absent(self, server_round: int, cohort: Sequence[int]) -> dict[int, str]:
+        return {}
+
+    def round_config(self, server_round: int, cohort: Sequence[int]) -> dict[str, Any]:
+        return {}
+
+    def client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
+        return {}
+
+    def sent(self, server_round: int, absent: Mapping[int, str]) -> dict[str, Any]:
+        return {}
+
+    def refused(self, server_round: int, results: Sequence, failures: Sequence) -> str | None:
+        return None
+
+    def received(self, server_round: int, replies: Sequence[Reply]) -> dict[str, Any]:
+        return {}
+
+    def empty_round(self, server_round: int, rule, lr: float) -> list[Reply]:
+        return []
+
+    def release(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        return {}
+
+    def check_row(self, server_round: int, metrics: Mapping[str, Any]) -> tuple[str, str] | None:
+        return None
+
+    def state_dict(self) -> Any:
+        return None
+
+    def load_state_dict(self, values: Any) -> None:
+        return None
