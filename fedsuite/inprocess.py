@@ -85,7 +85,6 @@ class SecureSumServer(RecordingServer):
     def __init__(self, strategy, recorder, settings: SecAggSettings, seed: int, remove_client_state: bool = True):
         super().__init__(strategy, recorder, remove_client_state)
         self.settings, self.seed = settings, seed
-        strategy.secure = True
 
     def fit_round(self, server_round: int, timeout: float | None):
         strategy = self.strategy

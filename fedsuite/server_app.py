@@ -168,7 +168,6 @@ def build_strategy(cfg: Config, plan: RunPlan, observers: list[RoundObserver] | 
     """The algorithm's server rule as a Flower strategy for `plan`, set to the checkpoint's state when the run
     resumes; under secure aggregation (secagg=true) it takes every FitRes as holding the cohort's mean."""
     strategy = compose_strategy(cfg, plan, observers, averaged_buffers(cfg, server_dataset(cfg)))
-    strategy.secure = bool(cfg["secagg"])
     return strategy
 
 

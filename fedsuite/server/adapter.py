@@ -69,6 +69,7 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
+from fedsuite.server.secure_sum import SecureSum
 from fedsuite.server.stages import server_stages
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
@@ -88,7 +89,6 @@ class RuleStrategy(Strategy):
         (fedsuite/stages/server.py), by default those its run config switches on, `privacy` first."""
         super().__init__()
         self.privacy = privacy
-        self.secure = False  # secagg=true: every FitRes holds the cohort's mean (fedsuite.server.secure)
         self.averaged = None if buffers is None else AveragedBuffers(buffers, weighting)
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
@@ -102,6 +102,11 @@ class RuleStrategy(Strategy):
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
         self._metrics: dict[int, dict[str, Any]] = {}  # round → its central and federated metrics so far
+
+    @property
+    def secure(self) -> bool:
+        """Whether every FitRes holds the cohort's mean (secagg=true: a SecureSum stage, fedsuite.server.secure_sum)."""
+        return any(isinstance(stage, SecureSum) for stage in self.stages)
 
     @property
     def x(self) -> np.ndarray:
@@ -227,10 +232,8 @@ class RuleStrategy(Strategy):
                 rejected += 1
                 diverged += err.diverged
                 self._client_problem(server_round, self.router.who(proxy, res), f"rejected: {err}", err.details)
-        if self.secure and rejected and replies:  # the rejected upload is in the sum: nothing of it can be used
-            log.warning("round %d: a rejected reply is inside the secure sum; the round's %d other replies are "
-                        "rejected with it", server_round, len(replies))  # fmt: skip
-            rejected, replies = rejected + len(replies), []
+        for stage in self.stages:  # e.g. a rejected reply inside a secure sum rejects the whole round
+            replies, rejected = stage.screen(server_round, replies, rejected)
         answered = {_partition_of(res) for _, res in results}
         silent = sorted(self._sampled - answered)  # who the failures without a sender can be
         for failure in failures:
@@ -241,8 +244,6 @@ class RuleStrategy(Strategy):
         stats = self.rounds.received(server_round, replies, rejected, len(failures), private=private)
         for stage in self.stages:
             self.rounds.note(server_round, stage.received(server_round, replies))
-        if self.secure:  # no figure from single replies' arrays: every reply holds the mean
-            self.rounds.note(server_round, {"local_consistency": None})
         self.rounds.settle_query(server_round)
         dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
         self._stop_if(server_round, self.guard.lost_workers(server_round, dead))

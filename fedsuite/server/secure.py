@@ -57,7 +57,6 @@ class SecureServer(RecordingServer):
                  remove_client_state: bool = True):  # fmt: skip
         super().__init__(strategy, recorder, remove_client_state)
         self.settings, self.context = settings, context
-        self.strategy.secure = True
 
     def fit_round(self, server_round: int, timeout: float | None):
         context = LegacyContext(Context(self.context.run_id, self.context.node_id, dict(self.context.node_config),

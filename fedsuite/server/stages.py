@@ -1,6 +1,7 @@
 """The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): client-level DP,
-DP-SGD's target ε, the system models, pruning. Each is left out when the run config does not switch it on, so a
-run without them calls no stage at all. The composition root (fedsuite/server/compose.py) builds them."""
+DP-SGD's target ε, the system models, pruning, secure aggregation's rules. Each is left out when the run config
+does not switch it on, so a run without them calls no stage at all. The composition root
+(fedsuite/server/compose.py) builds them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from fedsuite.pruning import Pruning
 from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.server.sample_budget import SampleLevelBudget
+from fedsuite.server.secure_sum import SecureSum
 from fedsuite.stages.server import ServerStage
 from fedsuite.systems.stage import SystemsStage
 
@@ -19,4 +21,5 @@ def server_stages(run_config: Mapping[str, Any], privacy: ServerPrivacy | None =
     found = [privacy, SampleLevelBudget.of_run(run_config), SystemsStage.of_run(run_config)]
     pruning = Pruning.from_run_config(run_config)
     found.append(pruning if pruning.marks else None)
+    found.append(SecureSum.of_run(run_config))
     return [stage for stage in found if stage is not None]

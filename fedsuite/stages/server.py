@@ -9,7 +9,9 @@ A round, as the stages see it:
 3. `round_config(round, cohort)` / `client_config(round, pid)`: entries of every client's / one client's fit
    config; then `sent(round, absent)`: the row's figures decided at sending.
 4. `refused(round, results, failures)`: a reason ends the run at this round without applying it (budget-spent).
-5. `received(round, replies)`: the row's figures from the round's valid replies.
+5. `screen(round, replies, rejected)`: the round's valid replies and rejected count, as the stage lets them stand
+   (secure aggregation rejects a whole round that holds a rejected reply); then `received(round, replies)`: the
+   row's figures from the round's valid replies.
 6. `empty_round(round, rule, lr)`: replies to aggregate when none came (a round that still releases noise).
 7. `release(round, replies)`: change the replies in place before the rule aggregates them (noise on the sum);
    returns the row's figures.
@@ -47,6 +49,9 @@ class ServerStage:
 
     def refused(self, server_round: int, results: Sequence, failures: Sequence) -> str | None:
         return None
+
+    def screen(self, server_round: int, replies: list[Reply], rejected: int) -> tuple[list[Reply], int]:
+        return replies, rejected
 
     def received(self, server_round: int, replies: Sequence[Reply]) -> dict[str, Any]:
         return {}
