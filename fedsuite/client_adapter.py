@@ -3,10 +3,11 @@
 
 `fit`: decode the named downlink arrays and the fit config into a `RoundContext`, run the shared local loop with the
 rule's update rule, return the rule's named uplink arrays, in three phases: `prepare` (everything before the loop),
-`train` (the loop) and `finish` (everything after it). The batched engine (fedsuite/batched/) calls `prepare` and
-`finish` of every client of a group and trains the group's loops as one computation in between. A message whose
-config names a query phase (fedsuite.rounds.PHASE_KEY) is a server query instead: the rule's `answer` goes back,
-nothing trains.
+`train` (the loop) and `finish` (everything after it); the client's round stages (fedsuite/stages/client.py:
+client-level DP's release, DP-SGD) are called at fixed points of both, none by name. The batched engine
+(fedsuite/batched/) calls `prepare` and `finish` of every client of a group and trains the group's loops as one
+computation in between. A message whose config names a query phase (fedsuite.rounds.PHASE_KEY) is a server query
+instead: the rule's `answer` goes back, nothing trains, no stage is called.
 
 Client state: the server's acknowledgement (the last round it accepted this client's reply) comes first; the state
 is saved only after the uplink is complete and finite, and a save the server then does not accept (a rejected or
@@ -47,22 +48,23 @@ from fedsuite.device import to_device, to_host
 from fedsuite.evaluation import batch_metrics
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
-from fedsuite.privacy import dp_sgd
-from fedsuite.privacy.checks import count_noise
-from fedsuite.privacy.release import CLIP_KEY, COHORT_KEY, client_release, noise_generator
 from fedsuite.rounds import PHASE_KEY
+from fedsuite.stages.client import ClientStage, client_stages
 from fedsuite.systems.work import STEPS_KEY
 
 MAX_TRACEBACK_CHARS = 8000
-# Fit-config entries the adapter decodes or reads itself; the others are the server rule's (RoundContext.scalars).
+# Fit-config entries the adapter decodes or reads itself; with its stages' (ClientStage.config_keys), the others are
+# the server rule's (RoundContext.scalars).
 DECODED_KEYS = frozenset(
     {"round", "lr", PHASE_KEY, TRACKING_KEY, ARRAYS_KEY, STATE_ACCEPTED, PARTITION_KEY, STATE_KEY, ALGORITHM_KEY}
-    | {CLIP_KEY, COHORT_KEY, STEPS_KEY}
+    | {STEPS_KEY}
 )
 
 
-def round_context(config: Mapping, down: Mapping[str, torch.Tensor], partition_id: int) -> RoundContext:
-    """The RoundContext of a fit message: its config (Flower's wire scalars) and its decoded downlink arrays."""
+def round_context(config: Mapping, down: Mapping[str, torch.Tensor], partition_id: int,
+                  decoded: frozenset[str] = DECODED_KEYS) -> RoundContext:  # fmt: skip
+    """The RoundContext of a fit message: its config (Flower's wire scalars) less the `decoded` entries, and its
+    decoded downlink arrays."""
     phase = config.get(PHASE_KEY)
     return RoundContext(
         round=int(config["round"]),
@@ -70,7 +72,7 @@ def round_context(config: Mapping, down: Mapping[str, torch.Tensor], partition_i
         down=MappingProxyType(dict(down)),
         phase=str(phase) if phase else None,
         tracked=tracks(config, partition_id),
-        scalars=MappingProxyType({k: v for k, v in config.items() if k not in DECODED_KEYS}),
+        scalars=MappingProxyType({k: v for k, v in config.items() if k not in decoded}),
     )
 
 
@@ -84,7 +86,7 @@ class PreparedFit:
     x0: torch.Tensor  # x^t on the node's device
     steps: int  # K_i as the message says (0: epoch mode)
     generator: torch.Generator  # minibatch order and augmentation of (seed, round, partition)
-    private: Any  # fedsuite.privacy.dp_sgd.DpSgd with dp-sgd=true, else None
+    private: Any  # the loop's gradient oracle a client stage gave (ClientStage.prepare: DP-SGD's DpSgd), else None
     start_shift: torch.Tensor | None = None  # relaxed-init > 0: x_{i,0} − x^t (x0 is then the relaxed start)
 
 
@@ -124,9 +126,12 @@ class RuleClient(NumPyClient):
 
     READ_ONLY_ARRAYS = True  # fit and evaluate copy what they keep: the in-process engines may pass read-only views
 
-    def __init__(self, client_rule: ClientRule):
+    def __init__(self, client_rule: ClientRule, stages: list[ClientStage] | None = None):
+        """`stages`: the client's round stages; by default those of its node's run config (`client_stages`)."""
         self.client_rule = client_rule
         self.node = client_rule.node
+        self.stages = client_stages(self.node.cfg) if stages is None else stages
+        self.decoded_keys = DECODED_KEYS.union(*(stage.config_keys for stage in self.stages))
 
     @property
     def state(self):
@@ -165,7 +170,7 @@ class RuleClient(NumPyClient):
 
     def prepare(self, parameters, config) -> PreparedFit:
         """Everything before the local loop: the state acknowledgement, the downlink decoded, the buffers loaded,
-        the configuration check, the round's context and update rule, x^t, K_i, the generator, DP-SGD's oracle."""
+        the configuration check, the round's context and update rule, x^t, K_i, the generator, the stages' oracle."""
         node, local = self.node, self.node.cfg.local
         if self.state is not None and STATE_ACCEPTED in config:
             self.state.accepted_round = int(config[STATE_ACCEPTED])
@@ -175,13 +180,21 @@ class RuleClient(NumPyClient):
         self._check_match(config, down)
         start_shift = self._relax(down)
         node.model.module.train()
-        ctx = round_context(config, down, node.partition_id)
+        ctx = round_context(config, down, node.partition_id, self.decoded_keys)
         rule = self.client_rule.rule(ctx)
         if rule.batches is None and local.local_batches == "blocks":
             rule.batches = self.client_rule.blocks()
-        private = dp_sgd.for_client(node, ctx.round)  # None unless dp-sgd=true
+        private = self._oracle(ctx)
         steps = int(config.get(STEPS_KEY, local.steps))  # K_i sent by the server's system model, if any
         return PreparedFit(config, ctx, rule, down["model"], steps, node.generator(ctx.round), private, start_shift)
+
+    def _oracle(self, ctx: RoundContext) -> Any:
+        """The loop's gradient oracle for this round, from the one stage whose `prepare` gives one; None when none."""
+        oracles = [(stage, oracle) for stage in self.stages if (oracle := stage.prepare(self.node, ctx)) is not None]
+        if len(oracles) > 1:
+            names = ", ".join(type(stage).__name__ for stage, _ in oracles)
+            raise ValueError(f"client stages {names} each give the local loop a gradient oracle; it takes one")
+        return oracles[0][1] if oracles else None
 
     def _relax(self, down: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """relaxed-init = β > 0 (docs/running/relaxed-init.md): replace x^t in `down` by this client's start
@@ -217,20 +230,19 @@ class RuleClient(NumPyClient):
         )
 
     def finish(self, fit: PreparedFit, result: LocalResult):
-        """Everything after the local loop: the uplink, its finiteness, client-level DP's release, the state save,
-        the packed arrays and the metrics; returns NumPyClient.fit's (arrays, examples, metrics)."""
-        node, config, ctx, private = self.node, fit.config, fit.ctx, fit.private
-        if private is not None:  # DP-SGD past dp-target-epsilon: nothing released, no state moved
-            private.check_budget()
+        """Everything after the local loop: the stages' refusals, the uplink, its finiteness, the stages' release,
+        the state save, the packed arrays, the metrics and example count as the stages leave them; returns
+        NumPyClient.fit's (arrays, examples, metrics)."""
+        node, config, ctx = self.node, fit.config, fit.ctx
+        for stage in self.stages:  # before the rule's uplink moves any state
+            stage.before_release(fit)
         uplink = {**self.client_rule.uplink(result, fit.rule, ctx), **self._buffers_uplink()}
         if fit.start_shift is not None and self.client_rule.uploads_start_shift:
             uplink["start_shift"] = fit.start_shift
         bad = first_not_finite(uplink)
         if bad is not None:
             raise FloatingPointError(f"uplink array {bad!r} is not finite (diverged local training?)")
-        released: dict = {}
-        if node.cfg.privacy.on:  # client-level DP: only the clipped (and noised) uploads leave (docs/privacy.md)
-            uplink, released = self._private(uplink, config, ctx)
+        uplink, released = self._release(uplink, fit)
         if fit.start_shift is not None:
             self.state.set(LAST_ITERATE.name, result.x)
         if self.state is not None:
@@ -242,27 +254,22 @@ class RuleClient(NumPyClient):
             "steps": result.steps,
             "lr": ctx.lr,
             "compute-seconds": result.seconds,
+            "loss": result.mean_loss,
         }
-        if not node.cfg.privacy.on:  # client-level DP: no loss, the noise covers the arrays only
-            metrics["loss"] = result.mean_loss
-            if result.first_loss is not None:  # the received model's loss before any step (the guard's reference)
-                metrics["first-loss"] = result.first_loss
-        if private is not None:  # its ε(δ), without the records' own training losses
-            metrics = private.fit_metrics(metrics)
-        if node.cfg.privacy.on:  # … and no data size
-            return arrays, 1, {**metrics, **released}
-        return arrays, len(node.data), metrics
+        if result.first_loss is not None:  # the received model's loss before any step (the guard's reference)
+            metrics["first-loss"] = result.first_loss
+        examples = len(node.data)
+        for stage in self.stages:
+            metrics, examples = stage.metrics(metrics, fit), stage.num_examples(examples)
+        return arrays, examples, {**metrics, **released}
 
-    def _private(self, uplink, config, ctx: RoundContext):
-        """The uplink as client-level DP releases it (fedsuite.privacy.release), and the metrics it adds."""
-        node = self.node
-        if BUFFERS.name in uplink:
-            raise ValueError(f"dp={node.cfg.privacy.mode!r}: the model's buffers (BatchNorm statistics) would be "
-                             "uploaded without clip or noise; set buffers='local'")  # fmt: skip
-        generator = noise_generator(node.cfg.seed, ctx.round, node.partition_id, getattr(node, "noise_secret", 0),
-                                    node.cfg.privacy.noise_source)  # fmt: skip
-        return client_release(uplink, node.cfg.privacy, float(config[CLIP_KEY]), int(config[COHORT_KEY]),
-                              count_noise(node.cfg), generator)  # fmt: skip
+    def _release(self, uplink: dict[str, torch.Tensor], fit: PreparedFit) -> tuple[dict, dict]:
+        """The uplink as the stages release it, each from the previous one's arrays, and the metrics they add."""
+        released: dict = {}
+        for stage in self.stages:
+            uplink, metrics = stage.release(uplink, fit, self.node)
+            released.update(metrics)
+        return uplink, released
 
     # ---- a server query (fedsuite.rounds.Query) --------------------------------------------------
     def _answer(self, parameters, config):
@@ -271,7 +278,8 @@ class RuleClient(NumPyClient):
         node = self.node
         torch.set_num_threads(node.cfg.local.client_threads)
         start = time.perf_counter()
-        ctx = round_context(config, self._downlink(parameters, config[ARRAYS_KEY]), node.partition_id)
+        ctx = round_context(config, self._downlink(parameters, config[ARRAYS_KEY]), node.partition_id,
+                            self.decoded_keys)  # fmt: skip
         answer = self.client_rule.answer(ctx)
         if answer is None:
             raise ValueError(f"algorithm={node.cfg['algorithm']!r} answers no server query, but was sent the query "

@@ -53,12 +53,12 @@ class _Fit:
     reply: tuple | None = None
 
 
-def run_unbatched(node) -> str | None:
+def run_unbatched(client: RuleClient) -> str | None:
     """Why a whole run trains one client at a time, or None (decided before any client is prepared: a prepared
-    client's buffers are loaded into the model the node's clients share)."""
-    if node.cfg["dp-sgd"]:
-        return "dp-sgd clips per-record gradients one client at a time"
-    return unbatchable_model(node.model)
+    client's buffers are loaded into the model the node's clients share): a client stage that trains alone
+    (ClientStage.trains_alone: DP-SGD), or a model the stacked loop cannot run."""
+    alone = next((stage.trains_alone for stage in client.stages if stage.trains_alone), None)
+    return alone or unbatchable_model(client.node.model)
 
 
 class BatchedDispatcher:
@@ -118,7 +118,7 @@ class BatchedDispatcher:
         except Exception:  # the ClientApp's path turns it into its error reply, or Flower's failure
             return
         node = client.node
-        reason = run_unbatched(node)
+        reason = run_unbatched(client)
         if reason:
             self.say(f"{node.cfg['algorithm']} trains one client at a time: {reason}")
             return

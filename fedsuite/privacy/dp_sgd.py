@@ -26,6 +26,10 @@ round's generator (the same seed gives the same numbers, and the run is not priv
 A target ε (dp-target-epsilon) is the client's own guard: a round that would take its ε past the target releases
 nothing (PrivacyBudgetSpent, which ends the run with status budget-spent), and every reply says what one more
 round would bring its ε to, so the server stops the run before such a round (fedsuite/server/sample_budget.py).
+
+`SampleLevelStage` is DP-SGD's client stage (fedsuite/stages/client.py): it gives each round's loop its `DpSgd`
+oracle, refuses a round past the target before anything is released, and replaces the training losses of the
+reply's metrics by the client's ε.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from fedsuite.privacy.accountant import RunAccountant
 from fedsuite.privacy.model_checks import batch_norm_layers, batch_norm_refusal
 from fedsuite.privacy.noise import SECURE, torch_stream
 from fedsuite.sampling import Sampler
+from fedsuite.stages.client import TRAINING_LOSSES, ClientStage, without_losses
 
 NOISE_STREAM = 0x44505347  # "DPSG": the noise's stream beside the round's minibatch stream
 EPSILON_METRIC = "dp-sgd-epsilon"  # a client's ε(δ) in its fit metrics; the round row's `dp_sgd_epsilon` is their max
@@ -56,7 +61,7 @@ class PrivacyBudgetSpent(RuntimeError):
     """A client's DP-SGD ε would pass dp-target-epsilon in this round: it releases nothing."""
 
 
-UNPRIVATE_METRICS = ("loss", "first-loss")  # training losses of the records themselves, without noise: not sent
+UNPRIVATE_METRICS = TRAINING_LOSSES  # training losses of the records themselves, without noise: not sent
 
 
 def per_record_gradients(model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor):
@@ -171,7 +176,7 @@ class DpSgd:
     def fit_metrics(self, metrics: dict) -> dict:
         """The fit metrics a private client sends: its ε(δ) now and should one more round draw it, and not the
         training losses of its records."""
-        kept = {k: v for k, v in metrics.items() if k not in UNPRIVATE_METRICS}
+        kept = without_losses(metrics)
         return {**kept, EPSILON_METRIC: self.epsilon(), NEXT_EPSILON_METRIC: self.epsilon(more_rounds=1)}
 
 
@@ -189,6 +194,27 @@ def for_client(node, server_round: int) -> DpSgd | None:
     sampler = Sampler.of_run(node.cfg)
     return DpSgd(settings.noise, settings.clip, batch, n, settings.delta, sampler, node.partition_id, server_round,
                  target_epsilon=settings.target_epsilon, noise_source=settings.noise_source)  # fmt: skip
+
+
+class SampleLevelStage(ClientStage):
+    """DP-SGD on the client's side of a round (module docstring): the round's private oracle, the target's refusal,
+    the reply's ε instead of its training losses. The batched engine trains its clients one at a time."""
+
+    trains_alone = "dp-sgd clips per-record gradients one client at a time"
+
+    @classmethod
+    def of_run(cls, cfg) -> SampleLevelStage | None:
+        """The stage of a resolved run config, or None with dp-sgd=false."""
+        return cls() if SampleLevelPrivacy.from_values(cfg).enabled else None
+
+    def prepare(self, node, ctx) -> DpSgd | None:
+        return for_client(node, ctx.round)
+
+    def before_release(self, fit) -> None:
+        fit.private.check_budget()  # past dp-target-epsilon: nothing released, no state moved
+
+    def metrics(self, metrics, fit):
+        return fit.private.fit_metrics(metrics)
 
 
 _COUNTED: dict[tuple[Sampler, int], tuple[int, int]] = {}  # (sampler, partition) → (round, rounds drawn so far)

@@ -4,7 +4,8 @@ noise of std σ·C. The client's own persistent state is computed before this an
 not clipped.
 
 The fit config carries the round's C (`CLIP_KEY`, which adaptive clipping moves) and the cohort size the noise
-shares are sized to (`COHORT_KEY`).
+shares are sized to (`COHORT_KEY`). `ClientLevelRelease` is the client stage (fedsuite/stages/client.py) that
+releases every upload this way, without the training losses and with an example count of 1.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from fedsuite.declared import BUFFERS
+from fedsuite.privacy.checks import count_noise
 from fedsuite.privacy.noise import SECURE, numpy_stream
+from fedsuite.stages.client import ClientStage, without_losses
 
 CLIP_KEY = "dp-clip-now"  # the round's clip C_t, set by the server
 COHORT_KEY = "dp-cohort"  # the number of clients sampled this round (the noise shares are sized to it)
@@ -88,3 +92,37 @@ def client_release(
         if adaptive:
             metrics[BELOW_CLIP] += float(generator.normal(0.0, count_noise * share))
     return released, metrics
+
+
+class ClientLevelRelease(ClientStage):
+    """Client-level DP on the client's side of a round (docs/privacy.md): only the clipped (with dp='clients', noised)
+    upload leaves, with adaptive clipping's bit; no training loss (the noise covers the arrays only) and an example
+    count of 1 (no data size)."""
+
+    config_keys = frozenset({CLIP_KEY, COHORT_KEY})
+
+    def __init__(self, privacy, seed: int, count_noise: float):
+        """`privacy`: the run's fedsuite.config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping."""
+        self.privacy, self.seed, self.count_noise = privacy, seed, count_noise
+
+    @classmethod
+    def of_run(cls, cfg) -> ClientLevelRelease | None:
+        """The stage of a resolved run config (fedsuite.config.Config), or None with dp='off'."""
+        return cls(cfg.privacy, cfg.seed, count_noise(cfg)) if cfg.privacy.on else None
+
+    def release(self, uplink, fit, node):
+        """The upload as `client_release` makes it, with the round's C and cohort from the fit config and the node's
+        noise stream; the model's buffers are refused, as they would leave without clip or noise."""
+        if BUFFERS.name in uplink:
+            raise ValueError(f"dp={self.privacy.mode!r}: the model's buffers (BatchNorm statistics) would be uploaded "
+                             "without clip or noise; set buffers='local'")  # fmt: skip
+        generator = noise_generator(self.seed, fit.ctx.round, node.partition_id, getattr(node, "noise_secret", 0),
+                                    self.privacy.noise_source)  # fmt: skip
+        return client_release(uplink, self.privacy, float(fit.config[CLIP_KEY]), int(fit.config[COHORT_KEY]),
+                              self.count_noise, generator)  # fmt: skip
+
+    def metrics(self, metrics, fit):
+        return without_losses(metrics)
+
+    def num_examples(self, n: int) -> int:
+        return 1
