@@ -23,6 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fedsuite.import_paths import parse_import_path
+from fedsuite.settings import value_of
+
 # Final statuses, with the exit code simulation.run gives each (interrupted: 128 + the signal's number).
 STATUSES = {"completed": 0, "budget-spent": 0, "pruned": 0, "failed": 1, "diverged": 3, "interrupted": 130}
 # Runs that ended as their config asked: every round, or as many as dp-target-epsilon allowed (docs/privacy.md).
@@ -178,7 +181,7 @@ def npy_bytes(array) -> bytes:
 def noise_label(config: dict[str, Any]) -> str | None:
     """What a run's rows and summary say of its DP noise (docs/privacy.md, Secret noise), or None when no DP
     mechanism is on."""
-    if config.get("dp", "off") == "off" and not config.get("dp-sgd", False):
+    if value_of(config, "dp") == "off" and not value_of(config, "dp-sgd"):
         return None
     return SEEDED_NOISE if config.get("dp-noise-source") == "seeded" else SECRET_NOISE
 
@@ -186,7 +189,8 @@ def noise_label(config: dict[str, Any]) -> str | None:
 def default_run_name(algorithm: str, dataset: str) -> str:
     """<algorithm>-<dataset>-<date-time>-<random>: unique across processes started in the same second. An import
     path ('pkg.module:loader') contributes its last name only, so the folder name stays a plain word."""
-    dataset = dataset.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    path = parse_import_path(dataset)
+    dataset = dataset if path is None else path.name
     return f"{algorithm}-{dataset}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
@@ -372,8 +376,6 @@ class RunRecorder:
         """Append a round's row; `status` ends the run (default: `completed` after the last round). The row goes
         into rounds.jsonl and rounds.csv both or neither (a full disk: OutDirFull, the files as they were)."""
         row = {"elapsed_seconds": round(time.time() - self.started, 3), **row}
-        if self.noise is not None:
-            row["dp_noise"] = self.noise
         with self._writing("rounds.jsonl"):
             size = append_atomic(self.folder / "rounds.jsonl", strict_json(row) + "\n")
         try:

@@ -53,10 +53,12 @@ MIDROUND = {**LSQ, "clients-per-round": 2, "num-server-rounds": 4, "min-replies"
 # above the first round (app install and imports, ≈ 25 s), below the SuperLink's heartbeat expiry (≈ 55-60 s)
 TIMEOUT = {**MIDROUND, "num-server-rounds": 3, "round-timeout": 45.0}
 # SCAFFOLD through SecAgg+ with client-level DP whose noise shares each node draws with its own dp-noise-secret:
-# the server's rule gets only the cohort's noisy mean (docs/privacy-secagg.md); checkpoint-every=2 keeps the final model
+# the server's rule gets only the cohort's noisy mean (docs/privacy-secagg.md); checkpoint-every=2 keeps the final
+# model; the comparison with the in-process run needs noise both can draw again: dp-noise-source='seeded'
+# (docs/privacy.md)
 SECURE = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk", "client-mapping": "fixed", "secagg": True,
           "dp": "clients", "dp-noise": 0.5, "dp-clip": 1.0, "clients-per-round": 2, "num-server-rounds": 2,
-          "eval-every": 2, "checkpoint-every": 2, "seed": 3}  # fmt: skip
+          "eval-every": 2, "checkpoint-every": 2, "seed": 3, "dp-noise-source": "seeded"}  # fmt: skip
 NOISE_SECRETS = (90_210_573_311, 4_021_886_907)  # each node's own, unknown to the server (node config dp-noise-secret)
 
 
