@@ -12,7 +12,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedsuite.algorithm import Algorithm
+from fedsuite.privacy.settings import ClientPrivacy
 from fedsuite.schema import Key, float_list
+from fedsuite.settings import value_of
+from fedsuite.systems.deadline import Deadline
+from fedsuite.systems.work import LocalWork
 from fedsuite.tunable import LogRange, Search
 
 # The built-ins' hyper-parameters, by family; each entry below lists the ones it reads (_keys).
@@ -157,7 +161,7 @@ def _poisson_dp_server_duals(values: Mapping[str, Any]) -> str | None:
     """Client-level DP with Poisson sampling (docs/privacy.md) moves the model by noise alone in a round that drew
     nobody, which a per-client table of duals on the server has no row for."""
     if (
-        values.get("dp", "off") != "off"
+        ClientPrivacy.from_values(values).on
         and values.get("sampling") == "bernoulli"
         and values.get("dual-storage") == "server"
     ):
@@ -176,12 +180,12 @@ _SECAGG_STEPS = _secagg_needs(
 )
 _SECAGG_UNEQUAL_WORK = _secagg_needs(
     "local-work='uniform' or 'per-round'",
-    lambda v: v.get("local-work", "equal") != "equal",
+    lambda v: LocalWork.from_values(v).on,
     "the server weighs each Δ_i by its own step count K_i, which a sum cannot give; use local-work='equal'",
 )
 _SECAGG_PARTIAL_DEADLINE = _secagg_needs(
     "round-deadline > 0 and deadline-policy='partial'",
-    lambda v: v.get("round-deadline", 0) > 0 and v.get("deadline-policy", "partial") == "partial",
+    lambda v: (deadline := Deadline.from_values(v)).on and deadline.policy == "partial",
     "a straggler takes the steps that fit, and the server weighs each Δ_i by its own step count K_i, which a sum "
     "cannot give; use deadline-policy='drop' (docs/running/systems.md)",
 )
@@ -205,7 +209,7 @@ _MIME_SVRG = _full_gradient_in_mean_scale("algorithm='mimesvrg'", lambda v: True
 
 def _mime_svrg_reference_point(values: Mapping[str, Any]) -> str | None:
     """MimeSVRG's correction g(x) − g(x^t) + c needs its steps to start where the query took the full gradients."""
-    if values.get("relaxed-init", 0.0) > 0:
+    if value_of(values, "relaxed-init") > 0:
         return ("relaxed-init > 0 with algorithm='mimesvrg': its correction g(x) − g(x^t) + c takes the full gradients "
                 "at the server's x^t, not at a relaxed start; set relaxed-init=0")  # fmt: skip
     return None

@@ -16,14 +16,16 @@ import argparse
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from functools import cache
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, get_type_hints
+from typing import Any
 
+from fedsuite.import_paths import is_import_path
 from fedsuite.presets import apply_preset, preset_error
-from fedsuite.pruning import parse_marks
+from fedsuite.privacy.secagg import SecAggSettings
+from fedsuite.privacy.settings import ClientPrivacy, SampleLevelPrivacy
+from fedsuite.pruning import PruneSettings, parse_marks
 from fedsuite.registry import ALGORITHMS as ALGORITHMS_REGISTRY
 from fedsuite.registry import BUILT_IN_SCHEMA, active_schema, algorithm_errors
 from fedsuite.results import run_name_problem
@@ -40,43 +42,19 @@ from fedsuite.schema import (
     Scalar,
     float_list,
     int_list,
-    is_import_path,
     parse_pairs,
     similar_keys,
 )
+from fedsuite.settings import Settings, setting, value_of
 from fedsuite.systems.checks import system_errors
+from fedsuite.systems.model import SystemModel
 
 SCHEMA = BUILT_IN_SCHEMA  # the built-ins' schema (fedsuite/registry.py); a run resolves against active_schema()
 ALGORITHMS = ALGORITHMS_REGISTRY.built_in  # the built-in algorithm names, in the registry's order
 
 
 # --- typed settings: the groups of keys the code reads together, built once per Config ---------------------------
-
-
-def _key(name: str, parse: Callable[[Any], Any] | None = None) -> Any:
-    """A settings field holding run-config key `name`, converted by `parse` (default: the field's own type)."""
-    return field(metadata={"key": name, "parse": parse})
-
-
-class Settings:
-    """Base of the typed settings objects: frozen dataclasses whose fields name their run-config key."""
-
-    @classmethod
-    def keys(cls) -> dict[str, str]:
-        """Field name → the run-config key it holds."""
-        return {f.name: f.metadata["key"] for f in fields(cls)}
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Scalar]) -> Self:
-        """The settings read from validated run-config values (a Config or resolve's dict)."""
-        return cls(**{name: parse(values[key]) for name, key, parse in _readers(cls)})
-
-
-@cache
-def _readers(cls: type[Settings]) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
-    """(field name, run-config key, converter) of each field of `cls`."""
-    types = get_type_hints(cls)
-    return tuple((f.name, f.metadata["key"], f.metadata["parse"] or types[f.name]) for f in fields(cls))
+# (fedsuite/settings.py says how a group reads its keys and their schema defaults)
 
 
 @dataclass(frozen=True)
@@ -97,18 +75,18 @@ class DataSource(Settings):
     num_classes (num-classes): server-data=false: number of classes (1 = regression); 0 when unset.
     """
 
-    name: str = _key("dataset")
-    data_dir: str = _key("data-dir")
-    download: bool = _key("download")
-    label_transform: str = _key("label-transform")
-    colour_perturbation: bool = _key("colour-perturbation")
-    image_size: int = _key("image-size")
-    label_column: str = _key("label-column")
-    feature_column: str = _key("feature-column")
-    partition_column: str = _key("partition-column")
-    on_server: bool = _key("server-data")
-    input_shape: tuple[int, ...] = _key("input-shape", parse=int_list)
-    num_classes: int = _key("num-classes")
+    name: str = setting("dataset")
+    data_dir: str = setting("data-dir")
+    download: bool = setting("download")
+    label_transform: str = setting("label-transform")
+    colour_perturbation: bool = setting("colour-perturbation")
+    image_size: int = setting("image-size")
+    label_column: str = setting("label-column")
+    feature_column: str = setting("feature-column")
+    partition_column: str = setting("partition-column")
+    on_server: bool = setting("server-data")
+    input_shape: tuple[int, ...] = setting("input-shape", parse=int_list)
+    num_classes: int = setting("num-classes")
 
 
 @dataclass(frozen=True)
@@ -126,15 +104,15 @@ class SyntheticData(Settings):
     lowrank_rank (lowrank-rank): synthetic-lowrank: rank r of the ground truth.
     """
 
-    num_clients: int = _key("num-clients")
-    samples: int = _key("synthetic-samples")
-    dim: int = _key("synthetic-dim")
-    heterogeneity: float = _key("synthetic-heterogeneity")
-    noise: float = _key("synthetic-noise")
-    weight_decay: float = _key("weight-decay")
-    seed: int = _key("seed")
-    lowrank_size: int = _key("lowrank-size")
-    lowrank_rank: int = _key("lowrank-rank")
+    num_clients: int = setting("num-clients")
+    samples: int = setting("synthetic-samples")
+    dim: int = setting("synthetic-dim")
+    heterogeneity: float = setting("synthetic-heterogeneity")
+    noise: float = setting("synthetic-noise")
+    weight_decay: float = setting("weight-decay")
+    seed: int = setting("seed")
+    lowrank_size: int = setting("lowrank-size")
+    lowrank_rank: int = setting("lowrank-rank")
 
 
 @dataclass(frozen=True)
@@ -150,12 +128,12 @@ class Partitioning(Settings):
     mixture (partition-mixture): c of the c % mixture partition.
     """
 
-    scheme: str = _key("partition")
-    num_clients: int = _key("num-clients")
-    seed: int = _key("seed")
-    alpha: float = _key("partition-alpha")
-    balanced: bool = _key("partition-balanced")
-    mixture: float = _key("partition-mixture")
+    scheme: str = setting("partition")
+    num_clients: int = setting("num-clients")
+    seed: int = setting("seed")
+    alpha: float = setting("partition-alpha")
+    balanced: bool = setting("partition-balanced")
+    mixture: float = setting("partition-mixture")
 
 
 @dataclass(frozen=True)
@@ -169,11 +147,11 @@ class ClientSampling(Settings):
     seed (seed): run seed.
     """
 
-    mode: str = _key("sampling")
-    num_clients: int = _key("num-clients")
-    clients_per_round: int = _key("clients-per-round")
-    participation: float = _key("participation")
-    seed: int = _key("seed")
+    mode: str = setting("sampling")
+    num_clients: int = setting("num-clients")
+    clients_per_round: int = setting("clients-per-round")
+    participation: float = setting("participation")
+    seed: int = setting("seed")
 
 
 @dataclass(frozen=True)
@@ -201,44 +179,23 @@ class LocalLoop(Settings):
     channels_last (channels-last): 4-D inputs in NHWC memory order.
     """
 
-    epochs: int = _key("local-epochs")
-    steps: int = _key("local-steps")
-    work: str = _key("local-work")
-    steps_min: int = _key("local-steps-min")
-    batch_size: int = _key("batch-size")
-    lr: float = _key("lr")
-    lr_decay: float = _key("lr-decay")
-    weight_decay: float = _key("weight-decay")
-    clip_norm: float = _key("clip-norm")
-    clip_scope: str = _key("clip-scope")
-    relaxed_init: float = _key("relaxed-init")
-    local_batches: str = _key("local-batches")
-    blocks: int = _key("losac-blocks")
-    loss_reduction: str = _key("loss-reduction")
-    client_threads: int = _key("client-threads")
-    autocast: str = _key("autocast")
-    channels_last: bool = _key("channels-last")
-
-
-@dataclass(frozen=True)
-class SampleLevelPrivacy(Settings):
-    """Sample-level differential privacy: DP-SGD inside every client's local steps (fedsuite/privacy/dp_sgd.py,
-    docs/privacy-dp-sgd.md).
-
-    enabled (dp-sgd): every local step's gradient is private.
-    noise (dp-sgd-noise): σ_s, the noise multiplier on the sum of clipped per-record gradients.
-    clip (dp-sgd-clip): C_s, the L2 norm every per-record gradient is clipped to.
-    delta (dp-delta): δ of the ε(δ) each client reports.
-    target_epsilon (dp-target-epsilon): a client stops training in a round that would take its ε above it; 0 = none.
-    noise_source (dp-noise-source): 'secure' (secret noise) or 'seeded' (reproducible, not private).
-    """
-
-    enabled: bool = _key("dp-sgd")
-    noise: float = _key("dp-sgd-noise")
-    clip: float = _key("dp-sgd-clip")
-    delta: float = _key("dp-delta")
-    target_epsilon: float = _key("dp-target-epsilon")
-    noise_source: str = _key("dp-noise-source")
+    epochs: int = setting("local-epochs")
+    steps: int = setting("local-steps")
+    work: str = setting("local-work")
+    steps_min: int = setting("local-steps-min")
+    batch_size: int = setting("batch-size")
+    lr: float = setting("lr")
+    lr_decay: float = setting("lr-decay")
+    weight_decay: float = setting("weight-decay")
+    clip_norm: float = setting("clip-norm")
+    clip_scope: str = setting("clip-scope")
+    relaxed_init: float = setting("relaxed-init")
+    local_batches: str = setting("local-batches")
+    blocks: int = setting("losac-blocks")
+    loss_reduction: str = setting("loss-reduction")
+    client_threads: int = setting("client-threads")
+    autocast: str = setting("autocast")
+    channels_last: bool = setting("channels-last")
 
 
 @dataclass(frozen=True)
@@ -250,41 +207,9 @@ class Aggregation(Settings):
     agg_scale (agg-scale): 'mean' (η_g·mean_S Δ_i) or '1/N' (η_g·Σ_S Δ_i / N, docs/algorithms/losac.md).
     """
 
-    server_lr: float = _key("server-lr")
-    weighting: str = _key("weighting")
-    agg_scale: str = _key("agg-scale")
-
-
-@dataclass(frozen=True)
-class ClientPrivacy(Settings):
-    """Client-level differential privacy of what clients upload (docs/privacy.md; fedsuite/privacy).
-
-    mode (dp): 'off', 'server' (noise added by the server) or 'clients' (each client adds its share).
-    noise (dp-noise): σ, the noise multiplier.
-    clip (dp-clip): C, the joint L2 clip of a client's uploads (adaptive: the first round's C).
-    clip_mode (dp-clip-mode): 'fixed' or 'adaptive'.
-    quantile (dp-clip-quantile): adaptive clipping's target share of unclipped clients.
-    clip_lr (dp-clip-lr): adaptive clipping's η_C.
-    count_noise (dp-count-noise): adaptive clipping's σ_b (0: clients-per-round / 20).
-    delta (dp-delta): the δ of the reported (ε, δ).
-    target_epsilon (dp-target-epsilon): stop before a round that would exceed it; 0 = none.
-    noise_source (dp-noise-source): 'secure' (secret noise) or 'seeded' (reproducible, not private).
-    """
-
-    mode: str = _key("dp")
-    noise: float = _key("dp-noise")
-    clip: float = _key("dp-clip")
-    clip_mode: str = _key("dp-clip-mode")
-    quantile: float = _key("dp-clip-quantile")
-    clip_lr: float = _key("dp-clip-lr")
-    count_noise: float = _key("dp-count-noise")
-    delta: float = _key("dp-delta")
-    target_epsilon: float = _key("dp-target-epsilon")
-    noise_source: str = _key("dp-noise-source")
-
-    @property
-    def on(self) -> bool:
-        return self.mode != "off"
+    server_lr: float = setting("server-lr")
+    weighting: str = setting("weighting")
+    agg_scale: str = setting("agg-scale")
 
 
 @dataclass(frozen=True)
@@ -301,14 +226,14 @@ class Evaluation(Settings):
     target_metric (target-metric): the accuracy rounds-to-target reads, 'auto' resolved (see `target_column`).
     """
 
-    eval_every: int = _key("eval-every")
-    eval_batch_size: int = _key("eval-batch-size")
-    targets: tuple[float, ...] = _key("targets", parse=float_list)
-    mode: str = _key("evaluation")
-    eval_clients: int = _key("eval-clients")
-    local_test_fraction: float = _key("local-test-fraction")
-    validation_fraction: float = _key("validation-fraction")
-    target_metric: str = _key("target-metric")
+    eval_every: int = setting("eval-every")
+    eval_batch_size: int = setting("eval-batch-size")
+    targets: tuple[float, ...] = setting("targets", parse=float_list)
+    mode: str = setting("evaluation")
+    eval_clients: int = setting("eval-clients")
+    local_test_fraction: float = setting("local-test-fraction")
+    validation_fraction: float = setting("validation-fraction")
+    target_metric: str = setting("target-metric")
 
     @property
     def central(self) -> bool:
@@ -343,15 +268,15 @@ class RunControl(Settings):
     reuse_host_memory (reuse-host-memory): keep freed large host buffers in the process (fedsuite/host_memory.py).
     """
 
-    num_rounds: int = _key("num-server-rounds")
-    min_replies: float = _key("min-replies")
-    round_timeout: float = _key("round-timeout")
-    divergence_factor: float = _key("divergence-factor")
-    checkpoint_every: int = _key("checkpoint-every")
-    resume_from: str = _key("resume-from")
-    client_mapping: str = _key("client-mapping")
-    device: str = _key("device")
-    reuse_host_memory: bool = _key("reuse-host-memory")
+    num_rounds: int = setting("num-server-rounds")
+    min_replies: float = setting("min-replies")
+    round_timeout: float = setting("round-timeout")
+    divergence_factor: float = setting("divergence-factor")
+    checkpoint_every: int = setting("checkpoint-every")
+    resume_from: str = setting("resume-from")
+    client_mapping: str = setting("client-mapping")
+    device: str = setting("device")
+    reuse_host_memory: bool = setting("reuse-host-memory")
 
 
 @dataclass(frozen=True)
@@ -367,12 +292,12 @@ class Output(Settings):
     wandb_project (wandb-project): the W&B project.
     """
 
-    out_dir: str = _key("out-dir")
-    run_name: str = _key("run-name")
-    overwrite: bool = _key("overwrite")
-    tensorboard: bool = _key("tensorboard")
-    wandb_mode: str = _key("wandb-mode")
-    wandb_project: str = _key("wandb-project")
+    out_dir: str = setting("out-dir")
+    run_name: str = setting("run-name")
+    overwrite: bool = setting("overwrite")
+    tensorboard: bool = setting("tensorboard")
+    wandb_mode: str = setting("wandb-mode")
+    wandb_project: str = setting("wandb-project")
 
 
 @dataclass(frozen=True)
@@ -384,9 +309,23 @@ class ClientStateSettings(Settings):
     dir (client-state-dir): folder for on-disk state; '' = a per-run temp folder.
     """
 
-    mode: str = _key("client-state")
-    budget_mb: float = _key("client-state-budget-mb")
-    dir: str = _key("client-state-dir")
+    mode: str = setting("client-state")
+    budget_mb: float = setting("client-state-budget-mb")
+    dir: str = setting("client-state-dir")
+
+
+@dataclass(frozen=True)
+class Batching(Settings):
+    """Cohort batching: a round's clients trained as one computation (docs/running/batched.md; fedsuite/batched).
+
+    clients (batch-clients): train each round's clients with the same K_i, minibatch sizes and rule stacked.
+    messages (batch-messages): under flwr run, how many nodes a round's share messages go to.
+    cuda_graphs (cuda-graphs): on a CUDA device, record a group's step once as a CUDA graph and replay it.
+    """
+
+    clients: bool = setting("batch-clients")
+    messages: int = setting("batch-messages")
+    cuda_graphs: bool = setting("cuda-graphs")
 
 
 class Config(Mapping):
@@ -394,8 +333,10 @@ class Config(Mapping):
 
     `cfg["lr"]` reads one key; the typed settings objects group what the code reads together: `cfg.data`,
     `cfg.synthetic`, `cfg.partitioning`, `cfg.sampling`, `cfg.local`, `cfg.aggregation`, `cfg.privacy`,
-    `cfg.evaluation`, `cfg.run_control`, `cfg.output`, `cfg.client_state`; `cfg.algorithm`, `cfg.dataset`,
-    `cfg.preset`, `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is built once, here.
+    `cfg.evaluation`, `cfg.run_control`, `cfg.output`, `cfg.client_state`, `cfg.sample_privacy`, `cfg.secagg`,
+    `cfg.pruning`, `cfg.batching` and the system models `cfg.systems` (fedsuite/systems); `cfg.algorithm`,
+    `cfg.dataset`, `cfg.preset`, `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is
+    built once, here.
     """
 
     def __init__(self, values: Mapping[str, Scalar], explicit: frozenset[str] = frozenset()):
@@ -413,6 +354,11 @@ class Config(Mapping):
         self._run_control = RunControl.from_values(v)
         self._output = Output.from_values(v)
         self._client_state = ClientStateSettings.from_values(v)
+        self._sample_privacy = SampleLevelPrivacy.from_values(v)
+        self._secagg = SecAggSettings.from_values(v)
+        self._pruning = PruneSettings.from_values(v)
+        self._batching = Batching.from_values(v)
+        self._systems = SystemModel.from_run_config(v)
 
     def __getitem__(self, key: str) -> Scalar:
         return self._values[key]
@@ -471,6 +417,27 @@ class Config(Mapping):
         return self._client_state
 
     @property
+    def sample_privacy(self) -> SampleLevelPrivacy:
+        return self._sample_privacy
+
+    @property
+    def secagg(self) -> SecAggSettings:
+        return self._secagg
+
+    @property
+    def pruning(self) -> PruneSettings:
+        return self._pruning
+
+    @property
+    def batching(self) -> Batching:
+        return self._batching
+
+    @property
+    def systems(self) -> SystemModel:
+        """The system models (local work, drop-outs, deadline, availability) of this run."""
+        return self._systems
+
+    @property
     def algorithm(self) -> str:
         return str(self._values["algorithm"])
 
@@ -522,9 +489,9 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
     checked; raises ConfigError listing all problems."""
     run_config = dict(run_config or {})
     errors: list[str] = []
-    if (err := preset_error(run_config.get("preset", ""))) is not None:
+    if (err := preset_error(value_of(run_config, "preset"))) is not None:
         errors.append(err)
-    elif not run_config.get("preset-expanded", False):
+    elif not value_of(run_config, "preset-expanded"):
         run_config, _ = apply_preset(run_config)
     run_config = unpack_plugin_config(run_config, errors)
     values: dict[str, Scalar] = {}
@@ -551,7 +518,7 @@ _RESOLVED_SLOTS = 16
 _RESOLVED_LOCK = threading.Lock()
 
 
-def run_config_key(run_config: Mapping[str, Any]) -> tuple | None:
+def run_configsetting(run_config: Mapping[str, Any]) -> tuple | None:
     """What a resolved run config depends on: its keys, values and their types (1, 1.0 and True resolve
     differently) and the algorithms registered in this process (their keys and checks); None when a value cannot be
     a key (not hashable)."""
@@ -568,7 +535,7 @@ def resolve_cached(run_config: Mapping[str, Any] | None = None) -> Config:
     """`resolve(run_config)`, the same read-only Config again for an equal run config: a node resolves the run config
     of every message it gets, and it is the same for the whole run. A run config that fails is resolved (and
     refused) again each time."""
-    key = run_config_key(run_config or {})
+    key = run_configsetting(run_config or {})
     if key is None:
         return resolve(run_config)
     with _RESOLVED_LOCK:
@@ -587,7 +554,7 @@ def unpack_plugin_config(run_config: dict[str, Any], errors: list[str]) -> dict[
     """`run_config` with the pairs of `plugin-config` beside the other keys and `plugin-config` emptied (its keys
     now stand on their own, so a resolved config resolves again to itself). A pair that names a built-in key, or a
     key also given directly with another value, is an error."""
-    packed = run_config.get(PLUGIN_CONFIG, "")
+    packed = value_of(run_config, PLUGIN_CONFIG)
     if not isinstance(packed, str) or not packed.strip():
         return run_config
     try:
@@ -631,9 +598,9 @@ def _model_and_data_errors(v: dict[str, Scalar]) -> list[str]:
             errors.append(f"model-args={v['model-args']!r}: expected a TOML inline table such as '{{width=64}}' "
                           f"({err})")  # fmt: skip
     if v.get("partition") == "natural":
-        if not str(v.get("partition-column", "")).strip():
+        if not str(value_of(v, "partition-column")).strip():
             errors.append("partition='natural': give partition-column=<the column whose values are the clients>")
-        if str(v.get("dataset", "")).startswith("synthetic-"):
+        if str(value_of(v, "dataset")).startswith("synthetic-"):
             errors.append("partition='natural': the synthetic federations bring their own clients")
     return errors
 
@@ -655,7 +622,7 @@ def _evaluation_errors(v: dict[str, Scalar]) -> list[str]:
                               "positive comma-separated integers, such as '8' or '3,32,32'")  # fmt: skip
         if v.get("num-classes") == 0:
             errors.append("num-classes=0: server-data=false needs the number of classes (1 = regression)")
-        if str(v.get("dataset", "")).startswith("synthetic-"):
+        if str(value_of(v, "dataset")).startswith("synthetic-"):
             errors.append("server-data=false: the synthetic federations are generated on the server too")
     metric = v.get("target-metric")
     if metric in ("accuracy", "val-accuracy") and v.get("evaluation") == "federated":
@@ -666,12 +633,12 @@ def _evaluation_errors(v: dict[str, Scalar]) -> list[str]:
                       "accuracy, val-accuracy")  # fmt: skip
     if metric in ("val-accuracy", "fed-val-accuracy") and v.get("validation-fraction") == 0.0:
         errors.append(f"target-metric={metric!r} needs a validation split: set validation-fraction > 0")
-    if str(v.get("prune-at", "")).strip():
+    if str(value_of(v, "prune-at")).strip():
         try:
             parse_marks(str(v["prune-at"]))
         except ValueError as err:
             errors.append(f"prune-at={v['prune-at']!r}: {err}; write 'round:value' pairs such as '20:0.5,40:0.6'")
-        score = str(v.get("prune-score", "val_accuracy"))
+        score = str(value_of(v, "prune-score"))
         if v.get("validation-fraction") == 0.0:
             errors.append(f"prune-at needs a validation split (prune-score={score!r}): set validation-fraction > 0")
         federated = score.startswith("fed_")
@@ -726,7 +693,7 @@ def _cross_checks(v: dict[str, Scalar]) -> list[str]:
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:
-        targets = [float(t) for t in str(v.get("targets", "")).split(",") if t.strip()]
+        targets = [float(t) for t in str(value_of(v, "targets")).split(",") if t.strip()]
         if any(not 0.0 <= t <= 1.0 for t in targets):
             errors.append(f"targets={v['targets']!r}: each target must be an accuracy in [0, 1]")
     except ValueError:

@@ -19,6 +19,7 @@ from fedsuite.config import SCHEMA
 from fedsuite.dlg import pseudo_gradient
 from fedsuite.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
+from fedsuite.settings import value_of
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def capture(name: str, run_config: Mapping, attack_round: int, partition: int) -
     if reply is None:
         raise RuntimeError(f"{name}: client {partition} sent no valid reply in round {attack_round}")
     # A sum-reduced loss (loss-reduction=sum, the LoSAC paper's) scales each step's gradient by the batch size.
-    scale = reply.num_examples if cfg.get("loss-reduction", "mean") == "sum" else 1
+    scale = reply.num_examples if value_of(cfg, "loss-reduction") == "sum" else 1
     if msg.source == "query":
         if seen.query is None:
             raise RuntimeError(f"{name}: no phase-A gradient of client {partition} in round {attack_round}")

@@ -6,7 +6,6 @@ one vector `grad`), so algorithm state, corrections and updates are single flat-
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import threading
@@ -17,6 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from fedsuite.import_paths import ImportPathError, is_import_path, load_import_path
 
 
 def _cnn(in_ch: int, hw: tuple[int, int], classes: int) -> nn.Module:
@@ -117,16 +118,13 @@ def default_model(input_shape: tuple[int, ...]) -> str:
 def factory(name: str) -> Callable[..., nn.Module]:
     """The callable `name` stands for: a built-in short name or 'package.module:callable'."""
     path = BUILTIN_MODELS.get(name, name)
-    if ":" not in path:
+    if not is_import_path(path):
         allowed = ", ".join(BUILTIN_MODELS)
         raise ModelError(f"model={name!r}: allowed values are {allowed}, or 'package.module:factory'")
-    module_name, _, attr = path.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except Exception as err:  # ImportError, AttributeError, or whatever the module raises while importing
-        raise ModelError(f"model={name!r}: cannot import it ({type(err).__name__}: {err})") from err
+        target = load_import_path("model", path)
+    except ImportPathError as err:
+        raise ModelError(f"model={name!r}: {err.problem}") from err
     if not callable(target):
         raise ModelError(f"model={name!r}: {type(target).__name__} is not callable; name a function or class")
     return target

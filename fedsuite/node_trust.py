@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 
 from fedsuite.config import Config
+from fedsuite.import_paths import parse_import_path
 from fedsuite.models import BUILTIN_MODELS
-from fedsuite.schema import is_import_path
 
 ALLOWED_MODULES_KEY = "allowed-modules"
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -61,10 +61,10 @@ def refusal(cfg: Config, node_config: Mapping) -> str | None:
     named = []
     for key in IMPORT_PATH_KEYS:
         value = str(cfg[key])
-        if value in BUILTIN_MODELS.values() or not is_import_path(value):  # a built-in, by short name or path
+        path = parse_import_path(value)
+        if value in BUILTIN_MODELS.values() or path is None:  # a built-in, by short name or path
             continue
-        module, _, attribute = value.partition(":")
-        if not admits(module, allowed) or "." in attribute:
+        if not admits(path.module, allowed) or "." in path.attribute:
             named.append(f"{key}={value!r}")
     if not named:
         return None

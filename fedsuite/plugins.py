@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from fedsuite.algorithm import Algorithm
+from fedsuite.import_paths import ImportPathError, load_import_path, one_line, parse_import_path
 from fedsuite.schema import COMMON_KEYS, default_refusal
 
 GROUP = "fedsuite.algorithms"
@@ -56,10 +57,6 @@ def _describe(entry_point: importlib.metadata.EntryPoint) -> str:
     dist = getattr(entry_point, "dist", None)
     package = f" (package {dist.name})" if dist is not None else ""
     return f"entry point {entry_point.name} = {entry_point.value}{package}"
-
-
-def _one_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}".splitlines()[0][:300]
 
 
 class AlgorithmRegistry(Mapping[str, "Algorithm"]):
@@ -122,10 +119,10 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
         if present is not None and present != algorithm:
             return f"plug-in algorithm {name!r} refused: another algorithm of that name is registered"
         for what, path in (("strategy", algorithm.strategy), ("client", algorithm.client)):
-            module, sep, cls = str(path).partition(":")
-            if not (isinstance(path, str) and sep and module and cls):
+            parsed = parse_import_path(path)
+            if parsed is None:
                 return f"plug-in algorithm {name!r} refused: {what}={path!r}, expected 'module:Class'"
-            if module.partition(".")[0] in ("clients", "strategies"):  # the checkout's folder, not the package
+            if parsed.module.partition(".")[0] in ("clients", "strategies"):  # the checkout's folder, not the package
                 return (f"plug-in algorithm {name!r} refused: {what}={path!r} names a built-in half by its folder; "
                         f"write 'fedsuite.{path}' (docs/developer/add-an-algorithm.md)")  # fmt: skip
         built_in = {k.name: k for k in COMMON_KEYS}
@@ -156,7 +153,7 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
         try:
             entry_points = list(self._discover())
         except Exception as err:  # a broken installation must not take the built-ins down
-            log.warning("fedsuite: plug-in algorithms not loaded: listing entry points failed (%s)", _one_line(err))
+            log.warning("fedsuite: plug-in algorithms not loaded: listing entry points failed (%s)", one_line(err))
             return
         for entry_point in entry_points:
             where = _describe(entry_point)
@@ -164,7 +161,7 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
                 found = entry_point.load()
                 found = found() if callable(found) else found
             except Exception as err:
-                log.warning("fedsuite: plug-in %s failed to load (%s); it is left out", where, _one_line(err))
+                log.warning("fedsuite: plug-in %s failed to load (%s); it is left out", where, one_line(err))
                 continue
             for algorithm in found if isinstance(found, list | tuple) else (found,):
                 problem = self.refusal(algorithm)
@@ -187,11 +184,10 @@ def class_refusal(algorithm: Algorithm) -> str | None:
     halves = (("strategy", algorithm.strategy, algorithm.strategy_args, ServerRule),
               ("client", algorithm.client, algorithm.client_args, ClientRule))  # fmt: skip
     for what, path, args, base in halves:
-        module, _, attr = path.partition(":")
         try:
-            found = getattr(importlib.import_module(module), attr)
-        except Exception as err:
-            return f"plug-in algorithm {name!r} refused: {what}={path!r} cannot be imported ({_one_line(err)})"
+            found = load_import_path(what, path, shape="'module:Class'")
+        except ImportPathError as err:
+            return f"plug-in algorithm {name!r} refused: {what}={path!r} cannot be imported ({err.reason})"
         if not isinstance(found, type) or not issubclass(found, base):
             kind = f"the class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"
             return (f"plug-in algorithm {name!r} refused: {what}={path!r} is {kind}, expected a subclass of "

@@ -27,6 +27,7 @@ from typing import Any
 from fedsuite.registry import BUILT_IN_SCHEMA as SCHEMA
 from fedsuite.registry import active_schema
 from fedsuite.schema import ConfigError, Scalar
+from fedsuite.settings import value_of
 
 
 @dataclass(frozen=True)
@@ -396,13 +397,13 @@ def apply_preset(run_config: Mapping[str, Any], explicit: set[str] | None = None
     explicit value that equals the default cannot override a preset. No preset, or an unknown one (resolve
     reports it): `run_config` unchanged."""
     values = dict(run_config)
-    name = values.get("preset", "")
+    name = value_of(values, "preset")
     if not name or preset_error(name):
         return values, {}
     if explicit is None:
         explicit = {k for k, v in values.items() if k in SCHEMA and k != "preset" and v != SCHEMA[k].default}
     preset = PRESETS[name]
-    algorithm = values["algorithm"] if "algorithm" in explicit else preset.values.get("algorithm", "fedavg")
+    algorithm = values["algorithm"] if "algorithm" in explicit else value_of(preset.values, "algorithm")
     taken = {k: v for k, v in preset.values_for(str(algorithm)).items() if k not in explicit}
     return {**values, **taken}, taken
 
@@ -411,7 +412,7 @@ def expand(overrides: Mapping) -> tuple[dict, dict]:
     """(the overrides to launch with, the keys that came from the preset). The user's keys win over the preset
     even where they equal the default; no preset: the overrides unchanged."""
     overrides = dict(overrides)
-    name = overrides.get("preset", "")
+    name = value_of(overrides, "preset")
     if not name:
         return overrides, {}
     if (err := preset_error(name)) is not None:

@@ -11,8 +11,9 @@ ordinary run folder that stopped early, whatever engine ran it, and the same mar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from fedsuite.schema import PRUNE_SCORES
+from fedsuite.settings import Settings, setting
 from fedsuite.stages.server import ServerStage
 
 PRUNED = "pruned"  # the run's status when a prune-at mark stopped it
@@ -46,6 +47,23 @@ def higher_is_better(score: str) -> bool:
     return "accuracy" in score
 
 
+def sorted_marks(text: str) -> tuple[tuple[int, float], ...]:
+    """`parse_marks(text)` as (round, value) pairs in round order (a frozen settings field)."""
+    return tuple(sorted(parse_marks(str(text)).items()))
+
+
+@dataclass(frozen=True)
+class PruneSettings(Settings):
+    """The pruning keys, typed settings (fedsuite/settings.py); without the keys, no marks.
+
+    marks (prune-at): the (round, value) marks in round order; () = never pruned.
+    score (prune-score): the validation column the marks are compared with.
+    """
+
+    marks: tuple[tuple[int, float], ...] = setting("prune-at", parse=sorted_marks)
+    score: str = setting("prune-score")
+
+
 class Pruning(ServerStage):
     """The marks of one run and the check at the end of each round (a round stage: fedsuite/stages/server.py)."""
 
@@ -54,9 +72,12 @@ class Pruning(ServerStage):
 
     @classmethod
     def from_run_config(cls, run_config: Mapping) -> Pruning:
-        return cls(
-            parse_marks(str(run_config.get("prune-at", ""))), str(run_config.get("prune-score", PRUNE_SCORES[0]))
-        )
+        """The stage of a run config; one without the keys has no marks. ValueError for marks that do not parse."""
+        return cls.from_settings(PruneSettings.from_values(run_config))
+
+    @classmethod
+    def from_settings(cls, settings: PruneSettings) -> Pruning:
+        return cls(dict(settings.marks), settings.score)
 
     def check(self, server_round: int, metrics: Mapping) -> tuple[str, str] | None:
         """(`pruned`, reason) when this round has a mark and the run's score is worse; else None."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from fedsuite.algorithm import Algorithm
 from fedsuite.builtin_algorithms import BUILT_IN, KEYS
+from fedsuite.import_paths import load_import_path
 from fedsuite.plugins import AlgorithmRegistry
 from fedsuite.privacy.checks import budget_errors, privacy_errors
 from fedsuite.privacy.dp_sgd_checks import config_errors as dp_sgd_errors
@@ -84,15 +85,14 @@ def register(algorithm: Algorithm) -> Algorithm:
 _BUILT_IN_HALVES = {"fedsuite.strategies": "strategies", "fedsuite.clients": "clients"}
 
 
-def load_class(path: str):
+def load_class(path: str, what: str = "class"):
     """The class a registry entry names as "module:Class". Built-in halves have one spelling,
     "fedsuite.strategies.<module>:<Class>" and "fedsuite.clients.<module>:<Class>": installed fedsuite (a wheel, or the
     checkout installed editable) holds them there. A Flower app bundle run where fedsuite is not installed carries
     them as its own top-level folders strategies/ and clients/ (Flower puts the bundle's folder on sys.path), so only
     where fedsuite.strategies (fedsuite.clients) cannot be found is the same module imported from strategies
-    (clients)."""
-    module, cls = path.split(":")
-    return getattr(importlib.import_module(_importable(module)), cls)
+    (clients). `what` ('strategy', 'client') names the half in the error."""
+    return load_import_path(what, path, shape="'module:Class'", module_name=_importable)
 
 
 def _importable(module: str) -> str:
@@ -109,9 +109,9 @@ def _kwargs(cfg: Mapping[str, Any], args: dict[str, str]) -> dict:
 def build_rule(cfg: Mapping[str, Any], settings):
     """The algorithm's server rule (strategies/) with its hyper-parameters from `cfg`."""
     algo = ALGORITHMS[cfg["algorithm"]]
-    return load_class(algo.strategy)(settings, **_kwargs(cfg, algo.strategy_args))
+    return load_class(algo.strategy, "strategy")(settings, **_kwargs(cfg, algo.strategy_args))
 
 
 def build_client(cfg: Mapping[str, Any], node):
     algo = ALGORITHMS[cfg["algorithm"]]
-    return load_class(algo.client)(node, **_kwargs(cfg, algo.client_args))
+    return load_class(algo.client, "client")(node, **_kwargs(cfg, algo.client_args))

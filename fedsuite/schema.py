@@ -373,6 +373,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("secagg-quantization", 4194304, "SecAgg+: integer levels over [−r, r] (2**22); the masks live modulo 2**32, "
         "so clients-per-round × this must stay below 2**32", low=2, tunable=False, app=APP_SECAGG),
 )  # fmt: skip
+# The common keys by name: where a typed settings group (fedsuite/settings.py) reads a default.
+COMMON_SCHEMA: dict[str, Key] = {key.name: key for key in COMMON_KEYS}
 
 
 def float_list(text: str) -> tuple[float, ...]:
@@ -423,12 +425,6 @@ def parse_pairs(text: str) -> dict[str, Scalar]:
         while position < len(text) and text[position].isspace():
             position += 1
     return pairs
-
-
-def is_import_path(name: str) -> bool:
-    """'package.module:callable' (a user model or data loader)."""
-    module, sep, attr = name.partition(":")
-    return bool(sep and module and attr and " " not in name)
 
 
 def _allowed(key: Key) -> str:

@@ -12,18 +12,18 @@ BUFFERS = "the model has buffers (BatchNorm statistics), which a forward pass up
 
 def say_unbatched(cfg, where: str) -> None:
     """One warning line when batch-clients=true is set where no engine batches (`where` says why)."""
-    if cfg["batch-clients"]:
+    if cfg.batching.clients:
         log.warning("fedsuite │ batch-clients=true is ignored: %s; clients train one at a time "
                     "(docs/running/batched.md)", where)  # fmt: skip
 
 
 def why_not_shared(cfg, has_buffers: bool) -> str | None:
     """Why a run's rounds under `flwr run` go out one message per client although batch-clients=true, or None."""
-    if cfg["secagg"]:
+    if cfg.secagg.on:
         return "secagg=true sends each client's upload into the secure sum on its own"
     if cfg.run_control.client_mapping != "logical":
         return "client-mapping='fixed' keeps each client on its own node"
-    if cfg["dp-sgd"]:
+    if cfg.sample_privacy.enabled:
         return "dp-sgd clips per-record gradients one client at a time"
     if has_buffers:
         return BUFFERS

@@ -29,7 +29,8 @@ from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
 from fedsuite.data.table import load_table
 from fedsuite.data.tabular import Tabular
-from fedsuite.schema import DATA_FORMATS, is_import_path
+from fedsuite.import_paths import is_import_path
+from fedsuite.schema import DATA_FORMATS
 
 Dataset = Images | Tabular | SyntheticFederation | OwnDataset
 

@@ -20,7 +20,6 @@ Features are used as given (no normalisation: a loader normalises its own), in f
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 
 from fedsuite.data.datasets import Split
+from fedsuite.import_paths import ImportPathError, load_import_path
 
 TASKS = ("classification", "regression")
 
@@ -95,13 +95,10 @@ def load_from_loader(path: str, data_dir: str, seed: int) -> OwnDataset:
 
 
 def _import(path: str):
-    module_name, _, attr = path.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except Exception as err:
-        raise DataError(f"dataset={path!r}: cannot import it ({type(err).__name__}: {err})") from err
+        target = load_import_path("dataset", path, shape="'package.module:loader'")
+    except ImportPathError as err:
+        raise DataError(str(err)) from err
     if not callable(target):
         raise DataError(f"dataset={path!r}: {type(target).__name__} is not callable; name a function")
     return target

@@ -8,6 +8,7 @@ from functools import cache
 from typing import Any
 
 from fedsuite.privacy import accountant
+from fedsuite.privacy.settings import ClientPrivacy, SampleLevelPrivacy
 
 
 def expected_cohort(values: Mapping[str, Any]) -> float:
@@ -33,8 +34,9 @@ def one_round_epsilon(sigma: float, sample: float, population: int, delta: float
 def budget_errors(values: Mapping[str, Any]) -> list[str]:
     """A target ε with no mechanism that spends a budget (dp='off' and dp-sgd=false): refused, as nothing would
     enforce it. The mechanisms that do spend one check the target themselves (below, and DP-SGD's clients)."""
-    target = float(values.get("dp-target-epsilon", 0.0) or 0.0)
-    if target > 0 and values.get("dp", "off") == "off" and values.get("dp-sgd") is not True:
+    client = ClientPrivacy.from_values(values)
+    target = client.target_epsilon
+    if target > 0 and not client.on and not SampleLevelPrivacy.from_values(values).enabled:
         return [f"dp-target-epsilon={target:g}: no mechanism spends a privacy budget (dp='off', dp-sgd=false); set "
                 "dp='server' or 'clients' (client-level DP) or dp-sgd=true (DP-SGD), or leave dp-target-epsilon at "
                 "0"]  # fmt: skip
@@ -45,7 +47,7 @@ def privacy_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     """The problems of `values` (validated run-config values) under dp != 'off'; `refusal`: why the chosen algorithm
     cannot run under client-level DP ('' = it can)."""
     v = values
-    if v.get("dp", "off") == "off":
+    if not ClientPrivacy.from_values(v).on:
         return []
     mode = f"dp={v['dp']!r}"
     errors = []

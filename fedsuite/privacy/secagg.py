@@ -22,24 +22,29 @@ from typing import Any
 
 import numpy as np
 
+from fedsuite.settings import Settings, setting
+
 MAX_WEIGHT = 1.0  # every client reports one example (weighting='uniform'): w_i = 1, no scaling before quantisation
 MODULUS = 2**32  # Flower's default modulus range: the masks and the integer sum live modulo this
 _ROUNDING = 0x5EC0A66  # separates the rounding draws' seed from every other stream of the run seed
 
 
 @dataclass(frozen=True)
-class SecAggSettings:
-    on: bool = False
-    shares: int = 0  # 0: the whole cohort
-    threshold: int = 0  # 0: two thirds of the shares, at least 2
-    clip_range: float = 8.0
-    quantization: int = 2**22
+class SecAggSettings(Settings):
+    """Secure aggregation's keys, typed settings (fedsuite/settings.py); without the keys, off.
 
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> SecAggSettings:
-        return cls(bool(values.get("secagg", False)), int(values.get("secagg-shares", 0)),
-                   int(values.get("secagg-threshold", 0)), float(values.get("secagg-clip-range", 8.0)),
-                   int(values.get("secagg-quantization", 2**22)))  # fmt: skip
+    on (secagg): the cohort's uploads are summed with SecAgg+.
+    shares (secagg-shares): the neighbours each client's secrets are shared among; 0 = the whole cohort.
+    threshold (secagg-threshold): the shares that reconstruct a secret; 0 = two thirds of the shares, at least 2.
+    clip_range (secagg-clip-range): r, every uploaded value is clipped to [−r, r].
+    quantization (secagg-quantization): T, the integer levels over [−r, r].
+    """
+
+    on: bool = setting("secagg")
+    shares: int = setting("secagg-shares")
+    threshold: int = setting("secagg-threshold")
+    clip_range: float = setting("secagg-clip-range")
+    quantization: int = setting("secagg-quantization")
 
     @property
     def step(self) -> float:
@@ -70,7 +75,7 @@ def secagg_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     """The problems of `values` (validated run-config values) under secagg=true; `refusal`: why the chosen algorithm
     cannot aggregate from sums ('' = it can)."""
     v = values
-    if not v.get("secagg", False):
+    if not SecAggSettings.from_values(v).on:
         return []
     errors = []
     if refusal:

@@ -21,6 +21,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from fedsuite.declared import BUFFERS
 from fedsuite.payload import ARRAYS_KEY, PayloadError, unpack
 from fedsuite.privacy.secagg import SecAggSettings, rounding_seed
+from fedsuite.settings import value_of
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -31,7 +32,7 @@ class SecureUploadRefused(RuntimeError):
 
 def is_secure(run_config: Mapping) -> bool:
     """Whether the run aggregates with SecAgg+ (run-config key secagg)."""
-    return bool(run_config.get("secagg", False))
+    return bool(value_of(run_config, "secagg"))  # the raw run config: only this key is read
 
 
 def secagg_mod(msg: Message, context: Context, call_next) -> Message:

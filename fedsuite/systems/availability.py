@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
+
+from fedsuite.settings import Settings, setting
 
 MODES = ("always", "markov", "cycle")
 _STREAM = 0x41564149  # "AVAI"
@@ -27,24 +31,31 @@ _LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
-class Availability:
-    mode: str
-    num_clients: int
-    p_off: float = 0.2
-    p_on: float = 0.5
-    period: int = 10
-    fraction: float = 0.5
-    seed: int = 0
+class Availability(Settings):
+    """Client availability, typed settings (fedsuite/settings.py).
+
+    mode (availability): 'always', 'markov' or 'cycle'.
+    num_clients (num-clients): N.
+    p_off (availability-p-off): markov: an available client's chance to go off the next round.
+    p_on (availability-p-on): markov: an unavailable client's chance to come back the next round.
+    period (availability-period): cycle: the cycle's length in rounds.
+    fraction (availability-fraction): cycle: the share of each period a client is available.
+    seed (seed): run seed.
+    """
+
+    mode: str = setting("availability")
+    num_clients: int = setting("num-clients")
+    p_off: float = setting("availability-p-off")
+    p_on: float = setting("availability-p-on")
+    period: int = setting("availability-period")
+    fraction: float = setting("availability-fraction")
+    seed: int = setting("seed")
 
     @classmethod
-    def from_values(cls, values) -> Availability | None:
+    def from_values(cls, values: Mapping[str, Any]) -> Availability | None:
         """The model of a resolved run config (or its dict); None with availability='always' (or without the key)."""
-        mode = str(values.get("availability", "always"))
-        if mode == "always":
-            return None
-        return cls(mode, int(values.get("num-clients", 0)), float(values.get("availability-p-off", 0.2)),
-                   float(values.get("availability-p-on", 0.5)), int(values.get("availability-period", 10)),
-                   float(values.get("availability-fraction", 0.5)), int(values.get("seed", 0)))  # fmt: skip
+        model = super().from_values(values)
+        return None if model.mode == "always" else model
 
     def mask(self, server_round: int) -> np.ndarray:
         """Which clients are available in `server_round` (bool, one per client)."""

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from fedsuite.privacy.settings import ClientPrivacy
 from fedsuite.systems.availability import Availability
 from fedsuite.systems.deadline import Deadline
+from fedsuite.systems.dropout import Dropouts
 from fedsuite.systems.work import LocalWork
 
 
@@ -114,19 +116,19 @@ def availability_errors(v: Mapping[str, Any]) -> list[str]:
 
 def privacy_interplay_errors(v: Mapping[str, Any]) -> list[str]:
     """The system models that client-level DP (dp != 'off', docs/privacy.md) cannot account for truthfully."""
-    mode = v.get("dp", "off")
+    mode = ClientPrivacy.from_values(v).mode
     if mode == "off":
         return []
     errors = []
-    if v.get("availability", "always") != "always":
-        errors.append(f"dp={mode!r} with availability={v['availability']!r}: the accountant's amplification by "
+    if (availability := Availability.from_values(v)) is not None:
+        errors.append(f"dp={mode!r} with availability={availability.mode!r}: the accountant's amplification by "
                       "subsampling assumes every client can be sampled in every round; use "
                       "availability='always'")  # fmt: skip
     if mode == "clients":
-        if v.get("dropout-rate", 0.0) > 0:
-            errors.append(f"dp='clients' with dropout-rate={v['dropout-rate']:g}: a dropped client's noise share "
+        if (dropouts := Dropouts.from_values(v)).on:
+            errors.append(f"dp='clients' with dropout-rate={dropouts.rate:g}: a dropped client's noise share "
                           "would be missing from the sum; use dp='server', or dropout-rate=0")  # fmt: skip
-        if v.get("round-deadline", 0) > 0 and v.get("deadline-policy") == "drop":
+        if Deadline.from_values(v).drops:
             errors.append("dp='clients' with deadline-policy='drop': a late client's noise share would be missing "
                           "from the sum; use dp='server', or deadline-policy='partial'")  # fmt: skip
     return errors

@@ -17,24 +17,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsuite.settings import Settings, setting
+
 SPEEDS = ("equal", "uniform")
 POLICIES = ("partial", "drop")
 _STREAM = 0x53504544  # "SPED"
 
 
 @dataclass(frozen=True)
-class Deadline:
-    deadline: int = 0  # D, in steps of a speed-1 client; 0 = none
-    policy: str = "partial"
-    speeds: str = "equal"
-    spread: float = 1.0  # s >= 1: speeds on [1/s, 1]
-    seed: int = 0
+class Deadline(Settings):
+    """The round deadline and the client speeds, typed settings (fedsuite/settings.py); without the keys, no
+    deadline.
 
-    @classmethod
-    def from_values(cls, values) -> Deadline:
-        return cls(int(values.get("round-deadline", 0)), str(values.get("deadline-policy", "partial")),
-                   str(values.get("client-speed", "equal")), float(values.get("speed-spread", 1.0)),
-                   int(values.get("seed", 0)))  # fmt: skip
+    deadline (round-deadline): D, in steps of a speed-1 client; 0 = none.
+    policy (deadline-policy): 'partial' or 'drop'.
+    speeds (client-speed): 'equal' or 'uniform'.
+    spread (speed-spread): s >= 1, speeds on [1/s, 1].
+    seed (seed): run seed.
+    """
+
+    deadline: int = setting("round-deadline")
+    policy: str = setting("deadline-policy")
+    speeds: str = setting("client-speed")
+    spread: float = setting("speed-spread")
+    seed: int = setting("seed")
 
     @property
     def on(self) -> bool:

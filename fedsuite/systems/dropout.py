@@ -12,18 +12,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsuite.settings import Settings, setting
+
 _STREAM = 0x44524F50  # "DROP"
 REASON = "dropped by the system model (dropout-rate)"
 
 
 @dataclass(frozen=True)
-class Dropouts:
-    rate: float = 0.0  # p, each sampled client's chance to drop out of a round
-    seed: int = 0
+class Dropouts(Settings):
+    """Drop-outs, typed settings (fedsuite/settings.py); without the keys, none.
 
-    @classmethod
-    def from_values(cls, values) -> Dropouts:
-        return cls(float(values.get("dropout-rate", 0.0)), int(values.get("seed", 0)))
+    rate (dropout-rate): p, each sampled client's chance to drop out of a round.
+    seed (seed): run seed.
+    """
+
+    rate: float = setting("dropout-rate")
+    seed: int = setting("seed")
 
     @property
     def on(self) -> bool:

@@ -16,23 +16,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsuite.settings import Settings, setting
+
 MODES = ("equal", "uniform", "per-round")
 STEPS_KEY = "local-steps"  # fit-config key: this client's K_i for the round (absent: the run's own local-steps)
 _STREAM = 0x574F524B  # "WORK": the K_i draws' stream, apart from every other draw of the run
 
 
 @dataclass(frozen=True)
-class LocalWork:
-    mode: str = "equal"
-    low: int = 0  # K_min (local-steps-min)
-    high: int = 0  # K_max (local-steps)
-    seed: int = 0
+class LocalWork(Settings):
+    """The local-work plan, typed settings (fedsuite/settings.py): `LocalWork.from_values(values)` reads a resolved
+    run config (or its dict); a config without the keys is equal work (the schema's defaults).
 
-    @classmethod
-    def from_values(cls, values) -> LocalWork:
-        """The plan of a resolved run config (or its dict); a config without the keys is equal work."""
-        return cls(str(values.get("local-work", "equal")), int(values.get("local-steps-min", 0)),
-                   int(values.get("local-steps", 0)), int(values.get("seed", 0)))  # fmt: skip
+    mode (local-work): 'equal', 'uniform' or 'per-round'.
+    low (local-steps-min): K_min, the smallest K_i drawn.
+    high (local-steps): K_max, the largest K_i drawn (the run's K under equal work).
+    seed (seed): run seed.
+    """
+
+    mode: str = setting("local-work")
+    low: int = setting("local-steps-min")
+    high: int = setting("local-steps")
+    seed: int = setting("seed")
 
     @property
     def on(self) -> bool:
