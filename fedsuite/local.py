@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from fedsuite.models import FlatModel
+from fedsuite.settings import schema_default
 
 # A transform edits the direction `d` in place, given the live iterate and the round's start point.
 Transform = Callable[[torch.Tensor, "StepContext"], None]
@@ -217,6 +218,36 @@ class LocalResult:
     first_loss: float | None = None  # the loss of the first step, at x0 before any update (the run guard's reference)
 
 
+@dataclass(frozen=True)
+class LocalSettings:
+    """What one round's local loop runs with besides its rule, data and generator: the round's η_l and K_i, and
+    the run's local-loop keys (fedsuite.config.LocalLoop, `cfg.local`); `of_round` builds it."""
+
+    lr: float  # η_l of this round (lr-decay applied)
+    steps: int  # K_i; 0 = epoch mode
+    epochs: int  # E (local-epochs), read when steps = 0
+    batch_size: int  # B (batch-size); 0 = the full local batch
+    weight_decay: float  # coupled L2 (weight-decay)
+    clip_norm: float  # clip-norm; 0 = off
+    loss_reduction: str = field(default_factory=lambda: schema_default("loss-reduction"))
+
+    @classmethod
+    def of_round(cls, local: Any, lr: float, steps: int) -> LocalSettings:
+        """The settings of a round from the run's `cfg.local` (a fedsuite.config.LocalLoop), with its η_l and K_i."""
+        return cls(lr, steps, local.epochs, local.batch_size, local.weight_decay, local.clip_norm,
+                   local.loss_reduction)  # fmt: skip
+
+    @classmethod
+    def given(cls, settings: LocalSettings | None, keywords: dict[str, Any]) -> LocalSettings:
+        """`settings`, or the one the loop's keywords name like its fields (the form before settings=, kept for its
+        callers)."""
+        if settings is None:
+            return cls(**keywords)
+        if keywords:
+            raise TypeError(f"give settings= or the keywords {', '.join(keywords)}, not both")
+        return settings
+
+
 def num_steps(n: int, epochs: int, steps: int, batch_size: int) -> int:
     """K_i: fixed `steps`, else E·ceil(n_i/B) with the last partial batch kept
     (docs/reference/protocol.md, Local work)."""
@@ -293,29 +324,26 @@ def train_local(
     loss_fn,
     rule: UpdateRule,
     *,
-    lr: float,
-    weight_decay: float,
-    clip_norm: float,
-    loss_reduction: str = "mean",
-    epochs: int,
-    steps: int,
-    batch_size: int,
     generator: torch.Generator,
+    settings: LocalSettings | None = None,
     private: Any = None,
+    **keywords: Any,
 ) -> LocalResult:
-    """Run K_i local steps from x0 with `rule`; returns the final iterate (a view of model.x). `private`: a
-    fedsuite.privacy.dp_sgd.DpSgd (dp-sgd=true), whose model the oracle takes its gradients from; None: the plain
-    gradient."""
+    """Run K_i local steps from x0 with `rule` and `settings` (η_l, K_i, E, B, weight decay, clipping, loss
+    reduction: `LocalSettings.of_round`; or, as before settings=, those as keywords named like its fields); returns
+    the final iterate (a view of model.x). `private`: a fedsuite.privacy.dp_sgd.DpSgd (dp-sgd=true), whose model the
+    oracle takes its gradients from; None: the plain gradient."""
+    settings = LocalSettings.given(settings, keywords)
     start = time.perf_counter()
     x = model.x
     x.copy_(x0)
-    ctx = StepContext(x=x, x0=x0, lr=lr)
+    ctx = StepContext(x=x, x0=x0, lr=settings.lr)
     loss_sum = torch.zeros((), device=x.device)
     first_loss = None
     k = 0
     source = rule.batches or plain_batches
     oracle_model = model if private is None else private.bind(model, rule, generator)
-    for inputs, targets, block in source(data, epochs, steps, batch_size, generator):
+    for inputs, targets, block in source(data, settings.epochs, settings.steps, settings.batch_size, generator):
         ctx.step, ctx.block = k, block
         if private is not None:
             private.new_step()
@@ -323,21 +351,21 @@ def train_local(
         loss_sum += loss
         if first_loss is None:
             first_loss = loss.detach().clone()
-        move(model.grad, ctx, rule, batch=len(targets), weight_decay=weight_decay, clip_norm=clip_norm,
-             loss_reduction=loss_reduction)  # fmt: skip
+        move(model.grad, ctx, rule, batch=len(targets), settings=settings)
         k += 1
     mean_loss = float(loss_sum) / max(k, 1)
     first = None if first_loss is None else float(first_loss)
     return LocalResult(x0=x0, x=x, steps=k, mean_loss=mean_loss, seconds=time.perf_counter() - start, first_loss=first)
 
 
-def move(d: torch.Tensor, ctx: StepContext, rule: UpdateRule, *, batch: int, weight_decay: float, clip_norm: float,
-         loss_reduction: str) -> None:  # fmt: skip
+def move(d: torch.Tensor, ctx: StepContext, rule: UpdateRule, *, batch: int, settings: LocalSettings) -> None:
     """One step after the gradient (module docstring): the loss gradient `d` (the model's gradient buffer, edited in
     place) becomes the direction, the step stage's move is taken, ctx.x ← ctx.x − η_l·u, then the proximal operators.
-    `batch`: the minibatch's size (loss-reduction='sum'). For one client's (d,) vectors or a cohort's (C, d) rows."""
+    `batch`: the minibatch's size (loss-reduction='sum'); `settings`: its weight decay, clipping and loss reduction.
+    For one client's (d,) vectors or a cohort's (C, d) rows."""
     x, lr = ctx.x, ctx.lr
-    if loss_reduction == "sum":
+    weight_decay, clip_norm = settings.weight_decay, settings.clip_norm
+    if settings.loss_reduction == "sum":
         d.mul_(batch)
     for transform in rule.clipped:
         transform(d, ctx)

@@ -236,3 +236,78 @@ def test_a_second_colon_is_refused_before_training():
     """A value with a second colon is no import path: refused by resolve, as the allow-list and the loader read it."""
     with pytest.raises(Exception, match="model='fedsuite.models:a:b'"):
         resolve({"model": "fedsuite.models:a:b"})
+
+
+# ---- the local loop takes one settings object ----------------------------------------------------------------------
+def _linear_clients(clients: int = 2):
+    import torch
+    from torch import nn
+
+    from fedsuite.local import LocalData
+    from fedsuite.models import FlatModel
+
+    generator = torch.Generator().manual_seed(0)
+    datas = [LocalData(torch.randn(9, 3, generator=generator), torch.randn(9, generator=generator))
+             for _ in range(clients)]  # fmt: skip
+    return FlatModel(nn.Linear(3, 1, bias=False)), datas
+
+
+def _loss(out, y):
+    import torch
+
+    return torch.nn.functional.mse_loss(out.squeeze(-1), y)
+
+
+def test_the_round_settings_come_from_the_runs_local_loop_keys():
+    from fedsuite.local import LocalSettings
+
+    cfg = resolve({"local-epochs": 3, "batch-size": 4, "weight-decay": 0.01, "clip-norm": 2.0,
+                   "loss-reduction": "sum"})  # fmt: skip
+    assert LocalSettings.of_round(cfg.local, 0.05, 7) == LocalSettings(
+        lr=0.05, steps=7, epochs=3, batch_size=4, weight_decay=0.01, clip_norm=2.0, loss_reduction="sum"
+    )
+    assert LocalSettings(0.1, 2, 1, 4, 0.0, 0.0).loss_reduction == schema.COMMON_SCHEMA["loss-reduction"].default
+
+
+@pytest.mark.parametrize("steps, reduction", [(3, "mean"), (0, "sum")])
+def test_train_local_with_settings_is_the_keyword_form_bit_for_bit(steps, reduction):
+    import torch
+
+    from fedsuite.local import LocalSettings, Prox, UpdateRule, train_local
+
+    model, (data, _) = _linear_clients()
+    x0 = torch.full((3,), 0.2)
+    keywords = dict(lr=0.05, weight_decay=0.01, clip_norm=0.5, epochs=2, steps=steps, batch_size=4)
+
+    def run(**given):
+        rule = UpdateRule(unclipped=(Prox(0.1),))
+        result = train_local(model, x0, data, _loss, rule, generator=torch.Generator().manual_seed(3), **given)
+        return result.x.clone(), result.steps, result.mean_loss, result.first_loss
+
+    by_keywords = run(**keywords, loss_reduction=reduction)
+    by_settings = run(settings=LocalSettings(**keywords, loss_reduction=reduction))
+    assert torch.equal(by_keywords[0], by_settings[0]) and by_keywords[1:] == by_settings[1:]
+    assert not torch.equal(by_settings[0], x0)
+    with pytest.raises(TypeError, match="not both"):
+        run(settings=LocalSettings(**keywords), lr=0.05)
+
+
+def test_train_stacked_with_settings_is_the_keyword_form_bit_for_bit():
+    import torch
+
+    from fedsuite.batched.loop import train_stacked
+    from fedsuite.local import LocalSettings, UpdateRule
+
+    model, datas = _linear_clients()
+    x0s = [torch.full((3,), 0.1), torch.full((3,), -0.3)]
+    keywords = dict(lr=0.05, weight_decay=0.01, clip_norm=0.5, epochs=1, steps=3, batch_size=4)
+
+    def run(**given):
+        generators = [torch.Generator().manual_seed(c) for c in range(2)]
+        results = train_stacked(model, x0s, datas, _loss, [UpdateRule(), UpdateRule()], generators=generators,
+                                **given)  # fmt: skip
+        return [(r.x.clone(), r.steps, r.mean_loss) for r in results]
+
+    by_keywords, by_settings = run(**keywords), run(settings=LocalSettings(**keywords))
+    for (x_k, *rest_k), (x_s, *rest_s) in zip(by_keywords, by_settings, strict=True):
+        assert torch.equal(x_k, x_s) and rest_k == rest_s

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from fedsuite.batched.draws import drawable, drawn_round
 from fedsuite.batched.graph import RecordedStep, not_replayable
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.stacking import stack_rules
-from fedsuite.local import LocalData, LocalResult, StepContext, UpdateRule, move, plain_batches
+from fedsuite.local import LocalData, LocalResult, LocalSettings, StepContext, UpdateRule, move, plain_batches
 from fedsuite.models import FlatModel
 
 
@@ -30,24 +31,23 @@ def train_stacked(
     loss_fn,
     rules: Sequence[UpdateRule],
     *,
-    lr: float,
-    weight_decay: float,
-    clip_norm: float,
-    loss_reduction: str = "mean",
-    epochs: int,
-    steps: int,
-    batch_size: int,
     generators: Sequence[torch.Generator],
+    settings: LocalSettings | None = None,
     cuda_graphs: bool = False,
     on_graph_failure: Callable[[str], None] | None = None,
     on_not_recorded: Callable[[str], None] | None = None,
+    **keywords: Any,
 ) -> list[LocalResult]:
-    """One LocalResult per client, its x a row of the stacked iterate. The clients' own rules take their final
-    stage tensors (write-back) only once the loop has run to the end; `model` lends its module, never its x.
+    """One LocalResult per client, its x a row of the stacked iterate. The clients share `settings` (η_l, K_i, E, B,
+    weight decay, clipping, loss reduction: `LocalSettings.of_round`; or, as before settings=, those as keywords
+    named like its fields). The clients' own rules take their final stage tensors (write-back) only once the loop
+    has run to the end; `model` lends its module, never its x.
     `cuda_graphs`: on a CUDA device, record the step once and replay it (fedsuite/batched/graph.py) where the rule
     allows; `on_graph_failure(reason)` hears of a recording that could not be made, `on_not_recorded(reason)` of a
     CUDA group whose rule the recording does not take (it runs step by step).
     Each result's `seconds` is the group's time divided by C."""
+    settings = LocalSettings.given(settings, keywords)
+    steps = settings.steps
     start = time.perf_counter()
     stacked = stack_rules(rules)
     rule = stacked.rule
@@ -56,15 +56,14 @@ def train_stacked(
     x0 = torch.stack(list(x0s))
     x = model_c.x
     x.copy_(x0)
-    ctx = StepContext(x=x, x0=x0, lr=lr)
+    ctx = StepContext(x=x, x0=x0, lr=settings.lr)
     loss_sum = torch.zeros(clients, device=x.device)
     first_loss = None
     k = 0
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         loss = rule.point(model_c, loss_fn, inputs, targets)
-        move(model_c.grad, ctx, rule, batch=targets.shape[1], weight_decay=weight_decay, clip_norm=clip_norm,
-             loss_reduction=loss_reduction)  # fmt: skip
+        move(model_c.grad, ctx, rule, batch=targets.shape[1], settings=settings)
         return loss
 
     recorded = None
@@ -74,7 +73,7 @@ def train_stacked(
             recorded = RecordedStep(step, x.device)  # fedsuite/batched/graph.py
         elif on_not_recorded is not None:
             on_not_recorded(why)
-    for inputs, targets, blocks in _steps(datas, rules, epochs, steps, batch_size, generators):
+    for inputs, targets, blocks in _steps(datas, rules, settings.epochs, steps, settings.batch_size, generators):
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
         loss = step(inputs, targets) if recorded is None else recorded.run(k, inputs, targets)
         loss_sum += loss
