@@ -187,7 +187,8 @@ def class_refusal(algorithm: Algorithm) -> str | None:
         try:
             found = load_import_path(what, path, shape="'module:Class'")
         except ImportPathError as err:
-            return f"plug-in algorithm {name!r} refused: {what}={path!r} cannot be imported ({err.reason})"
+            why = err.reason or err.problem
+            return f"plug-in algorithm {name!r} refused: {what}={path!r} cannot be imported ({why})"
         if not isinstance(found, type) or not issubclass(found, base):
             kind = f"the class {found.__name__}" if isinstance(found, type) else f"a {type(found).__name__}"
             return (f"plug-in algorithm {name!r} refused: {what}={path!r} is {kind}, expected a subclass of "

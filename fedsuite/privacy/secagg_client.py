@@ -20,7 +20,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 
 from fedsuite.declared import BUFFERS
 from fedsuite.payload import ARRAYS_KEY, PayloadError, unpack
-from fedsuite.privacy.secagg import SecAggSettings, rounding_seed
+from fedsuite.privacy.secagg import rounding_seed
 from fedsuite.settings import value_of
 
 log = logging.getLogger("flwr.fedsuite")
@@ -60,7 +60,7 @@ def secure_reply(node, config: Mapping, arrays: list, num_examples: int, metrics
         named = unpack(arrays, str(metrics.get(ARRAYS_KEY, "")))
     except PayloadError as err:
         raise SecureUploadRefused(str(err)) from None
-    settings = SecAggSettings.from_values(node.cfg)
+    settings = node.cfg.secagg
     for name, array in named.items():
         size = int(node.model.buffers.numel()) if name == BUFFERS.name else node.model.dim
         if array.shape != (size,):
