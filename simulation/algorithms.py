@@ -16,6 +16,9 @@ from fedsuite import config
 from fedsuite.builtin_algorithms import KEYS as ALGORITHM_KEYS
 from fedsuite.registry import ALGORITHMS, BUILT_IN_SCHEMA
 from fedsuite.schema import COMMON_KEYS, Key
+from fedsuite.systems.availability import Availability
+from fedsuite.systems.deadline import Deadline
+from fedsuite.systems.dropout import Dropouts
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -29,10 +32,17 @@ GROUPS = (
     ("Partitions", config.Partitioning),
     ("Client sampling", config.ClientSampling),
     ("Local training", config.LocalLoop),
+    ("Client systems", Dropouts),
+    ("Client systems", Deadline),
+    ("Client systems", Availability),
+    ("Client-level privacy", config.ClientPrivacy),
     ("Sample-level privacy (DP-SGD)", config.SampleLevelPrivacy),
+    ("Secure aggregation", config.SecAggSettings),
     ("Aggregation", config.Aggregation),
     ("Evaluation", config.Evaluation),
+    ("Pruning", config.PruneSettings),
     ("Run control", config.RunControl),
+    ("Cohort batching", config.Batching),
     ("Output and tracking", config.Output),
     ("Client state", config.ClientStateSettings),
     ("Synthetic federations", config.SyntheticData),
