@@ -49,7 +49,8 @@ from fedsuite.evaluation import batch_metrics
 from fedsuite.local import LocalResult, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
 from fedsuite.rounds import PHASE_KEY
-from fedsuite.stages.client import ClientStage, client_stages
+from fedsuite.stages.client import ClientStage
+from fedsuite.stages.client_run import client_stages
 from fedsuite.systems.work import STEPS_KEY
 
 MAX_TRACEBACK_CHARS = 8000

@@ -17,7 +17,8 @@ from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY
 from fedsuite.privacy.dp_sgd import SampleLevelStage
 from fedsuite.privacy.release import CLIP_KEY, ClientLevelRelease
 from fedsuite.server.observers import RoundObserver
-from fedsuite.stages.client import ClientStage, client_stages
+from fedsuite.stages.client import ClientStage
+from fedsuite.stages.client_run import client_stages
 from fedsuite.testing import LSQ, PARTIAL
 
 ROUNDS, COHORT = PARTIAL["num-server-rounds"], PARTIAL["clients-per-round"]

@@ -1,8 +1,8 @@
 """`ClientStage`: one cross-cutting mechanism on the client's side of a round, the counterpart of the server's
 `ServerStage` (fedsuite/stages/server.py; docs/developer/architecture.md, Round stages). Flower-free, like the rules:
 the one client adapter, `RuleClient` (fedsuite/client_adapter.py), calls every stage of its client at the same points
-of each training round, in the order `client_stages` gave them, and knows none of them by name. Every hook does
-nothing by default, so a stage writes only the hooks it needs.
+of each training round, in the order `client_stages` (fedsuite/stages/client_run.py) gave them, and knows none of
+them by name. Every hook does nothing by default, so a stage writes only the hooks it needs.
 
 A training round, as the stages see it (`RuleClient.prepare`, then the local loop, then `RuleClient.finish`; the
 batched engine, fedsuite/batched/, calls the same `prepare` and `finish` around its stacked loop):
@@ -59,13 +59,3 @@ class ClientStage:
 def without_losses(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """`metrics` without the training losses (TRAINING_LOSSES), in their order."""
     return {k: v for k, v in metrics.items() if k not in TRAINING_LOSSES}
-
-
-def client_stages(cfg) -> list[ClientStage]:
-    """The client stages of a resolved run config (fedsuite.config.Config), in the order the adapter calls them:
-    client-level DP's release, DP-SGD. Each is left out when the run config does not switch it on."""
-    from fedsuite.privacy.dp_sgd import SampleLevelStage  # the stages subclass ClientStage: imported once it exists
-    from fedsuite.privacy.release import ClientLevelRelease
-
-    found = [ClientLevelRelease.of_run(cfg), SampleLevelStage.of_run(cfg)]
-    return [stage for stage in found if stage is not None]
