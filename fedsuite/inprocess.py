@@ -162,13 +162,13 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     if not messages:  # the dispatcher takes the whole round: no node carries a block of it
         plan.shares = 0
     strategy = build_strategy(cfg, plan, [Strict(), *observers])
-    secagg = SecAggSettings.from_values(cfg)
+    secagg = cfg.secagg
     if secagg.on:
         say_unbatched(cfg, "secagg=true sums each client's upload as it arrives")
         server = SecureSumServer(strategy, plan.recorder, secagg, cfg.seed, remove_client_state=not keep_client_state)
-    elif cfg["batch-clients"] and messages:  # each node's share of a round in one message, as under flwr run
+    elif cfg.batching.clients and messages:  # each node's share of a round in one message, as under flwr run
         server = SharingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
-    elif cfg["batch-clients"]:  # a round's clients trained as stacked groups (docs/running/batched.md)
+    elif cfg.batching.clients:  # a round's clients trained as stacked groups (docs/running/batched.md)
         server = BatchedServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
     else:
         server = RecordingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)

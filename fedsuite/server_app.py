@@ -26,7 +26,6 @@ from fedsuite.evaluation import Evaluator, validation_evaluator
 from fedsuite.host_memory import reuse_host_memory
 from fedsuite.models import check_output, float_buffers, seeded_model, trainable
 from fedsuite.privacy.model_checks import model_refusals
-from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.results import default_run_name
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.compose import batch_shares, compose_strategy, run_plan
@@ -242,7 +241,7 @@ def server_fn(context: Context) -> ServerAppComponents:
     # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
     strategy = build_strategy(cfg, plan, trackers)
-    secagg = SecAggSettings.from_values(cfg)
+    secagg = cfg.secagg
     if plan.shares:  # batch-clients=true: each node's share of a round in one message, trained there batched
         server = SharingServer(strategy, plan.recorder)
     else:

@@ -52,9 +52,9 @@ def batch_shares(cfg, has_buffers: bool = False) -> int:
     """How many nodes a round's cohort goes to in blocks, one share message each (batch-clients=true and nothing
     that keeps the clients apart, fedsuite.batched.notice.why_not_shared; docs/running/batched.md#under-flwr-run),
     else 0 (one message per client)."""
-    if not cfg["batch-clients"] or why_not_shared(cfg, has_buffers):
+    if not cfg.batching.clients or why_not_shared(cfg, has_buffers):
         return 0
-    return int(cfg["batch-messages"])
+    return cfg.batching.messages
 
 
 def server_privacy(cfg, rule, buffers: np.ndarray | None) -> ServerPrivacy | None:
