@@ -139,7 +139,9 @@ def test_compose_demo_trains_with_tls_and_node_auth(tmp_path):
         (node,) = containers(project, "supernode-1")
         check_the_image(node["Config"]["Image"])
 
-        run = subprocess.Popen([str(DEMO), "run", "-c", "num-server-rounds=2"], env=env, text=True,
+        # a round-timeout bounds the wait for the lost reply, should the restarted SuperNode's refusal of the old
+        # ClientApp's token not reach the server as an error (it then counts as the same failure)
+        run = subprocess.Popen([str(DEMO), "run", "-c", "num-server-rounds=2 round-timeout=180.0"], env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
         # the first ClientApp answers the partition query of client-mapping='fixed'; the second trains round 1
         first: set[str] = set()
