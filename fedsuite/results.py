@@ -183,7 +183,12 @@ def noise_label(config: dict[str, Any]) -> str | None:
     mechanism is on."""
     if value_of(config, "dp") == "off" and not value_of(config, "dp-sgd"):
         return None
-    return SEEDED_NOISE if config.get("dp-noise-source") == "seeded" else SECRET_NOISE
+    return noise_source_label(value_of(config, "dp-noise-source"))
+
+
+def noise_source_label(source: str) -> str:
+    """The rows' and summary's `dp_noise` for noise drawn from `source` (run-config key dp-noise-source)."""
+    return SEEDED_NOISE if source == "seeded" else SECRET_NOISE
 
 
 def default_run_name(algorithm: str, dataset: str) -> str:

@@ -18,6 +18,7 @@ import torch
 
 from fedsuite.declared import BUFFERS
 from fedsuite.privacy.checks import count_noise
+from fedsuite.privacy.model_checks import averaged_buffers_refusal
 from fedsuite.privacy.noise import SECURE, numpy_stream
 from fedsuite.stages.client import ClientStage, without_losses
 
@@ -114,8 +115,7 @@ class ClientLevelRelease(ClientStage):
         """The upload as `client_release` makes it, with the round's C and cohort from the fit config and the node's
         noise stream; the model's buffers are refused, as they would leave without clip or noise."""
         if BUFFERS.name in uplink:
-            raise ValueError(f"dp={self.privacy.mode!r}: the model's buffers (BatchNorm statistics) would be uploaded "
-                             "without clip or noise; set buffers='local'")  # fmt: skip
+            raise ValueError(averaged_buffers_refusal(self.privacy.mode, node.cfg.model))
         generator = noise_generator(self.seed, fit.ctx.round, node.partition_id, getattr(node, "noise_secret", 0),
                                     self.privacy.noise_source)  # fmt: skip
         return client_release(uplink, self.privacy, float(fit.config[CLIP_KEY]), int(fit.config[COHORT_KEY]),

@@ -48,7 +48,6 @@ from fedsuite.payload import (
     pack,
 )
 from fedsuite.pruning import PRUNED
-from fedsuite.results import noise_label
 from fedsuite.rounds import Reply
 from fedsuite.rule import ServerRule
 from fedsuite.server import checkpointing
@@ -99,8 +98,6 @@ class RuleStrategy(Strategy):
         self.rounds = RoundLog()
         self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
         self.stages = list(server_stages(plan.run_config, privacy) if stages is None else stages)
-        noise = noise_label(plan.run_config)  # whether the DP noise is secret: in every row (docs/privacy.md)
-        self._row_labels = {} if noise is None else {"dp_noise": noise}
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
@@ -406,7 +403,8 @@ class RuleStrategy(Strategy):
         raise RunAborted(status, reason)
 
     def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
-        row.update(self._row_labels)
+        for stage in self.stages:  # columns of every row (whether the DP noise is secret)
+            row.update(stage.row_labels())
         if status in (BUDGET_SPENT, PRUNED):  # stopped as the run config asked
             log.info("fedsuite │ %s: %s", status, reason)
         elif status not in (None, "running"):

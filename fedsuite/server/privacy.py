@@ -18,6 +18,7 @@ import numpy as np
 from fedsuite.privacy.accountant import POISSON, RunAccountant
 from fedsuite.privacy.noise import numpy_stream
 from fedsuite.privacy.release import BELOW_CLIP, CLIP_KEY, COHORT_KEY, update_noise
+from fedsuite.results import noise_source_label
 from fedsuite.rounds import Reply
 from fedsuite.stages.server import ServerStage
 
@@ -60,6 +61,9 @@ class ServerPrivacy(ServerStage):
 
     def empty_round(self, server_round: int, rule, lr: float) -> list[Reply]:
         return [self.noise_carrier(server_round, rule, lr)] if self.noise_only(server_round) else []
+
+    def row_labels(self) -> dict[str, Any]:
+        return {"dp_noise": noise_source_label(self.privacy.noise_source)}  # secret, or seeded: not private
 
     def budget_left(self, server_round: int) -> str | None:
         """None while one more full round keeps ε within dp-target-epsilon; else why the run stops here."""

@@ -1,4 +1,5 @@
-"""The server's side of a DP-SGD target ε (dp-target-epsilon with dp-sgd=true, docs/privacy-dp-sgd.md).
+"""DP-SGD's server stage (dp-sgd=true, docs/privacy-dp-sgd.md): every row says whether its noise is secret, and a
+target ε (dp-target-epsilon) ends the run.
 
 The clients hold the budget: each computes its own ε(δ), and a round that would take it past the target releases
 nothing (fedsuite.privacy.dp_sgd.PrivacyBudgetSpent). The server turns that into the run's end:
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from fedsuite.config import SampleLevelPrivacy
 from fedsuite.privacy.dp_sgd import NEXT_EPSILON_METRIC
+from fedsuite.results import noise_source_label
 from fedsuite.rounds import Reply
 from fedsuite.server.replies import describe_failure
 from fedsuite.stages.server import ServerStage
@@ -23,19 +25,20 @@ REFUSAL = "PrivacyBudgetSpent"  # the class name a client's refusal carries thro
 
 class SampleLevelBudget(ServerStage):
     """A round stage (fedsuite/stages/server.py): stop before a round that passes the target, end the run at a
-    round a client refused, and keep what each reply says of its client's next ε."""
+    round a client refused, keep what each reply says of its client's next ε; label every row's noise."""
 
-    def __init__(self, target: float):
-        self.target = target
+    def __init__(self, target: float, noise_source: str = "secure"):
+        self.target, self.noise_source = target, noise_source
         self._next: dict[int, float] = {}  # partition → its ε(δ) should one more round draw it (last reply)
 
     @classmethod
     def of_run(cls, run_config) -> SampleLevelBudget | None:
-        """The run's budget when dp-sgd=true and dp-target-epsilon > 0, else None."""
+        """The run's DP-SGD stage when dp-sgd=true (a target of 0 stops nothing), else None."""
         settings = SampleLevelPrivacy.from_values(run_config)
-        if not settings.enabled or settings.target_epsilon <= 0:
-            return None
-        return cls(settings.target_epsilon)
+        return cls(settings.target_epsilon, settings.noise_source) if settings.enabled else None
+
+    def row_labels(self) -> dict:
+        return {"dp_noise": noise_source_label(self.noise_source)}  # secret, or seeded: not private
 
     def release(self, server_round: int, replies: list[Reply]) -> dict:
         """Keep what each reply says one more round would bring its client's ε to (the replies are not changed)."""
@@ -46,6 +49,8 @@ class SampleLevelBudget(ServerStage):
 
     def stop_before(self, server_round: int, cohort: Sequence[int]) -> str | None:
         """Why the run stops before `server_round`, or None: a sampled client known to pass the target in it."""
+        if self.target <= 0:
+            return None
         over = sorted((eps, pid) for pid in cohort if (eps := self._next.get(pid, 0.0)) > self.target)
         if not over:
             return None

@@ -17,7 +17,8 @@ A round, as the stages see it:
    returns the row's figures.
 8. `check_row(round, metrics)`: a (status, reason) verdict that ends the run once the round's metrics are in.
 A stage with a `state_name` keeps state in the strategy's checkpoints (`state_dict` / `load_state_dict`), and
-`hides_replies` says that no figure may be computed from single replies (client-level DP).
+`hides_replies` says that no figure may be computed from single replies (client-level DP); `row_labels()` are
+columns every row of the run gets (whether the DP noise is secret).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class ServerStage:
 
     def check_row(self, server_round: int, metrics: Mapping[str, Any]) -> tuple[str, str] | None:
         return None
+
+    def row_labels(self) -> dict[str, Any]:
+        return {}
 
     def state_dict(self) -> Any:
         return None
