@@ -238,24 +238,23 @@ def foreign_message(folder: Path) -> str:
 
 
 def remove_run_files(folder: Path) -> None:
-    """Remove what a fedsuite run wrote in `folder` (for overwrite=true): its result files and its checkpoints
-    (round-<r> folders, latest.json and their temporaries); anything else in the folder, or in checkpoints/, stays."""
+    """Remove what a fedsuite run wrote in `folder` (for overwrite=true): its result files, what an interrupted write
+    left (remove_temporaries), and its checkpoints (round-<r> folders and latest.json, named as fedsuite.checkpoint
+    names them); anything else in the folder, or in checkpoints/, stays."""
     import re
     import shutil
 
-    for name in (*RUN_FILES, RESERVE, "summary.json.tmp", "summary.json.stop"):
+    remove_temporaries(folder)
+    for name in RUN_FILES:
         (folder / name).unlink(missing_ok=True)
     ckpt = folder / "checkpoints"
     if not ckpt.is_dir() or ckpt.is_symlink():
         return
-    written = re.compile(r"round-\d{6,}|\.round-\d{6,}-[0-9a-f]{8}\.tmp|latest\.json|\.latest\.json\.[0-9a-f]{8}")
     for path in ckpt.iterdir():
-        if not written.fullmatch(path.name):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+        if path.name == "latest.json" and not path.is_dir():
             path.unlink(missing_ok=True)
+        elif re.fullmatch(r"round-\d{6,}", path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
     try:
         ckpt.rmdir()  # only when nothing else is left in it
     except OSError:
