@@ -46,7 +46,7 @@ from fedsuite.config import Config
 from fedsuite.declared import BUFFERS, LAST_ITERATE
 from fedsuite.device import to_device, to_host
 from fedsuite.evaluation import batch_metrics
-from fedsuite.local import LocalResult, UpdateRule, train_local
+from fedsuite.local import LocalResult, LocalSettings, UpdateRule, train_local
 from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
 from fedsuite.rounds import PHASE_KEY
 from fedsuite.stages.client import ClientStage
@@ -212,20 +212,14 @@ class RuleClient(NumPyClient):
 
     def train(self, fit: PreparedFit) -> LocalResult:
         """This client's local loop alone (fedsuite.local.train_local)."""
-        node, local = self.node, self.node.cfg.local
+        node = self.node
         return train_local(
             node.model,
             fit.x0,
             node.data,
             node.loss_fn,
             fit.rule,
-            lr=fit.ctx.lr,
-            weight_decay=local.weight_decay,
-            clip_norm=local.clip_norm,
-            loss_reduction=local.loss_reduction,
-            epochs=local.epochs,
-            steps=fit.steps,
-            batch_size=local.batch_size,
+            settings=LocalSettings.of_round(node.cfg.local, fit.ctx.lr, fit.steps),
             generator=fit.generator,
             private=fit.private,
         )

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.results import RUN_TOKEN_ENV
+from fedsuite.results import RUN_TOKEN_ENV, write_atomic
 
 STOP_NOTE = "fedsuite-stop.json"
 
@@ -36,13 +36,9 @@ class Stop:
 def leave_stop_note(flwr_home: Path, token: str, reason: str, at: float) -> bool:
     """Write the note for the launch with this token (atomically: a reader sees all of it or nothing); True if
     written. A note that cannot be written is only skipped: the launch still stops and marks the run afterwards."""
-    path = Path(flwr_home) / STOP_NOTE
-    partial = path.with_name(f".{STOP_NOTE}.{os.getpid()}.tmp")
     try:
-        partial.write_text(json.dumps({"token": token, "reason": reason, "at": at}))
-        os.replace(partial, path)
-    except OSError:
-        partial.unlink(missing_ok=True)
+        write_atomic(Path(flwr_home) / STOP_NOTE, json.dumps({"token": token, "reason": reason, "at": at}))
+    except OSError:  # write_atomic leaves no partial file behind
         return False
     return True
 

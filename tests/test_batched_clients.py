@@ -69,7 +69,8 @@ def stacked_calls(monkeypatch):
     calls: list[tuple[int, int]] = []
 
     def counting(*args, **kwargs):
-        calls.append((len(args[1]), kwargs["steps"]))
+        steps = kwargs["settings"].steps if "settings" in kwargs else kwargs["steps"]  # K_i, in either call form
+        calls.append((len(args[1]), steps))
         return train_stacked(*args, **kwargs)
 
     monkeypatch.setattr(dispatch, "train_stacked", counting)

@@ -24,6 +24,7 @@ from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import unbatchable_model
 from fedsuite.client_adapter import PreparedFit, RuleClient, error_reply
 from fedsuite.device import one_move_per_array
+from fedsuite.local import LocalSettings
 from fedsuite.rounds import PHASE_KEY
 from fedsuite.server.wire import to_parameters
 
@@ -144,13 +145,7 @@ class BatchedDispatcher:
                 [item.client.node.data for item in group],
                 first.node.loss_fn,
                 [item.fit.rule for item in group],
-                lr=group[0].fit.ctx.lr,
-                weight_decay=local.weight_decay,
-                clip_norm=local.clip_norm,
-                loss_reduction=local.loss_reduction,
-                epochs=local.epochs,
-                steps=group[0].fit.steps,
-                batch_size=local.batch_size,
+                settings=LocalSettings.of_round(local, group[0].fit.ctx.lr, group[0].fit.steps),
                 generators=[item.fit.generator for item in group],
                 cuda_graphs=bool(first.node.cfg["cuda-graphs"]),
                 on_graph_failure=lambda why: self.say(

@@ -50,7 +50,7 @@ from fedsuite.privacy.accountant import RunAccountant
 from fedsuite.privacy.model_checks import batch_norm_layers, batch_norm_refusal
 from fedsuite.privacy.noise import SECURE, torch_stream
 from fedsuite.sampling import Sampler
-from fedsuite.stages.client import TRAINING_LOSSES, ClientStage, without_losses
+from fedsuite.stages.client import ClientStage, without_losses
 
 NOISE_STREAM = 0x44505347  # "DPSG": the noise's stream beside the round's minibatch stream
 EPSILON_METRIC = "dp-sgd-epsilon"  # a client's ε(δ) in its fit metrics; the round row's `dp_sgd_epsilon` is their max
@@ -59,9 +59,6 @@ NEXT_EPSILON_METRIC = "dp-sgd-epsilon-next"  # its ε(δ) should the next round 
 
 class PrivacyBudgetSpent(RuntimeError):
     """A client's DP-SGD ε would pass dp-target-epsilon in this round: it releases nothing."""
-
-
-UNPRIVATE_METRICS = TRAINING_LOSSES  # training losses of the records themselves, without noise: not sent
 
 
 def per_record_gradients(model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor):
@@ -120,6 +117,7 @@ class DpSgd:
     target_epsilon: float = 0.0  # dp-target-epsilon: this round releases nothing past it (0 = no target)
     noise_source: str = SECURE  # dp-noise-source (fedsuite/privacy/noise.py)
     _noise_stream: torch.Generator | None = None
+    _epsilons: dict[int, float] = field(default_factory=dict)  # more_rounds → ε(δ), once the round's steps are done
 
     # ---- the local loop's hooks (fedsuite/local.py) ---------------------------------------------------------------
     def bind(self, model: FlatModel, rule, generator: torch.Generator) -> PrivateModel:
@@ -157,9 +155,11 @@ class DpSgd:
 
     def epsilon(self, more_rounds: int = 0) -> float:
         """This client's ε(δ) after this round: every round so far whose cohort drew it, each like this one (plus
-        `more_rounds` like it)."""
-        rounds = participations(self.sampler, self.partition_id, self.server_round) + more_rounds
-        return RunAccountant(self.delta, self.events(rounds)).epsilon()
+        `more_rounds` like it); computed once per round and number (the steps' releases are final once asked)."""
+        if more_rounds not in self._epsilons:
+            rounds = participations(self.sampler, self.partition_id, self.server_round) + more_rounds
+            self._epsilons[more_rounds] = RunAccountant(self.delta, self.events(rounds)).epsilon()
+        return self._epsilons[more_rounds]
 
     def check_budget(self) -> None:
         """Raise PrivacyBudgetSpent, before anything of this round is released, when it takes ε past the target."""

@@ -22,6 +22,7 @@ from fedsuite.declared import BUFFERS
 from fedsuite.payload import ARRAYS_KEY, PayloadError, unpack
 from fedsuite.privacy.secagg import rounding_seed
 from fedsuite.settings import value_of
+from fedsuite.stages.client import TRAINING_LOSSES
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -70,7 +71,7 @@ def secure_reply(node, config: Mapping, arrays: list, num_examples: int, metrics
         if (outside := int(np.sum(np.abs(array) > settings.clip_range))) > 0:
             log.warning("fedsuite │ partition %s: %d values of %r lie outside secagg-clip-range=%g and are clipped",
                         node.partition_id, outside, name, settings.clip_range)  # fmt: skip
-    for key in ("loss", "first-loss"):
+    for key in TRAINING_LOSSES:
         if key in metrics and not np.isfinite(float(metrics[key])):
             raise SecureUploadRefused(f"{key} is {metrics[key]}: the training diverged")
     np.random.seed(rounding_seed(node.cfg.seed, int(config["round"]), node.partition_id, node.noise_secret))

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedsuite.results import write_atomic
 from simulation.launcher.flower import QUIET_FLOWER
 from simulation.launcher.processes import PROC, descendants, process_table
 from simulation.launcher.project import PROJECT
@@ -137,9 +138,7 @@ def recorded_ports(home: Path) -> tuple[int, int] | None:
 
 def record_ports(home: Path, ports: tuple[int, int]) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    partial = home / f".{PORTS_FILE}.{os.getpid()}.tmp"
-    partial.write_text(json.dumps({"http": ports[0], "control": ports[1]}))
-    os.replace(partial, home / PORTS_FILE)
+    write_atomic(home / PORTS_FILE, json.dumps({"http": ports[0], "control": ports[1]}))
 
 
 def listener(port: int) -> str:
@@ -201,12 +200,13 @@ def export_lines(home: Path, ports: tuple[int, int]) -> str:
             f"export {quiet}\n")  # fmt: skip
 
 
-def stop(home: Path, grace_seconds: float = 5.0) -> list[int]:
+def stop(home: Path, grace_seconds: float = 5.0) -> tuple[list[int], list[int]]:
     """SIGTERM each local SuperLink of `home` and every process below it (its SuperExec, the runs in it),
-    SIGKILL what is left after `grace_seconds`; returns the SuperLinks' PIDs."""
+    SIGKILL what is left after `grace_seconds`; returns the SuperLinks' PIDs and those of the processes still
+    running after it all (a process this user may not signal)."""
     running = own_superlinks(home)
     if not running:
-        return []
+        return [], []
     table = process_table()
     tree = {pid: table[pid][1] for pid in descendants({link.pid for link in running}, table)}
     for signum, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 2.0)):
@@ -218,7 +218,7 @@ def stop(home: Path, grace_seconds: float = 5.0) -> list[int]:
         deadline = time.monotonic() + wait
         while alive(tree) and time.monotonic() < deadline:
             time.sleep(0.1)
-    return [link.pid for link in running]
+    return [link.pid for link in running], alive(tree)
 
 
 def alive(tree: dict[int, int]) -> list[int]:
@@ -234,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = flwr_home()
     if args.stop:
-        stopped = stop(home)
+        stopped, left = stop(home)
+        if left:
+            print(f"error: the local SuperLink of FLWR_HOME={home}: processes {', '.join(map(str, left))} are still "
+                  "running after SIGTERM and SIGKILL", file=sys.stderr)  # fmt: skip
+            return 1
         what = f"stopped (pid {', '.join(map(str, stopped))})" if stopped else "not running"
         print(f"the local SuperLink of FLWR_HOME={home}: {what}", file=sys.stderr)
         return 0
