@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fedsuite.config import ConfigError
 from fedsuite.pruning import PRUNED
-from fedsuite.results import FINISHED, mark_stopped, remove_temporaries
+from fedsuite.results import FINISHED
 from simulation.experiment import engines
 from simulation.experiment.client_state import clear_earlier_attempt
 from simulation.experiment.jobs import Job, Outcome, damaged_earlier, planned_rounds, reusable
@@ -71,7 +71,7 @@ def _said(job: Job, status: str, otherwise: str) -> str:
 def mark_killed(folder: Path | None, returncode: int) -> None:
     """A child process ended by a signal it could not handle (SIGKILL, the out-of-memory killer) left its run
     `running`: the run failed, and what its cut-short writes left and its per-run client-state folder go."""
-    from simulation.launcher.reaper import remove_run_state
+    from simulation.launcher.reaper import settle_stopped
 
     if folder is None or returncode >= 0:
         return
@@ -79,9 +79,8 @@ def mark_killed(folder: Path | None, returncode: int) -> None:
         name = signal.Signals(-returncode).name
     except ValueError:
         name = f"signal {-returncode}"
-    mark_stopped(folder, "failed", f"the run's process was killed by {name}")
-    remove_temporaries(folder)
-    remove_run_state(folder)
+    for problem in settle_stopped(folder, "failed", f"the run's process was killed by {name}"):
+        print(f"fedsuite: {folder}: {problem}", file=sys.stderr)
 
 
 def child_command(job: Job, engine: str) -> list[str]:

@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-from fedsuite.results import mark_stopped, remove_temporaries
-
 REASON = "the study that ran it in its own process ended before the run did"
 
 
@@ -58,17 +56,9 @@ def in_flight(lines) -> Path | None:
 def settle(folder: Path, ended: float) -> None:
     """Mark the run in `folder` interrupted (a summary that still says `running`), remove what its cut-short writes
     left and its per-run client-state folder; each step runs whatever the one before met."""
-    from simulation.launcher.reaper import remove_run_state
+    from simulation.launcher.reaper import settle_stopped
 
-    problems = []
-    for step in (lambda: mark_stopped(folder, "interrupted", REASON),
-                 lambda: remove_temporaries(folder, older_than=ended),
-                 lambda: remove_run_state(folder)):  # fmt: skip
-        try:
-            step()
-        except Exception as err:  # the next step must still run
-            problems.append(f"{type(err).__name__}: {err}")
-    for problem in problems:
+    for problem in settle_stopped(folder, "interrupted", REASON, ended=ended):
         print(f"fedsuite watcher: {folder}: {problem}", file=sys.stderr)
 
 

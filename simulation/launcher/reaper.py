@@ -35,6 +35,22 @@ RECORD_SECONDS = 1.0
 DRIVER_ENDED = "the command that started the run ended before the run did"
 
 
+def settle_stopped(folder: Path, status: str, reason: str, *, ended: float | None = None,
+                   stopped_at: float | None = None, also=()) -> list[str]:  # fmt: skip
+    """A run that stopped without writing its end: its summary marked `status` (if it still says running), then the
+    steps of `also`, then what its cut-short writes left (those older than `ended`, if given) and its per-run
+    client-state folder removed. Each step runs whatever the one before met; returns the problems met."""
+    steps = (lambda: mark_stopped(folder, status, reason, stopped_at=stopped_at), *also,
+             lambda: remove_temporaries(folder, older_than=ended), lambda: remove_run_state(folder))  # fmt: skip
+    problems = []
+    for step in steps:
+        try:
+            step()
+        except Exception as err:  # the next step must still run
+            problems.append(f"{type(err).__name__}: {err}")
+    return problems
+
+
 def remove_run_state(folder: Path) -> None:
     """The per-run client-state folder the ServerApp named in config.json (never a configured client-state-dir)."""
     from fedsuite.state import is_run_scoped  # imported late: fedsuite.state brings torch (seconds to start)
@@ -68,20 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     launch = Launch(token, ray_dir or None)
     wait_for_driver(launch)
-    problems = []
     ended = time.time()
     leave_stop_note(Path(flwr_home), token, DRIVER_ENDED, ended)  # the ServerApp records the stop, not its effects
     left = launch.stop()
-    for step in (  # the summary first: the folders below may take a while to remove on a busy machine
-        lambda: mark_stopped(Path(folder), "interrupted", DRIVER_ENDED, stopped_at=ended),
-        lambda: [shutil.rmtree(p, ignore_errors=True) for p in (flwr_home, ray_dir) if p],
-        lambda: remove_temporaries(Path(folder), older_than=ended),
-        lambda: remove_run_state(Path(folder)),
-    ):
-        try:
-            step()
-        except Exception as err:  # the next step must still run
-            problems.append(f"{type(err).__name__}: {err}")
+    # the summary first: the launch's folders may take a while to remove on a busy machine
+    private = (lambda: [shutil.rmtree(p, ignore_errors=True) for p in (flwr_home, ray_dir) if p],)
+    problems = settle_stopped(Path(folder), "interrupted", DRIVER_ENDED, ended=ended, stopped_at=ended, also=private)
     if left:
         problems.append(f"processes {left} did not stop")
     for problem in problems:
