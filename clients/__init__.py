@@ -1,1 +1,1 @@
-"""Client halves of the algorithms, one module each, on the shared `fedsuite.client_rule.ClientRule`."""
+"""Client halves of the algorithms, one module each, on the shared `fedsuite.rules.client_rule.ClientRule`."""

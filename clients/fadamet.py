@@ -8,8 +8,8 @@ the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-pa
 
 from __future__ import annotations
 
-from fedsuite.declared import Vector
-from fedsuite.local import AddVector, UpdateRule
+from fedsuite.local.loop import AddVector, UpdateRule
+from fedsuite.rules.declared import Vector
 
 from .localadam import LocalAdamClient
 

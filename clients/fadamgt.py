@@ -8,8 +8,8 @@ the others keep y_i. v_i persists for every sampled client (LocalAdam). Hyper-pa
 
 from __future__ import annotations
 
-from fedsuite.adaptive import GradientSum
-from fedsuite.local import AddVector, UpdateRule
+from fedsuite.local.adaptive import GradientSum
+from fedsuite.local.loop import AddVector, UpdateRule
 
 from .fadamet import FAdamETClient
 from .localadam import LocalAdamClient

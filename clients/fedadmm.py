@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.declared import Vector
-from fedsuite.local import AddVector, UpdateRule
+from fedsuite.local.loop import AddVector, UpdateRule
+from fedsuite.rules.client_rule import ClientRule
+from fedsuite.rules.declared import Vector
 
 
 class FedADMMClient(ClientRule):

@@ -3,7 +3,7 @@
 Also the client of FedAdam / FedYogi / FedAdagrad (docs/algorithms/fedadam.md), whose difference is all on the server.
 """
 
-from fedsuite.client_rule import ClientRule
+from fedsuite.rules.client_rule import ClientRule
 
 
 class FedAvgClient(ClientRule):

@@ -6,8 +6,8 @@ strong momentum); weight decay is not scaled by α. Stateless: new clients can j
 
 from __future__ import annotations
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.local import AddVector, Scale, UpdateRule
+from fedsuite.local.loop import AddVector, Scale, UpdateRule
+from fedsuite.rules.client_rule import ClientRule
 
 
 class FedCMClient(ClientRule):

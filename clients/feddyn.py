@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from fedsuite.client_rule import ClientRule, RoundContext
-from fedsuite.declared import Vector
-from fedsuite.local import AddVector, UpdateRule
+from fedsuite.local.loop import AddVector, UpdateRule
+from fedsuite.rules.client_rule import ClientRule, RoundContext
+from fedsuite.rules.declared import Vector
 
 
 class FedDynClient(ClientRule):

@@ -8,9 +8,9 @@ Hyper-parameters: fedlada-alpha α = 0.1 [decision], adam-beta1/-beta2/-eps, η_
 
 from __future__ import annotations
 
-from fedsuite.adaptive import AdamStep
-from fedsuite.client_rule import ClientRule
-from fedsuite.local import AddVector, Scale, UpdateRule
+from fedsuite.local.adaptive import AdamStep
+from fedsuite.local.loop import AddVector, Scale, UpdateRule
+from fedsuite.rules.client_rule import ClientRule
 
 
 class FedLADAClient(ClientRule):

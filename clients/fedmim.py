@@ -6,8 +6,8 @@ a_t, b_t come from the server; weight decay is not scaled by A. Stateless client
 
 from __future__ import annotations
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.local import AddVector, LookAhead, Scale, UpdateRule
+from fedsuite.local.loop import AddVector, LookAhead, Scale, UpdateRule
+from fedsuite.rules.client_rule import ClientRule
 
 
 class FedMIMClient(ClientRule):

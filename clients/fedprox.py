@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.local import UpdateRule
-from fedsuite.node import ClientNode
+from fedsuite.local.loop import UpdateRule
+from fedsuite.node.holdings import ClientNode
+from fedsuite.rules.client_rule import ClientRule
 
 
 class FedProxClient(ClientRule):

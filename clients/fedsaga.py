@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from fedsuite.local import UpdateRule
-from fedsuite.variance import BlockTable
+from fedsuite.local.loop import UpdateRule
+from fedsuite.local.variance import BlockTable
 
 from .losac import LoSACClient
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.local import SharpnessAware, UpdateRule
+from fedsuite.local.loop import SharpnessAware, UpdateRule
+from fedsuite.rules.client_rule import ClientRule
 
 from .fedcm import FedCMClient
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fedsuite.declared import Vector
-from fedsuite.local import DualRegularisedSharpness, UpdateRule
+from fedsuite.local.loop import DualRegularisedSharpness, UpdateRule
+from fedsuite.rules.declared import Vector
 
 from .feddyn import FedDynClient
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fedsuite.local import SharpnessAware, UpdateRule
+from fedsuite.local.loop import SharpnessAware, UpdateRule
 
 from .feddyn import FedDynClient
 

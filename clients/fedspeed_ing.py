@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from fedsuite.declared import Vector
+from fedsuite.rules.declared import Vector
 
 from .fedspeed import FedSpeedClient
 

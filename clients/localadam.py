@@ -8,10 +8,10 @@ Hyper-parameters: adam-beta1 β1 = 0.9, adam-beta2 β2 = 0.99, adam-eps ε = 1e-
 
 from __future__ import annotations
 
-from fedsuite.adaptive import AdamStep
-from fedsuite.client_rule import ClientRule
-from fedsuite.declared import Vector
-from fedsuite.local import UpdateRule
+from fedsuite.local.adaptive import AdamStep
+from fedsuite.local.loop import UpdateRule
+from fedsuite.rules.client_rule import ClientRule
+from fedsuite.rules.declared import Vector
 
 
 class LocalAdamClient(ClientRule):

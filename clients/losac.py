@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.declared import Vector
-from fedsuite.local import UpdateRule
-from fedsuite.variance import DELTA_PHI, BlockTable
+from fedsuite.local.loop import UpdateRule
+from fedsuite.local.variance import DELTA_PHI, BlockTable
+from fedsuite.rules.client_rule import ClientRule
+from fedsuite.rules.declared import Vector
 
 
 def table_names(num_blocks: int) -> list[str]:

@@ -6,14 +6,14 @@ Two messages per round:
   what the LoSAC paper's DLG study attacks (docs/dlg/index.md).
 - phase B (a normal fit): K_i steps x ← x − η_l·(g(x; ξ) − g(x^t; ξ) + c + wd·x), both gradients on the same
   minibatch, c = the server's mean of the phase-A gradients; uplink Δ_i. Stateless.
-The names both halves use are fedsuite.adaptive's.
+The names both halves use are fedsuite.local.adaptive's.
 """
 
 from __future__ import annotations
 
-from fedsuite.adaptive import GRADIENT_NAME, GRADIENT_PHASE, ControlVariatePoint
-from fedsuite.client_rule import ClientRule
-from fedsuite.local import AddVector, UpdateRule, full_gradient
+from fedsuite.local.adaptive import GRADIENT_NAME, GRADIENT_PHASE, ControlVariatePoint
+from fedsuite.local.loop import AddVector, UpdateRule, full_gradient
+from fedsuite.rules.client_rule import ClientRule
 
 
 class MimeSVRGClient(ClientRule):

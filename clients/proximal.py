@@ -4,7 +4,7 @@ base class, it adds the step to whatever rule the base builds; the server averag
 
 from __future__ import annotations
 
-from fedsuite.variance import proximal_stage
+from fedsuite.local.variance import proximal_stage
 
 
 class ProximalStep:

@@ -9,9 +9,9 @@ Uplink Δ_i and Δc_i = c_i⁺ − c_i; c_i is persistent client state (zeros on
 
 from __future__ import annotations
 
-from fedsuite.client_rule import ClientRule
-from fedsuite.declared import Vector
-from fedsuite.local import AddVector, UpdateRule, full_gradient
+from fedsuite.local.loop import AddVector, UpdateRule, full_gradient
+from fedsuite.rules.client_rule import ClientRule
+from fedsuite.rules.declared import Vector
 
 
 class ScaffoldClient(ClientRule):

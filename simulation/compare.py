@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedsuite.config import ALGORITHMS, ConfigError
-from fedsuite.results import FINISHED
-from fedsuite.tuned import Tuned, with_tuned
-from fedsuite.tuned import read as read_tuned
+from fedsuite.config.run_config import ALGORITHMS, ConfigError
+from fedsuite.config.tuned import Tuned, with_tuned
+from fedsuite.config.tuned import read as read_tuned
+from fedsuite.results.folder import FINISHED
 from simulation.experiment import report
 from simulation.experiment.client_state import check_folders, own_folder
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
@@ -32,7 +32,7 @@ from simulation.launcher.overrides import parse_overrides
 from simulation.launcher.preflight import preflight
 
 if TYPE_CHECKING:
-    from fedsuite.config import Config
+    from fedsuite.config.run_config import Config
 
 # the keys a comparison sets for every run (the seed is the -c one, the same for every algorithm)
 COMPARE_SETS = {key: flag for key, flag in SET_BY_STUDY.items() if key != "seed"}

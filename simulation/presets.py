@@ -1,4 +1,4 @@
-"""The preset table of docs/running/presets.md, from the presets in fedsuite/presets.py (where the data and the
+"""The preset table of docs/running/presets.md, from the presets in fedsuite/config/presets.py (where the data and the
 logic live).
 
     python -m simulation.presets            # print the table
@@ -7,7 +7,7 @@ logic live).
 
 from __future__ import annotations
 
-from fedsuite.presets import presets_table
+from fedsuite.config.presets import presets_table
 from simulation.algorithms import ROOT, block_command
 
 PAGE = ROOT / "docs" / "running" / "presets.md"

@@ -26,8 +26,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedsuite.config import ConfigError
-from fedsuite.results import read_closing_line
+from fedsuite.config.run_config import ConfigError
+from fedsuite.results.folder import read_closing_line
 from simulation.launcher.launch import checked_config, run
 from simulation.launcher.outcome import Interrupted, RunFailed, ended_before_the_signal
 from simulation.launcher.overrides import parse_overrides

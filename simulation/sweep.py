@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedsuite.config import ALGORITHMS, ConfigError
-from fedsuite.results import FINISHED
-from fedsuite.tuned import Tuned, with_tuned
-from fedsuite.tuned import read as read_tuned
+from fedsuite.config.run_config import ALGORITHMS, ConfigError
+from fedsuite.config.tuned import Tuned, with_tuned
+from fedsuite.config.tuned import read as read_tuned
+from fedsuite.results.folder import FINISHED
 from simulation.experiment import paired, report
 from simulation.experiment.client_state import check_folders, own_folder
 from simulation.experiment.engines import ENGINES
@@ -42,7 +42,7 @@ from simulation.launcher.overrides import parse_overrides
 from simulation.launcher.preflight import preflight
 
 if TYPE_CHECKING:
-    from fedsuite.config import Config
+    from fedsuite.config.run_config import Config
     from simulation.experiment.jobs import Outcome
 
 METRICS = ("final_acc", "best_acc", "s_per_round", "mb_per_client_round")

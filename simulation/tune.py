@@ -6,7 +6,7 @@ chosen without looking at the test set; then fresh seeds, trained on all the tra
     python -m simulation.tune --algorithms fedavg,fedcm --budget 8 ...   # 8 distinct points each (TPE or grid)
     python -m simulation.tune --list                                     # what each algorithm searches
 
-What is searched is the registry's `tunable` declaration of each algorithm (fedsuite/registry.py; `--space`
+What is searched is the registry's `tunable` declaration of each algorithm (fedsuite/registry/known.py; `--space`
 replaces or adds keys). `--search grid` tries every combination of the declared values (a log range gives its
 grid points); `--budget N` (an Optuna search) gives every algorithm N distinct points: its whole grid when that has
 no more than N points, else N points proposed by Optuna's TPE sampler, seeded by --sampler-seed (a repeated
@@ -19,7 +19,8 @@ the mean over the last --last evaluations, averaged over the seeds. A trial with
 keeps that status and has no score; it is never chosen.
 
 Outputs in --out: search/<algorithm>.csv and .md (every trial: its values, per-seed scores, mean, status),
-search/runs/… (the trial runs), tuned.toml (the chosen values; fedsuite.tuned reads it), final/ (the chosen values
+search/runs/… (the trial runs), tuned.toml (the chosen values; fedsuite.config.tuned reads it), final/ (the chosen
+values
 on --final-seeds with validation-fraction=0: final/sweep.md, sweep.csv, sweep.png in simulation.sweep's format, with
 the paired differences against --baseline (fedavg by default, when it is tuned) in sweep-paired.csv)
 and tune.md (chosen values, validation scores, the final table). Every run goes through simulation.experiment: a
@@ -36,10 +37,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite import tuned as tuned_file
-from fedsuite.config import ConfigError
-from fedsuite.data_checks import check_evaluation_data
-from fedsuite.tunable import Search, space_size
+from fedsuite.config import tuned as tuned_file
+from fedsuite.config.run_config import ConfigError
+from fedsuite.config.tunable import Search, space_size
+from fedsuite.evaluation.data_checks import check_evaluation_data
 from simulation import sweep
 from simulation.experiment import paired
 from simulation.experiment.client_state import check_folders

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.adaptive import TRACKING_KEY
-from fedsuite.declared import Vector
-from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.local.adaptive import TRACKING_KEY
+from fedsuite.rules.declared import Vector
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FAdam(ServerRule):

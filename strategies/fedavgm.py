@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.declared import Vector
-from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.rules.declared import Vector
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedAvgM(ServerRule):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.declared import Table, Vector
-from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.rules.declared import Table, Vector
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedDyn(ServerRule):

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsuite.declared import Vector
-from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.rules.declared import Vector
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedExP(ServerRule):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.declared import History
-from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.rules.declared import History
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedMIM(ServerRule):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.rule import Reply, RuleSettings, ServerRule
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedNova(ServerRule):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.declared import Vector
-from fedsuite.rule import Reply, RuleSettings, ServerRule
-from fedsuite.variance import DELTA_PHI
+from fedsuite.local.variance import DELTA_PHI
+from fedsuite.rules.declared import Vector
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class LoSAC(ServerRule):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.adaptive import GRADIENT_NAME, GRADIENT_PHASE
-from fedsuite.declared import Vector
-from fedsuite.rule import Answer, Query, Reply, RuleSettings, ServerRule
+from fedsuite.local.adaptive import GRADIENT_NAME, GRADIENT_PHASE
+from fedsuite.rules.declared import Vector
+from fedsuite.rules.server_rule import Answer, Query, Reply, RuleSettings, ServerRule
 
 
 class MimeSVRG(ServerRule):

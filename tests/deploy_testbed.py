@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from fedsuite.results import RUN_TOKEN_ENV
+from fedsuite.results.folder import RUN_TOKEN_ENV
 from simulation.launcher.processes import stop_tagged, tagged_processes
 
 PROJECT = Path(__file__).resolve().parent.parent

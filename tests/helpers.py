@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import load_dataset
 
 LSQ = {
@@ -46,8 +46,8 @@ def one_client_of_a_2nn():
 
     import torch
 
-    from fedsuite.local import LocalData
-    from fedsuite.models import FlatModel, build_model
+    from fedsuite.local.loop import LocalData
+    from fedsuite.models.networks import FlatModel, build_model
 
     torch.manual_seed(0)
     net = build_model("2nn", (1, 28, 28), 10, "classification")

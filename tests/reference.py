@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import load_dataset
-from fedsuite.models import initial_vector
-from fedsuite.sampling import Sampler
+from fedsuite.models.networks import initial_vector
+from fedsuite.server.sampling import Sampler
 
 
 def grad(a, b, x):
@@ -239,7 +239,7 @@ def fedsmoo(f: Federation, mu: float, rho: float) -> np.ndarray:
 
 def check_trajectory(cfg: dict, reference) -> None:
     """A whole in-process run of `cfg` equals `reference(Federation(cfg))` to 1e-5 relative, and has moved."""
-    from fedsuite.inprocess import run_inprocess
+    from fedsuite.run.inprocess import run_inprocess
 
     expected = reference(Federation(cfg))
     got = run_inprocess(cfg).x

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedsuite.variance import FixedBlocks
+from fedsuite.local.variance import FixedBlocks
 from tests.reference import Federation
 
 
@@ -24,7 +24,8 @@ class BlockFederation(Federation):
         self.summed = self.cfg["loss-reduction"] == "sum"
 
     def draws(self, i: int, server_round: int) -> list[int]:
-        """The blocks client i trains on in `server_round` (fedsuite.node's generator recipe, FixedBlocks' draw)."""
+        """The blocks client i trains on in `server_round` (fedsuite.node.holdings's generator recipe, FixedBlocks'
+        draw)."""
         seed = np.random.SeedSequence([int(self.cfg["seed"]), server_round, i]).generate_state(1)[0]
         return torch.randint(0, self.m, (self.k,), generator=torch.Generator().manual_seed(int(seed))).tolist()
 

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite import costs
-from fedsuite.adaptive import AdamStep
 from fedsuite.clients.fadamet import FAdamETClient
 from fedsuite.clients.fadamgt import FAdamGTClient
 from fedsuite.clients.mimesvrg import MimeSVRGClient
-from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
-from fedsuite.local import LocalData, UpdateRule, train_local
-from fedsuite.models import FlatModel
-from fedsuite.sampling import Sampler
+from fedsuite.local.adaptive import AdamStep
+from fedsuite.local.loop import LocalData, UpdateRule, train_local
+from fedsuite.models.networks import FlatModel
+from fedsuite.registry import costs
+from fedsuite.run.inprocess import client_store, remove_client_state, run_inprocess
+from fedsuite.server.sampling import Sampler
 from tests import reference_adaptive as refa
 from tests.observing import Rows, Watch
 from tests.reference import Federation, grad
@@ -267,9 +267,9 @@ def test_measured_communication_matches_the_registry(algorithm):
 @pytest.mark.parametrize("algorithm", ["fadamet", "fadamgt"])
 def test_a_rejected_reply_leaves_neither_y_i_nor_v_i_ahead_of_the_server(algorithm, monkeypatch):
     """The server rejects the reply of round 2's tracked client after that client saved its new y_i and v_i:
-    y = mean_N y_i (the state each client will train with next, fedsuite.state.effective) after every round, and
+    y = mean_N y_i (the state each client will train with next, fedsuite.state.store.effective) after every round, and
     with the undo switched off the invariant breaks."""
-    import fedsuite.state as state_module
+    import fedsuite.state.store as state_module
     from tests.test_client_state import mean_state_gaps, reject_in_round
 
     cfg = {**BERNOULLI, "algorithm": algorithm, "min-replies": 0.0}

@@ -20,7 +20,12 @@ def test_the_app_bundle_is_small_and_holds_no_study_data():
     names = zipfile.ZipFile(io.BytesIO(fab)).namelist()
     assert len(fab) < FAB_MAX_SIZE / 5, f"{len(fab):,} bytes"  # room to grow, far from Flower's limit
     assert not [n for n in names if n.startswith(("docs/", "tests/", "docker/"))]
-    apps = ("fedsuite/server_app.py", "fedsuite/client_app.py", "fedsuite/rule.py", "fedsuite/client_adapter.py")
-    for needed in (*apps, "fedsuite/client_rule.py", "clients/fedavg.py"):
+    apps = (
+        "fedsuite/server/app.py",
+        "fedsuite/node/app.py",
+        "fedsuite/rules/server_rule.py",
+        "fedsuite/node/client.py",
+    )
+    for needed in (*apps, "fedsuite/rules/client_rule.py", "clients/fedavg.py"):
         assert needed in names
     assert "examples/own_model/models.py" in names

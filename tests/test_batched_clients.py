@@ -21,18 +21,18 @@ import pytest
 import torch
 from torch import nn
 
-from fedsuite import registry
 from fedsuite import testing as kit
-from fedsuite.adaptive import AdamStep
 from fedsuite.batched import dispatch
 from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.notice import say_unbatched
 from fedsuite.batched.stacking import NotStackable, stack_rules
-from fedsuite.config import resolve
-from fedsuite.local import AddVector, LocalData, SharpnessAware, UpdateRule, train_local
-from fedsuite.models import FlatModel
-from fedsuite.plugins import AlgorithmRegistry
+from fedsuite.config.run_config import resolve
+from fedsuite.local.adaptive import AdamStep
+from fedsuite.local.loop import AddVector, LocalData, SharpnessAware, UpdateRule, train_local
+from fedsuite.models.networks import FlatModel
+from fedsuite.registry import known as registry
+from fedsuite.registry.plugins import AlgorithmRegistry
 from tests.arithmetic import FIRST_MACHINE, pins_for_this_machine
 
 TOLERANCE_FLOAT64 = 1e-12
@@ -362,12 +362,13 @@ def test_where_no_engine_batches_the_key_is_ignored_in_one_line(caplog):
 
 @pytest.mark.parametrize("n,batch,pad", [(30, 8, 0), (30, 8, 2), (6, 8, 2), (6, 6, 0)])
 def test_a_round_drawn_at_once_is_the_minibatches_drawn_step_by_step(n, batch, pad):
-    """fedsuite/batched/draws.py: the same samples, crops and flips as fedsuite.local.minibatches, and the generator
+    """fedsuite/batched/draws.py: the same samples, crops and flips as fedsuite.local.loop.minibatches, and the
+    generator
     left where the step-by-step draws leave it."""
     import torch
 
     from fedsuite.batched.draws import drawn_round
-    from fedsuite.local import LocalData, minibatches
+    from fedsuite.local.loop import LocalData, minibatches
 
     data = LocalData(torch.randn(n, 3, 5, 5), torch.randint(0, 10, (n,)), crop_pad=pad)
     one, at_once = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
@@ -381,7 +382,7 @@ def test_a_round_drawn_at_once_is_the_minibatches_drawn_step_by_step(n, batch, p
 def test_a_downlink_moved_once_per_batched_call_gives_each_client_its_own_equal_copy():
     """Inside one_move_per_array an array seen before is not read again (its first move is copied on the device), each
     caller gets a tensor of its own, never over the host memory; outside, every call reads the array."""
-    from fedsuite.device import one_move_per_array, to_device
+    from fedsuite.local.device import one_move_per_array, to_device
 
     host = np.arange(6, dtype=np.float32)
     view = host[1:5]
@@ -401,7 +402,7 @@ def test_a_downlink_moved_once_per_batched_call_gives_each_client_its_own_equal_
 def test_an_uplinks_page_locked_buffer_is_reused_only_once_its_array_and_views_are_gone():
     import gc
 
-    from fedsuite.device import to_host
+    from fedsuite.local.device import to_host
 
     values = torch.arange(1000, dtype=torch.float32, device="cuda")
     first = to_host(values)

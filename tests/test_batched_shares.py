@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from flwr.common import Code, FitIns, FitRes, Parameters, Status
 
-from fedsuite import registry
 from fedsuite import testing as kit
 from fedsuite.batched.server import LostWithShare, _send
 from fedsuite.batched.shares import (
@@ -25,7 +24,8 @@ from fedsuite.batched.shares import (
     unpack_instructions,
     unpack_reply,
 )
-from fedsuite.payload import PARTITION_KEY
+from fedsuite.codec.payload import PARTITION_KEY
+from fedsuite.registry import known as registry
 from fedsuite.server.replies import LOST_WORKER, describe_failure
 from fedsuite.server.routing import Router
 from fedsuite.server.wire import arrays_of, to_parameters
@@ -187,8 +187,8 @@ def test_the_cohort_goes_to_the_nodes_in_blocks(shares, nodes, expected):
 
 
 def test_a_member_whose_own_path_raises_on_the_node_is_a_failure_as_in_process(monkeypatch):
-    from fedsuite import client_app
-    from fedsuite.inprocess import LostClient
+    from fedsuite.node import app as client_app
+    from fedsuite.run.inprocess import LostClient
 
     real = client_app.node_for
 
@@ -238,7 +238,7 @@ def test_a_member_answering_for_another_client_is_rejected_for_each_client():
 ])  # fmt: skip
 def test_what_keeps_a_rounds_clients_in_one_message_each_is_said(changes, why):
     from fedsuite.batched.notice import why_not_shared
-    from fedsuite.config import resolve
+    from fedsuite.config.run_config import resolve
     from fedsuite.server.compose import batch_shares
 
     cfg = resolve({"batch-clients": True, "batch-messages": 3, **changes})

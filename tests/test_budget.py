@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
-from fedsuite.testing import PARTIAL
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.testing.kit import PARTIAL
 
 pytest.importorskip("dp_accounting")
 ROOT = Path(__file__).resolve().parent.parent

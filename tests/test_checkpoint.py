@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite import checkpoint, costs
 from fedsuite import testing as kit
-from fedsuite.inprocess import run_inprocess
-from fedsuite.registry import ALGORITHMS
-from fedsuite.state_files import read_arrays
+from fedsuite.registry import costs
+from fedsuite.registry.known import ALGORITHMS
+from fedsuite.results import checkpoint
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.state.files import read_arrays
 
 TINY = {
     "dataset": "synthetic-lsq",
@@ -30,7 +31,7 @@ TINY = {
 }
 
 
-same = kit.identical  # bitwise equality of checkpointable values (fedsuite.testing)
+same = kit.identical  # bitwise equality of checkpointable values (fedsuite.testing.kit)
 
 
 def client_files(folder) -> dict[str, dict[str, np.ndarray]]:

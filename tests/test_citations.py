@@ -80,13 +80,14 @@ def test_every_cited_documentation_page_exists():
 
 
 def test_the_presets_short_page_names_exist():
-    """fedsuite/presets.py cites pages by file name (its docstring says where they are): each must exist there."""
-    text = (ROOT / "fedsuite" / "presets.py").read_text()
+    """fedsuite/config/presets.py cites pages by file name (its docstring says where they are): each must exist
+    there."""
+    text = (ROOT / "fedsuite" / "config" / "presets.py").read_text()
     folders = (ROOT / "docs" / "reference", ROOT / "docs" / "algorithms")
     missing = []
     for number, line in enumerate(text.splitlines(), 1):
         comment = line.partition("#")[2]
         for page in re.findall(r"(?<![\w/.-])([\w-]+\.md)\b", comment):
             if not any((folder / page).is_file() for folder in folders):
-                missing.append(f"fedsuite/presets.py:{number}: {page}")
+                missing.append(f"fedsuite/config/presets.py:{number}: {page}")
     assert not missing, "pages named in the presets' comments that do not exist:\n" + "\n".join(missing)

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.privacy.accountant import POISSON, RunAccountant
 from fedsuite.privacy.release import client_release, noise_generator
-from fedsuite.registry import ALGORITHMS
-from fedsuite.rounds import Reply
+from fedsuite.registry.known import ALGORITHMS
+from fedsuite.rules.rounds import Reply
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.compose import server_privacy
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.privacy import ServerPrivacy
-from fedsuite.testing import PARTIAL, check_checkpoint_round_trip
+from fedsuite.testing.kit import PARTIAL, check_checkpoint_round_trip
 
 dp_accounting = pytest.importorskip("dp_accounting")
 PRIVATE = [name for name, algo in ALGORITHMS.items() if not algo.dp_refusal]
@@ -187,7 +187,7 @@ def test_buffers_the_server_would_average_are_refused_before_training():
 def test_a_node_secret_changes_the_noise_shares_and_is_checked():
     """With a node config dp-noise-secret the share is drawn from a stream the run seed alone does not give (a
     server that knows the seed cannot subtract it); a malformed secret is refused in one line naming the key."""
-    from fedsuite.client_app import NodeConfigError, noise_secret
+    from fedsuite.node.app import NodeConfigError, noise_secret
 
     plain = noise_generator(0, 1, 2).normal(size=4)
     secret = noise_generator(0, 1, 2, noise_secret({"dp-noise-secret": "12345"})).normal(size=4)
@@ -198,9 +198,9 @@ def test_a_node_secret_changes_the_noise_shares_and_is_checked():
 
 
 def _released(algorithm: str) -> tuple[list[str], list[str]]:
-    from fedsuite import registry
-    from fedsuite.rule import RuleSettings
-    from fedsuite.sampling import Sampler
+    from fedsuite.registry import known as registry
+    from fedsuite.rules.server_rule import RuleSettings
+    from fedsuite.server.sampling import Sampler
 
     settings = RuleSettings(initial_x=np.zeros(1, np.float32), sampler=Sampler(10, "fixed", 1), lr=1.0)
     rule = registry.build_rule(resolve({"algorithm": algorithm}), settings)
@@ -213,7 +213,8 @@ def test_the_privacy_pages_say_what_each_algorithm_releases():
     it (each registry entry's refusal, word for word on the page)."""
     from pathlib import Path
 
-    from fedsuite import costs, registry
+    from fedsuite.registry import costs
+    from fedsuite.registry import known as registry
 
     rows = {}
     for line in Path("docs/privacy.md").read_text().splitlines():

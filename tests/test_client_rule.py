@@ -1,5 +1,5 @@
-"""The client half as a Flower-free ClientRule behind one NumPyClient adapter (fedsuite/client_rule.py,
-fedsuite/client_adapter.py): the RoundContext a rule reads is decoded from the wire, a failing rule becomes an error
+"""The client half as a Flower-free ClientRule behind one NumPyClient adapter (fedsuite/rules/client_rule.py,
+fedsuite/node/client.py): the RoundContext a rule reads is decoded from the wire, a failing rule becomes an error
 reply, a query reaches the rule's `answer` (and one to a rule without it is refused in one line), and the rule's
 module imports no Flower."""
 
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite.client_adapter import RuleClient, client_for, round_context
-from fedsuite.client_rule import ClientRule, RoundContext
-from fedsuite.config import resolve
-from fedsuite.node import ClientNode
-from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY
-from fedsuite.rounds import PHASE_KEY
-from fedsuite.testing import LSQ
+from fedsuite.codec.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY
+from fedsuite.config.run_config import resolve
+from fedsuite.node.client import RuleClient, client_for, round_context
+from fedsuite.node.holdings import ClientNode
+from fedsuite.rules.client_rule import ClientRule, RoundContext
+from fedsuite.rules.rounds import PHASE_KEY
+from fedsuite.testing.kit import LSQ
 
 
 def wire(**extra) -> dict:
@@ -100,6 +100,6 @@ def test_a_query_reaches_the_rules_answer():
 
 
 def test_the_client_rule_imports_no_flower():
-    code = "import sys, fedsuite.client_rule; print(sorted(m for m in sys.modules if m.split('.')[0] == 'flwr'))"
+    code = "import sys, fedsuite.rules.client_rule; print(sorted(m for m in sys.modules if m.split('.')[0] == 'flwr'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -8,18 +8,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsuite import client_adapter, registry
 from fedsuite.batched import dispatch
-from fedsuite.config import resolve
-from fedsuite.inprocess import run_inprocess
-from fedsuite.node import ClientNode
-from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY
+from fedsuite.codec.payload import ALGORITHM_KEY, ARRAYS_KEY
+from fedsuite.config.run_config import resolve
+from fedsuite.node import client as client_adapter
+from fedsuite.node.holdings import ClientNode
 from fedsuite.privacy.dp_sgd import SampleLevelStage
 from fedsuite.privacy.release import CLIP_KEY, ClientLevelRelease
+from fedsuite.registry import known as registry
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 from fedsuite.stages.client import ClientStage
 from fedsuite.stages.client_run import client_stages
-from fedsuite.testing import LSQ, PARTIAL
+from fedsuite.testing.kit import LSQ, PARTIAL
 
 ROUNDS, COHORT = PARTIAL["num-server-rounds"], PARTIAL["clients-per-round"]
 FINISH = ["before_release", "release", "metrics", "num_examples"]

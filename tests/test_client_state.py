@@ -13,15 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite import costs
-from fedsuite import state as state_module
 from fedsuite.clients.scaffold import ScaffoldClient
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import load_dataset
-from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
-from fedsuite.registry import ALGORITHMS
-from fedsuite.sampling import Sampler
-from fedsuite.state import (
+from fedsuite.registry import costs
+from fedsuite.registry.known import ALGORITHMS
+from fedsuite.run.inprocess import client_store, remove_client_state, run_inprocess
+from fedsuite.server.sampling import Sampler
+from fedsuite.state import store as state_module
+from fedsuite.state.files import StateFileError, read_arrays
+from fedsuite.state.store import (
     ClientState,
     DiskStore,
     choose_backend,
@@ -31,7 +32,6 @@ from fedsuite.state import (
     state_files,
     state_root,
 )
-from fedsuite.state_files import StateFileError, read_arrays
 from tests.observing import Rows, Watch
 
 SMALL = {
@@ -117,7 +117,7 @@ def test_a_damaged_state_file_is_refused_naming_it(tmp_path, damage, message):
 
 def crafted(path, header: bytes, data: int) -> None:
     """A file with this format's mark, the given header and `data` zero bytes after the aligned start."""
-    from fedsuite.state_files import ALIGN, MAGIC
+    from fedsuite.state.files import ALIGN, MAGIC
 
     lead = MAGIC + len(header).to_bytes(8, "little") + header
     path.write_bytes(lead + b"\0" * (-len(lead) % ALIGN) + b"\0" * data)
@@ -283,7 +283,7 @@ def reject_in_round(partition: int, server_round: int) -> Watch:
 
 def mean_state_gaps(cfg: dict, server_mean, name: str, faults: tuple = ()) -> list[float]:
     """After every round: max |server_mean(rule) − mean_N of each client's `name`|, where a client's vector is
-    the one it will train with next (fedsuite.state.effective, given the rounds the server accepted)."""
+    the one it will train with next (fedsuite.state.store.effective, given the rounds the server accepted)."""
     gaps = []
 
     def checked(server_round, strategy, x_before, replies):
@@ -299,7 +299,7 @@ def mean_state_gaps(cfg: dict, server_mean, name: str, faults: tuple = ()) -> li
 def test_a_rejected_reply_does_not_leave_the_client_ahead_of_the_server(monkeypatch):
     """SCAFFOLD's c = mean_N c_i after every round although the server rejects one client's reply in round 2
     (a client that saved c_i⁺ before the server said no); with the undo switched off the invariant breaks."""
-    import fedsuite.state as state_module
+    import fedsuite.state.store as state_module
 
     cfg = {**SMALL, "algorithm": "scaffold", "min-replies": 0.0}
     fault = reject_in_round(Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0], 2)
@@ -410,7 +410,7 @@ def test_a_confirmed_writes_previous_vectors_are_deleted_without_being_read(tmp_
     """DiskStore reads a member of the partition's file when it is asked for: settling a write the server accepted
     drops the previous copy unread, and the next save still holds every vector it should."""
 
-    from fedsuite.state import PREVIOUS, WRITE_ROUND, ClientState, settle
+    from fedsuite.state.store import PREVIOUS, WRITE_ROUND, ClientState, settle
 
     first = ClientState(DiskStore(tmp_path, 3), 4)
     first.set("c_i", torch.ones(4))

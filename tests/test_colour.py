@@ -6,11 +6,11 @@ import pytest
 import torch
 from torchvision.transforms.functional import adjust_brightness, adjust_saturation
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import client_inputs
 from fedsuite.data.colour import HIGH, LOW, client_coefficients, perturb
 from fedsuite.data.datasets import Images, Split
-from fedsuite.node import ClientNode
+from fedsuite.node.holdings import ClientNode
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

@@ -1,5 +1,6 @@
 """Nothing half-written: a full out-dir at any write leaves the previous complete files, a true status and no
-temporary file; a checkpoint's files are checked against its manifest (fedsuite.checkpoint_files) and a corrupt one
+temporary file; a checkpoint's files are checked against its manifest (fedsuite.results.checkpoint_files) and a corrupt
+one
 is named before anything starts; resuming with a changed key is refused before anything starts; client state that
 cannot fit where it would live is refused by the pre-run check.
 
@@ -22,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite import checkpoint, checkpoint_files, state
-from fedsuite.results import RESERVE, OutDirFull, RunRecorder, mark_stopped
-from fedsuite.state_files import read_arrays
+from fedsuite.results import checkpoint, checkpoint_files
+from fedsuite.results.folder import RESERVE, OutDirFull, RunRecorder, mark_stopped
+from fedsuite.state import store as state
+from fedsuite.state.files import read_arrays
 from tests.conftest import SESSION
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -236,13 +238,16 @@ SCAFFOLD = {
 
 @pytest.fixture(scope="module")
 def checkpointed(tmp_path_factory) -> Path:
-    """A completed SCAFFOLD run with its checkpoint (in-process, seconds), sealed as fedsuite.checkpoint does."""
-    from fedsuite.inprocess import run_inprocess
+    """A completed SCAFFOLD run with its checkpoint (in-process, seconds), sealed as fedsuite.results.checkpoint
+    does."""
+    from fedsuite.run.inprocess import run_inprocess
 
     out = tmp_path_factory.mktemp("ckpt")
     run_inprocess({**SCAFFOLD, "out-dir": str(out), "run-name": "a"}, record=True)
     ckpt = checkpoint.load(out / "a")
-    if not (ckpt.folder / checkpoint_files.MANIFEST).exists():  # until fedsuite.checkpoint seals its checkpoints
+    if not (
+        ckpt.folder / checkpoint_files.MANIFEST
+    ).exists():  # until fedsuite.results.checkpoint seals its checkpoints
         checkpoint_files.seal(ckpt.folder)
     (out / "a" / "flwr.log").write_text("the first run's log\n")
     return out / "a"

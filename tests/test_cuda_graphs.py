@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite import registry
 from fedsuite import testing as kit
-from fedsuite.adaptive import AdamStep, GradientSum
 from fedsuite.batched import graph, loop
 from fedsuite.batched.stacking import stack_rules
-from fedsuite.local import AddVector, SharpnessAware, UpdateRule
-from fedsuite.variance import FixedBlocks
+from fedsuite.local.adaptive import AdamStep, GradientSum
+from fedsuite.local.loop import AddVector, SharpnessAware, UpdateRule
+from fedsuite.local.variance import FixedBlocks
+from fedsuite.registry import known as registry
 
 CUDA = torch.device("cuda")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
-from fedsuite import checkpoint
-from fedsuite.inprocess import InProcessProxy, client_store, remove_client_state, run_inprocess
-from fedsuite.state_files import read_arrays
+from fedsuite.results import checkpoint
+from fedsuite.run.inprocess import InProcessProxy, client_store, remove_client_state, run_inprocess
+from fedsuite.state.files import read_arrays
 from tests.deploy_testbed import DEPLOY, Testbed, available
 from tests.observing import Rows
 
@@ -39,7 +39,7 @@ NODE_DATA = [(40, 10, (0, 1)), (60, 8, (1, 2))]  # per node: training rows, test
 NODE_ONLY = {"dataset": "table", "model": "logreg", "label-column": "label", "server-data": False, "input-shape": "3",
              "num-classes": 3, "evaluation": "federated", "data-dir": "/nonexistent/no-data-on-the-superlink",
              "num-clients": 2, "local-steps": 5, "batch-size": 10, "lr": 0.05}  # fmt: skip
-# seed 6 with 1 of 2 clients per round draws partitions 0, 1, 0: node 0 sits out round 2 (fedsuite.sampling)
+# seed 6 with 1 of 2 clients per round draws partitions 0, 1, 0: node 0 sits out round 2 (fedsuite.server.sampling)
 # every federated evaluation is one more message per node (≈ 15 s here): only the last round of the longer runs
 RESTART = {**NODE_ONLY, "algorithm": "scaffold", "client-state": "disk", "clients-per-round": 1,
            "num-server-rounds": 3, "eval-every": 3, "seed": 6}  # fmt: skip

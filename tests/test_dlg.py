@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedsuite import dlg
-from fedsuite.dlg_messages import MESSAGES, available
+from fedsuite.dlg import attack as dlg
+from fedsuite.dlg.messages import MESSAGES, available
 from simulation.studies import dlg as study
 
 TASK, CLASSES, FEATURES = "classification", 2, 4

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite import dlg_analytic
-from fedsuite.dlg_defences import DEFENCES, capture
+from fedsuite.dlg import analytic as dlg_analytic
+from fedsuite.dlg.defences import DEFENCES, capture
 from fedsuite.privacy.secagg import SecAggSettings
-from fedsuite.server_app import quiet_flower_logs
+from fedsuite.server.app import quiet_flower_logs
 from simulation.studies import dlg_defences as study
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite.builtin_algorithms import KEYS as ALGORITHM_KEYS
-from fedsuite.registry import ALGORITHMS
-from fedsuite.schema import COMMON_KEYS
+from fedsuite.config.schema import COMMON_KEYS
+from fedsuite.registry.builtin import KEYS as ALGORITHM_KEYS
+from fedsuite.registry.known import ALGORITHMS
 from simulation import algorithms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,14 +99,14 @@ def test_the_site_builds_strictly(tmp_path):
     assert (site / "assets" / "katex" / "katex.min.js").is_file() == katex_installed
     index = (site / "search" / "search_index.json").read_text()
     assert "\\\\(" not in index and "\\\\[" not in index, "the search index holds math delimiters"
-    assert "fedsuite.config.resolve" in (site / "reference" / "api" / "config.html").read_text()
+    assert "fedsuite.config.run_config.resolve" in (site / "reference" / "api" / "config.html").read_text()
 
 
 def test_the_checkpoint_page_lists_exactly_the_keys_a_resume_may_change():
     """docs/running/checkpoints.md's list and the keys tagged `resumable` in the schema agree."""
     import re
 
-    from fedsuite.checkpoint import resumable_keys
+    from fedsuite.results.checkpoint import resumable_keys
 
     page = (ROOT / "docs" / "running" / "checkpoints.md").read_text()
     section = page.split("### What a resume may change", 1)[1].split("Any other difference", 1)[0]

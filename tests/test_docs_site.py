@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite import config
+from fedsuite.config import run_config as config
 from simulation import algorithms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,9 +19,10 @@ DOCS = ROOT / "docs"
 API = DOCS / "reference" / "api"
 # What the docs' "your own" pages and the developer guide tell users to import.
 PUBLIC_MODULES = (
-    "fedsuite.config", "fedsuite.app", "fedsuite.registry", "fedsuite.plugins", "fedsuite.tunable", "fedsuite.rule",
-    "fedsuite.rounds", "fedsuite.client_rule", "fedsuite.local", "fedsuite.declared", "fedsuite.testing",
-    "fedsuite.data.own", "fedsuite.models",
+    "fedsuite.config.run_config", "fedsuite.app", "fedsuite.registry.known", "fedsuite.registry.plugins",
+    "fedsuite.config.tunable", "fedsuite.rules.server_rule", "fedsuite.rules.rounds", "fedsuite.rules.client_rule",
+    "fedsuite.local.loop", "fedsuite.rules.declared", "fedsuite.testing",
+    "fedsuite.data.own", "fedsuite.models.networks",
 )  # fmt: skip
 
 

@@ -16,11 +16,11 @@ from torch import nn
 
 import fedsuite.privacy.dp_sgd as dp_sgd
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
-from fedsuite.local import UpdateRule
-from fedsuite.models import FlatModel, build_model, loss_function
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.local.loop import UpdateRule
+from fedsuite.models.networks import FlatModel, build_model, loss_function
 from fedsuite.privacy.accountant import RunAccountant
-from fedsuite.sampling import Sampler
+from fedsuite.server.sampling import Sampler
 
 dp_accounting = pytest.importorskip("dp_accounting")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedsuite import testing as kit
-from fedsuite.inprocess import run_inprocess
+from fedsuite.run.inprocess import run_inprocess
 from tests import reference as ref
 
 # Heterogeneous least squares: 5 clients with their own optima and curvatures, closed-form x*.
@@ -181,7 +181,7 @@ def test_minibatch_bernoulli_trajectory_matches_numpy_reference(algorithm, extra
 def test_unequal_local_steps_and_sample_weighting_match_numpy_reference():
     """Clients of 8..20 rows in epoch mode take K_i = E·ceil(n_i/B) = 4..6 steps; SCAFFOLD divides each client's
     displacement by its own K_i·η_l and the server weights by n_i (weighting='samples')."""
-    from fedsuite.config import resolve
+    from fedsuite.config.run_config import resolve
     from fedsuite.data import load_dataset
 
     cfg = {**MINI, "algorithm": "scaffold", "weighting": "samples", "synthetic-noise": 0.123, "server-lr": 0.7}

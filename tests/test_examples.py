@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.models import seeded_model, trainable
+from fedsuite.models.networks import seeded_model, trainable
+from fedsuite.run.inprocess import run_inprocess
 
 MODELS = "examples.own_model.models"
 SMALL = {"num-server-rounds": 1, "num-clients": 4, "clients-per-round": 2, "local-steps": 2, "batch-size": 8,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation.experiment import report
 from simulation.experiment.flags import grid_tag, parse_grid
 from simulation.experiment.jobs import Job, finished, is_finished, validate

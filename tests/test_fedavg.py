@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite.config import resolve
-from fedsuite.inprocess import InProcessProxy, node_contexts, run_inprocess
-from fedsuite.server_app import build_plan, build_strategy
+from fedsuite.config.run_config import resolve
+from fedsuite.run.inprocess import InProcessProxy, node_contexts, run_inprocess
+from fedsuite.server.app import build_plan, build_strategy
 from tests.helpers import LSQ, local_gd, lsq_clients
 from tests.observing import Watch
 

@@ -10,11 +10,11 @@ import re
 import numpy as np
 import pytest
 
-from fedsuite import registry
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
-from fedsuite.rule import Reply, RuleSettings, ServerRule
-from fedsuite.sampling import Sampler
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.registry import known as registry
+from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
+from fedsuite.server.sampling import Sampler
 from fedsuite.strategies.fedavgm import FedAvgM
 from fedsuite.strategies.fedexp import FedExP
 from tests import reference as ref

@@ -14,12 +14,12 @@ import pytest
 import torch
 from flwr.common import Code, EvaluateRes, Status
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import server_dataset
 from fedsuite.data.holdout import local_splits
-from fedsuite.inprocess import run_inprocess
-from fedsuite.node import ClientNode
-from fedsuite.results import RunRecorder
+from fedsuite.node.holdings import ClientNode
+from fedsuite.results.folder import RunRecorder
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.federated_evaluation import EvalReply, check_eval_reply, eval_cohort, federated_metrics
 from fedsuite.server.replies import RejectedReply
 from tests.observing import Rows

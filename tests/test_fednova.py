@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
-from fedsuite.rule import Reply, RuleSettings
-from fedsuite.sampling import Sampler
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.rules.server_rule import Reply, RuleSettings
+from fedsuite.server.sampling import Sampler
 from fedsuite.strategies.fednova import FedNova
 
 UNEQUAL = {"local-work": "per-round", "local-steps-min": 1, "local-steps": 6}

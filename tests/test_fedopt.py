@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.rule import Reply, RuleSettings
-from fedsuite.sampling import Sampler
+from fedsuite.rules.server_rule import Reply, RuleSettings
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server.sampling import Sampler
 from fedsuite.strategies.fedopt import FedAdagrad, FedAdam, FedYogi
 from tests.helpers import LSQ
 

@@ -22,16 +22,16 @@ import torch
 from torch import nn
 
 from fedsuite import testing as kit
-from fedsuite.client_rule import RoundContext
 from fedsuite.clients.fedgamma import FedGammaClient
 from fedsuite.clients.fedsmoo import FedSMOOClient
-from fedsuite.config import ConfigError, resolve
-from fedsuite.local import DualRegularisedSharpness, SharpnessAware, minibatches, train_local
-from fedsuite.models import FlatModel, build_model, loss_function
-from fedsuite.rounds import Reply
-from fedsuite.rule import RuleSettings
-from fedsuite.sampling import Sampler
-from fedsuite.state import ClientState
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.local.loop import DualRegularisedSharpness, SharpnessAware, minibatches, train_local
+from fedsuite.models.networks import FlatModel, build_model, loss_function
+from fedsuite.rules.client_rule import RoundContext
+from fedsuite.rules.rounds import Reply
+from fedsuite.rules.server_rule import RuleSettings
+from fedsuite.server.sampling import Sampler
+from fedsuite.state.store import ClientState
 from fedsuite.strategies.fedsmoo import FedSMOO
 from tests import reference as ref
 from tests.helpers import one_client_of_a_2nn

@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from fedsuite.client_rule import RoundContext
 from fedsuite.clients.fedspeed import FedSpeedClient
-from fedsuite.config import resolve
-from fedsuite.local import minibatches, train_local
-from fedsuite.models import FlatModel, loss_function
+from fedsuite.config.run_config import resolve
+from fedsuite.local.loop import minibatches, train_local
+from fedsuite.models.networks import FlatModel, loss_function
+from fedsuite.rules.client_rule import RoundContext
 from tests.helpers import one_client_of_a_2nn
 
 MU, RHO, LR, WD, EPOCHS, BATCH = 0.1, 0.1, 0.05, 1e-3, 2, 16

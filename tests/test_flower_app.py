@@ -25,11 +25,12 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedsuite import app as fedsuite_app
-from fedsuite import costs, registry
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve, toml_value
+from fedsuite.config.run_config import ConfigError, resolve, toml_value
 from fedsuite.data import client_partition, load_dataset
-from fedsuite.inprocess import Strict, node_contexts, run_inprocess
+from fedsuite.registry import costs
+from fedsuite.registry import known as registry
+from fedsuite.run.inprocess import Strict, node_contexts, run_inprocess
 from fedsuite.server.guard import RunAborted
 from simulation.launcher import flower as sim
 from simulation.launcher.processes import new_token, stop_tagged, tagged_processes
@@ -364,7 +365,7 @@ def test_a_loader_with_a_sampler_gives_the_rows_it_samples_only():
 
 def test_client_settings_check_covers_every_local_loop_key():
     from fedsuite.app.settings import _CLIENT_READS
-    from fedsuite.config import LocalLoop
+    from fedsuite.config.run_config import LocalLoop
 
     # lr and each client's K_i under unequal work (local-work, local-steps-min) come in the fit config
     assert set(LocalLoop.keys().values()) - set(_CLIENT_READS) == {

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite.inprocess import InProcessProxy, run_inprocess
-from fedsuite.state import SHARED_MEMORY
+from fedsuite.run.inprocess import InProcessProxy, run_inprocess
+from fedsuite.state.store import SHARED_MEMORY
 from simulation.launcher import flower, launch
 from simulation.launcher.processes import new_token, stop_tagged, tagged_processes
 from simulation.launcher.project import PROJECT
@@ -243,11 +243,11 @@ def test_compare_in_process_engine_records_the_same_results_folder(tmp_path):
 def _invariant_gap(algorithm: str, ckpt, num_clients: int) -> float:
     """The algorithm's server/client consistency from a checkpoint: SCAFFOLD c = mean_N c_i, FedDyn
     Σh_i/N = mean_N(−∇L_i/α), FedADMM x = mean_N x̂_i (docs/algorithms/: scaffold.md, feddyn.md, fedadmm.md), each
-    client's state as it would train next (fedsuite.state.effective)."""
-    from fedsuite.config import resolve
+    client's state as it would train next (fedsuite.state.store.effective)."""
+    from fedsuite.config.run_config import resolve
     from fedsuite.data import load_dataset
-    from fedsuite.server_app import initial_model
-    from fedsuite.state import DiskStore, effective
+    from fedsuite.server.app import initial_model
+    from fedsuite.state.store import DiskStore, effective
 
     accepted, s = ckpt.state["accepted"], ckpt.state["rule"]
     views = [effective(DiskStore(ckpt.client_state, pid), accepted.get(pid, 0)) for pid in range(num_clients)]
@@ -282,7 +282,7 @@ def test_many_partitions_on_two_supernodes_equal_the_inprocess_run(algorithm, mo
     each client's K_i per round, which the fit config carries through Ray, drops clients and samples only the
     available ones (docs/running/systems.md): the same events as in process; and its clients start from relaxed
     points (docs/running/relaxed-init.md), their last local models kept on the nodes beside their duals."""
-    from fedsuite import checkpoint
+    from fedsuite.results import checkpoint
 
     cfg = {"dataset": "synthetic-lsq", "algorithm": algorithm, "num-clients": 40, "clients-per-round": 20,
            "num-server-rounds": 3, "local-steps": 3, "batch-size": 10, "lr": 0.02, "synthetic-samples": 20,
@@ -312,7 +312,7 @@ def test_batched_shares_under_ray_equal_the_one_at_a_time_run(tmp_path, flwr_hom
     """12 partitions, 6 per round, on 2 SuperNodes with batch-clients=true and batch-messages=2: each node gets its
     share of 3 clients in one message and trains them as one batched computation (docs/running/batched.md); the
     SCAFFOLD run equals the in-process run with clients one at a time to 1e-6 and keeps its invariant."""
-    from fedsuite import checkpoint
+    from fedsuite.results import checkpoint
 
     cfg = {"dataset": "synthetic-lsq", "algorithm": "scaffold", "num-clients": 12, "clients-per-round": 6,
            "num-server-rounds": 3, "local-steps": 3, "batch-size": 10, "lr": 0.02, "synthetic-samples": 20,

@@ -147,7 +147,7 @@ def image_distributions() -> set[str]:
 # factory runs), then builds every built-in model.
 IMPORTS_OF_THE_BUILTIN_MODELS = """
 import importlib.abc, json, sys
-modules, imported = {"fedsuite.models"}, set()
+modules, imported = {"fedsuite.models.networks"}, set()
 class Recorder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         frame = sys._getframe(1)
@@ -156,7 +156,7 @@ class Recorder(importlib.abc.MetaPathFinder):
         if frame is not None and frame.f_globals.get("__name__") in modules:
             imported.add(name.split(".")[0])
 sys.meta_path.insert(0, Recorder())
-from fedsuite.models import BUILTIN_MODELS, factory
+from fedsuite.models.networks import BUILTIN_MODELS, factory
 modules |= {path.partition(":")[0] for path in BUILTIN_MODELS.values()}
 for name in BUILTIN_MODELS:
     regression = name in ("linear", "matrix")

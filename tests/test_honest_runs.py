@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite.client_adapter import RuleClient, client_for
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from fedsuite.data.datasets import DEBIAN_FASHION_MNIST, DatasetCorrupt, read_idx
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import ResultsFolderTaken, RunRecorder, claim_folder, mark_stopped
+from fedsuite.node.client import RuleClient, client_for
+from fedsuite.results.folder import ResultsFolderTaken, RunRecorder, claim_folder, mark_stopped
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.guard import RunAborted
 from simulation.launcher import flower, overrides
 from simulation.launcher.console import ConsoleFilter
@@ -171,7 +171,7 @@ def test_a_failure_reported_after_the_stop_began_is_an_interruption(tmp_path):
 
 
 def test_default_run_names_are_unique_within_a_second():
-    from fedsuite.results import default_run_name
+    from fedsuite.results.folder import default_run_name
 
     names = {default_run_name("fedavg", "fashion-mnist") for _ in range(50)}
     assert len(names) == 50 and all(re.fullmatch(r"fedavg-fashion-mnist-\d{8}-\d{6}-[0-9a-f]{6}", n) for n in names)
@@ -306,8 +306,8 @@ def test_the_console_filter_cuts_long_lines_and_hides_only_our_own_abort_traceba
 
 def test_the_inprocess_runner_never_passes_on_a_silently_smaller_cohort(monkeypatch):
     """A message that fails outside the client's fit (in Flower's machinery) stops the in-process run."""
-    from fedsuite.inprocess import InProcessProxy, LostClient
-    from fedsuite.payload import PARTITION_KEY
+    from fedsuite.codec.payload import PARTITION_KEY
+    from fedsuite.run.inprocess import InProcessProxy, LostClient
 
     fit = InProcessProxy.fit
 
@@ -349,9 +349,9 @@ def test_a_round_without_valid_replies_is_a_zero_move_in_the_histories(algorithm
 def test_a_server_client_config_mismatch_is_a_clear_rejection():
     """A client built for another algorithm or another model size refuses to train, saying why (not a shape error
     deep in torch); the server rejects the reply with that line."""
-    from fedsuite.config import resolve
-    from fedsuite.node import ClientNode
-    from fedsuite.payload import ALGORITHM_KEY, ARRAYS_KEY
+    from fedsuite.codec.payload import ALGORITHM_KEY, ARRAYS_KEY
+    from fedsuite.config.run_config import resolve
+    from fedsuite.node.holdings import ClientNode
     from tests.test_replies import one_round_replies
 
     _, results = one_round_replies(LSQ)

@@ -11,8 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from fedsuite import client_app, host_memory, server_app
-from fedsuite.inprocess import run_inprocess
+from fedsuite.node import app as client_app
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server import app as server_app
+from fedsuite.state import host_memory
 
 glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc ≥ 2.33 only (mallinfo2)")
 
@@ -23,7 +25,7 @@ glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="
 PROBE = """
 import ctypes, sys, threading
 import numpy as np
-from fedsuite.host_memory import reuse_host_memory
+from fedsuite.state.host_memory import reuse_host_memory
 
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import INITIAL_MODEL
-from fedsuite.testing import PARTIAL
+from fedsuite.results.folder import INITIAL_MODEL
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.testing.kit import PARTIAL
 
 
 def test_the_results_folder_holds_the_initial_model(tmp_path):

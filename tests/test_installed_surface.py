@@ -60,7 +60,7 @@ def test_the_wheel_holds_fedsuite_only_with_both_algorithm_halves(wheel):
 def test_the_registry_names_a_bundle_folder_only_where_fedsuite_halves_are_not_installed(monkeypatch):
     import importlib.util
 
-    from fedsuite.registry import _importable
+    from fedsuite.registry.known import _importable
 
     names = ("fedsuite.strategies.fedavg", "fedsuite.clients.fedsam", "fedsuite.strategies", "plugin.strategies.x")
     assert [_importable(n) for n in names] == list(names)  # installed (here: the checkout, editable)
@@ -98,7 +98,7 @@ def run_in(python: Path, cwd: Path, script: str) -> dict:
 # Where a process finds the built-in halves: through the registry, as every run does, and by their module names.
 WHERE = """
     import importlib.util, json, sys
-    from fedsuite.registry import load_class
+    from fedsuite.registry.known import load_class
     halves = [load_class(name) for name in ("fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient",
                                             "fedsuite.strategies.fedspeed:FedSpeed",
                                             "fedsuite.clients.fadamgt:FAdamGTClient")]
@@ -117,7 +117,7 @@ SPEED_HALVES = ["fedsuite.strategies.fedspeed", "fedsuite.clients.fadamgt"]  # m
 RUN = """
     import json
     import fedsuite
-    from fedsuite.inprocess import run_inprocess
+    from fedsuite.run.inprocess import run_inprocess
     strategy = run_inprocess({{"algorithm": "{algorithm}", "dataset": "synthetic-lsq", "num-clients": 4,
                                "clients-per-round": 2, "synthetic-dim": 3, "synthetic-samples": 8,
                                "num-server-rounds": 2, "eval-every": 1000}})

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation import sweep
 from simulation.experiment import intervals, paired, report
 

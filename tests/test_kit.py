@@ -1,4 +1,4 @@
-"""fedsuite.testing, the verification kit plug-in algorithms use, checked on built-ins: each check passes where the
+"""fedsuite.testing.kit, the verification kit plug-in algorithms use, checked on built-ins: each check passes where the
 claim holds and fails, naming why, where it does not."""
 
 from __future__ import annotations
@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsuite import costs, registry
 from fedsuite import testing as kit
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import load_dataset
-from fedsuite.plugins import AlgorithmRegistry
+from fedsuite.registry import costs
+from fedsuite.registry import known as registry
+from fedsuite.registry.plugins import AlgorithmRegistry
 from fedsuite.strategies.scaffold import Scaffold
 
 
@@ -127,7 +128,7 @@ def test_a_float64_reference_on_the_replayed_minibatches_follows_the_run(mode):
 
 
 def test_x0_is_the_seeds_model_and_the_replay_names_the_clients_rows():
-    from fedsuite.models import initial_vector
+    from fedsuite.models.networks import initial_vector
 
     cfg = resolve(kit.PARTIAL)
     fed = load_dataset(cfg)
@@ -155,8 +156,8 @@ def test_with_random_crops_the_rows_are_those_the_augmented_minibatches_came_fro
     depend on the replay consuming them too."""
     import torch
 
-    from fedsuite.local import LocalData
-    from fedsuite.node import ClientNode
+    from fedsuite.local.loop import LocalData
+    from fedsuite.node.holdings import ClientNode
 
     n = 12
     images = torch.arange(1.0, n + 1).reshape(n, 1, 1, 1).expand(n, 1, 6, 6).contiguous()

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.config.schema import BINARY_LABEL_DATASETS, DATASETS
 from fedsuite.data import client_partition, load_dataset
 from fedsuite.data.labels import BINARY_THRESHOLDS, binary_labels
-from fedsuite.evaluation import Evaluator
-from fedsuite.node import ClientNode
-from fedsuite.schema import BINARY_LABEL_DATASETS, DATASETS
+from fedsuite.evaluation.metrics import Evaluator
+from fedsuite.node.holdings import ClientNode
 from tests.test_datasets import fake_mnist
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")

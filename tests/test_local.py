@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedsuite.local import LocalData, Prox, UpdateRule, crop_flip, minibatches, num_steps, prox_terms, train_local
-from fedsuite.models import FlatModel, build_model, loss_function
+from fedsuite.local.loop import LocalData, Prox, UpdateRule, crop_flip, minibatches, num_steps, prox_terms, train_local
+from fedsuite.models.networks import FlatModel, build_model, loss_function
 
 
 def small_cnn_and_data(n=40):

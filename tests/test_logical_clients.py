@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite.config import resolve
-from fedsuite.inprocess import InProcessProxy, node_contexts
-from fedsuite.payload import PARTITION_KEY
+from fedsuite.codec.payload import PARTITION_KEY
+from fedsuite.config.run_config import resolve
+from fedsuite.run.inprocess import InProcessProxy, node_contexts
+from fedsuite.server.app import build_plan, build_strategy
 from fedsuite.server.routing import FederationError
-from fedsuite.server_app import build_plan, build_strategy
 from simulation.launcher.flower import federation_size
 from tests.helpers import LSQ
 
@@ -64,7 +64,7 @@ def test_a_node_with_its_own_data_refuses_another_partition(tmp_path):
     from flwr.app import RecordDict
     from flwr.common import Context
 
-    from fedsuite.client_app import node_for
+    from fedsuite.node.app import node_for
     from tests.test_node_data import write_table
 
     write_table(tmp_path, 20, seed=0)  # the node's own table (synthetic federations ignore a node's data-dir)

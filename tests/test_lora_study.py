@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fedsuite.data.fortunes import PAD, TOPICS, UNKNOWN, DataError, entries, load, topics, vocabulary
-from fedsuite.models import seeded_model, trainable
+from fedsuite.models.networks import seeded_model, trainable
 from simulation.studies import lora as lora_study
 
 pytest.importorskip("peft")
@@ -78,7 +78,7 @@ def test_a_missing_folder_or_topic_is_one_line_naming_it(tmp_path):
 
 
 def test_the_factory_federates_the_lora_adapters_and_the_head_only():
-    net = seeded_model("fedsuite.text_models:gpt2_lora", (12,), 6, "classification", 0,
+    net = seeded_model("fedsuite.models.text:gpt2_lora", (12,), 6, "classification", 0,
                        "{vocab_size=50, width=16, layers=2, heads=2, rank=3}")  # fmt: skip
     net = net[0] if isinstance(net, tuple) else net
     names = [n for n, p in net.named_parameters() if p.requires_grad]

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite import costs
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import client_store, run_inprocess
-from fedsuite.local import LocalData, StepContext
-from fedsuite.sampling import Sampler
-from fedsuite.state import effective, state_bytes
-from fedsuite.state_files import read_arrays
-from fedsuite.variance import BlockTable, FixedBlocks, NuclearShrink, SoftThreshold, numerical_rank
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.local.loop import LocalData, StepContext
+from fedsuite.local.variance import BlockTable, FixedBlocks, NuclearShrink, SoftThreshold, numerical_rank
+from fedsuite.registry import costs
+from fedsuite.run.inprocess import client_store, run_inprocess
+from fedsuite.server.sampling import Sampler
+from fedsuite.state.files import read_arrays
+from fedsuite.state.store import effective, state_bytes
 from tests import reference_losac as ref
 from tests.observing import Watch
 from tests.test_client_state import reject_in_round

@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import load_dataset
-from fedsuite.inprocess import run_inprocess
-from fedsuite.models import build_model
-from fedsuite.variance import numerical_rank
+from fedsuite.local.variance import numerical_rank
+from fedsuite.models.networks import build_model
+from fedsuite.run.inprocess import run_inprocess
 
 TINY_LOWRANK = "num-clients=10 clients-per-round=2 lowrank-size=8 synthetic-samples=20"
 

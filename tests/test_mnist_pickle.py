@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import datasets as D
 from fedsuite.data import load_dataset, mnist_pickle
 from fedsuite.data.datasets import DatasetCorrupt, DatasetNotFound
-from fedsuite.node import ClientNode
+from fedsuite.node.holdings import ClientNode
 from tests.test_datasets import fake_mnist
 
 # official MNIST counts per class

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedsuite.config import resolve
-from fedsuite.models import FlatModel, build_model, loss_inputs
-from fedsuite.node import ClientNode
+from fedsuite.config.run_config import resolve
+from fedsuite.models.networks import FlatModel, build_model, loss_inputs
+from fedsuite.node.holdings import ClientNode
 
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -62,7 +62,7 @@ def test_channels_last_and_bf16_autocast_are_speed_options_with_float32_state():
     is off by default; x and the gradient stay float32 in both (the GPU options, docs/running/scale.md)."""
     import torch
 
-    from fedsuite.models import FlatModel, build_model, loss_function
+    from fedsuite.models.networks import FlatModel, build_model, loss_function
 
     torch.manual_seed(0)
     inputs, targets = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
@@ -82,8 +82,8 @@ def test_channels_last_and_bf16_autocast_are_speed_options_with_float32_state():
 
 
 def test_the_run_config_reaches_the_clients_model():
-    from fedsuite.config import resolve
-    from fedsuite.node import ClientNode
+    from fedsuite.config.run_config import resolve
+    from fedsuite.node.holdings import ClientNode
 
     cfg = resolve({"dataset": "synthetic-lsq", "num-clients": 2, "clients-per-round": 2, "autocast": "bf16",
                    "channels-last": True})  # fmt: skip

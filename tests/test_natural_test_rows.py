@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import DataError, LoadedData, client_test_rows, load_dataset, server_dataset, with_data_clients
-from fedsuite.inprocess import run_inprocess
-from fedsuite.node import ClientNode
+from fedsuite.node.holdings import ClientNode
+from fedsuite.run.inprocess import run_inprocess
 from tests.observing import Rows
 
 HERE = "tests.test_natural_test_rows"

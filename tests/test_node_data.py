@@ -10,8 +10,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from fedsuite.client_app import node_for
-from fedsuite.inprocess import node_contexts, run_inprocess
+from fedsuite.node.app import node_for
+from fedsuite.run.inprocess import node_contexts, run_inprocess
 from tests.observing import Watch
 
 SIZES = (9, 14)  # training rows of node 0 and node 1: different, so a node reading another's files is noticed

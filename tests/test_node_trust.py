@@ -1,4 +1,4 @@
-"""A node operator's allow-list (node config `allowed-modules`, fedsuite/node_trust.py): a run naming an import-path
+"""A node operator's allow-list (node config `allowed-modules`, fedsuite/node/trust.py): a run naming an import-path
 model or loader from another module is refused by that node before anything is imported, with an error reply whose
 one line reaches the server's log and clients.log; allowed runs are unchanged."""
 
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from flwr.common import FitIns, GetPropertiesIns, ndarrays_to_parameters
 
-from fedsuite.client_app import client_fn
-from fedsuite.config import resolve
-from fedsuite.inprocess import node_contexts, run_inprocess
-from fedsuite.node_trust import NodeConfigError, admits, allowed_modules, refusal
+from fedsuite.config.run_config import resolve
+from fedsuite.node.app import client_fn
+from fedsuite.node.trust import NodeConfigError, admits, allowed_modules, refusal
+from fedsuite.run.inprocess import node_contexts, run_inprocess
 from tests.observing import Rows
 
 LSQ = {"dataset": "synthetic-lsq", "algorithm": "fedavg", "num-clients": 2, "clients-per-round": 2,
@@ -82,7 +82,11 @@ def test_names_admit_themselves_and_their_submodules():
         ({"model": "mylab.models:linear"}, "mylab", None),
         ({"model": "mylab.models:os.system"}, "mylab", "the run names model='mylab.models:os.system'"),  # reach-through
         ({"model": "cnn", "dataset": "fashion-mnist"}, "", None),  # built-ins are always allowed
-        ({"model": "fedsuite.models:cnn", "dataset": "table"}, "", None),  # the built-in CNN by its import path
+        (
+            {"model": "fedsuite.models.networks:cnn", "dataset": "table"},
+            "",
+            None,
+        ),  # the built-in CNN by its import path
         ({"model": "evil.mod:f"}, None, None),  # no allow-list
     ],
 )

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import RUN_MARKER, ResultsFolderTaken, claim_folder
-from fedsuite.testing import PARTIAL
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.results.folder import RUN_MARKER, ResultsFolderTaken, claim_folder
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.testing.kit import PARTIAL
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,9 +1,9 @@
-"""fedsuite/payload.py: named arrays <-> Flower's ordered list plus a comma-separated name string."""
+"""fedsuite/codec/payload.py: named arrays <-> Flower's ordered list plus a comma-separated name string."""
 
 import numpy as np
 import pytest
 
-from fedsuite.payload import PayloadError, nbytes, pack, unpack
+from fedsuite.codec.payload import PayloadError, nbytes, pack, unpack
 
 
 def _named():

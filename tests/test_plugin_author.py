@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite import registry
 from fedsuite import testing as kit
-from fedsuite.client_rule import ClientRule
-from fedsuite.config import Key, resolve
-from fedsuite.declared import Vector
-from fedsuite.plugins import AlgorithmRegistry, PluginError
-from fedsuite.rule import RuleSettings, ServerRule
-from fedsuite.sampling import Sampler
+from fedsuite.config.run_config import Key, resolve
+from fedsuite.registry import known as registry
+from fedsuite.registry.plugins import AlgorithmRegistry, PluginError
+from fedsuite.rules.client_rule import ClientRule
+from fedsuite.rules.declared import Vector
+from fedsuite.rules.server_rule import RuleSettings, ServerRule
 from fedsuite.server.rule_result import RuleResultError
+from fedsuite.server.sampling import Sampler
 from fedsuite.strategies.fedavg import FedAvg
 from tests.example_install import CHILD_TIMEOUT, installed_example
 
@@ -176,7 +176,7 @@ def test_a_sweep_grid_of_resume_from_is_refused_too(tmp_path, capsys):
 
 # ---- 6. the run config line ---------------------------------------------------------------------------------------
 def test_the_run_config_line_lists_plugin_keys_like_built_in_ones(plugged):
-    from fedsuite.presets import describe
+    from fedsuite.config.presets import describe
 
     plug_in(plugged, "keyed", keys=(Key("keyed-mu", 0.9, "a plug-in's knob", low=0.0, high=1.0),))
     given = {"algorithm": "keyed", "keyed-mu": 0.5, "lr": 0.1}
@@ -245,14 +245,14 @@ def import_table_modules() -> list[str]:
 def test_every_module_the_plugin_examples_import_is_in_the_pages_import_table():
     listed = [re.compile(re.escape(m).replace(re.escape("<module>"), r"\w+") + "$") for m in import_table_modules()]
     used = set().union(*(fedsuite_imports(ROOT / "examples" / e) for e in ("fedavgm", "local_momentum")))
-    assert {"fedsuite.testing", "fedsuite.rule", "fedsuite.strategies.fedavgm"} <= used
+    assert {"fedsuite.testing.kit", "fedsuite.rules.server_rule", "fedsuite.strategies.fedavgm"} <= used
     missing = sorted(m for m in used if m != "fedsuite" and not any(p.match(m) for p in listed))
     assert not missing, f"docs/own/algorithm.md's import table does not list {missing}"
 
 
 def test_the_plugin_page_names_every_field_a_plugin_writes_or_reads():
-    from fedsuite.algorithm import Algorithm
-    from fedsuite.local import LocalResult, StepContext
+    from fedsuite.local.loop import LocalResult, StepContext
+    from fedsuite.registry.entry import Algorithm
 
     page = PAGE.read_text()
     named = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from fedsuite import registry
 from fedsuite.app import settings
-from fedsuite.config import ConfigError, Key
-from fedsuite.plugins import AlgorithmRegistry
+from fedsuite.config.run_config import ConfigError, Key
+from fedsuite.registry import known as registry
+from fedsuite.registry.plugins import AlgorithmRegistry
 
 FEDAVG, FEDAVG_CLIENT = "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient"
 

@@ -1,4 +1,5 @@
-"""Plug-in algorithms (fedsuite.plugins): the out-of-tree example examples/fedavgm (fedavgm-nesterov, which extends the
+"""Plug-in algorithms (fedsuite.registry.plugins): the out-of-tree example examples/fedavgm (fedavgm-nesterov, which
+extends the
 built-in FedAvgM), installed like any package, passes its own kit tests and runs through simulation.compare like a
 built-in; a bad value of its key is named with the
 allowed range; an entry point that fails to import is named in one warning; a name or key clash is refused.
@@ -19,14 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite import costs, registry
-from fedsuite.config import ConfigError, Key, active_schema, resolve
-from fedsuite.plugins import GROUP, AlgorithmRegistry, PluginError
+from fedsuite.config.run_config import ConfigError, Key, active_schema, resolve
+from fedsuite.registry import costs
+from fedsuite.registry import known as registry
+from fedsuite.registry.plugins import GROUP, AlgorithmRegistry, PluginError
 from tests.example_install import CHILD_TIMEOUT, installed_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "fedavgm"
-# FedAvg's halves, as the built-in entries name them (fedsuite/builtin_algorithms.py)
+# FedAvg's halves, as the built-in entries name them (fedsuite/registry/builtin.py)
 FEDAVG, FEDAVG_CLIENT = "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient"
 
 
@@ -107,7 +109,7 @@ def with_example(monkeypatch):
 
 
 def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_example, caplog):
-    with caplog.at_level(logging.WARNING, logger="fedsuite.plugins"):
+    with caplog.at_level(logging.WARNING, logger="fedsuite.registry.plugins"):
         names = list(with_example)
         list(with_example)  # loaded once
     warnings = [r.getMessage() for r in caplog.records]
@@ -130,7 +132,7 @@ def test_a_failing_entry_point_is_named_in_one_warning_and_the_rest_works(with_e
 def test_a_clash_with_a_built_in_name_or_key_is_refused_in_one_line(caplog):
     clash = [entry_point("clash", "tests.test_plugins:clashing_fedavg")]
     plugged = AlgorithmRegistry(built_ins(), discover=lambda: clash)
-    with caplog.at_level(logging.WARNING, logger="fedsuite.plugins"):
+    with caplog.at_level(logging.WARNING, logger="fedsuite.registry.plugins"):
         assert plugged["fedavg"] == registry.ALGORITHMS["fedavg"]  # the built-in stays
     (warning,) = [r.getMessage() for r in caplog.records]
     assert "'fedavg' is a built-in algorithm" in warning and "\n" not in warning
@@ -177,7 +179,7 @@ def before_names(table: str) -> list[str]:
 
 # ---- a plug-in's keys through Flower (flwr run accepts only pyproject.toml's keys) --------------------------------
 def test_the_plugin_config_key_carries_plugin_keys_and_resolves_to_them(with_example):
-    from fedsuite.config import resolve
+    from fedsuite.config.run_config import resolve
 
     packed = resolve({"algorithm": "fedavgm-nesterov", "plugin-config": "fedavgm-nesterov-beta=0.5"})
     direct = resolve({"algorithm": "fedavgm-nesterov", "fedavgm-nesterov-beta": 0.5})

@@ -1,11 +1,11 @@
-"""Presets (fedsuite/presets.py): they resolve, explicit keys win through both paths, the launcher prints them,
+"""Presets (fedsuite/config/presets.py): they resolve, explicit keys win through both paths, the launcher prints them,
 unknown names and missing data are reported, and the values are the papers' numbers (docs/reference/papers.md)."""
 
 import pytest
 
-from fedsuite import presets as preset_rules
-from fedsuite.config import ALGORITHMS, SCHEMA, ConfigError, resolve
-from fedsuite.presets import PRESETS, apply_preset
+from fedsuite.config import presets as preset_rules
+from fedsuite.config.presets import PRESETS, apply_preset
+from fedsuite.config.run_config import ALGORITHMS, SCHEMA, ConfigError, resolve
 from simulation import compare, presets
 from simulation import run as runmod
 from simulation.launcher import launch

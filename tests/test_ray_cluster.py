@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import RUN_TOKEN_ENV
+from fedsuite.results.folder import RUN_TOKEN_ENV
+from fedsuite.run.inprocess import run_inprocess
 from simulation.launcher import launch as sim
 from simulation.launcher.processes import new_token, stop_tagged
 

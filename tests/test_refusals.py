@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite import checkpoint, checkpoint_files
-from fedsuite.declared import Vector
-from fedsuite.results import OutDirFull
-from fedsuite.state import DiskStore, state_files
+from fedsuite.results import checkpoint, checkpoint_files
+from fedsuite.results.folder import OutDirFull
+from fedsuite.rules.declared import Vector
+from fedsuite.state.store import DiskStore, state_files
 from fedsuite.strategies.fedavg import FedAvg
 
-# FedAvg's halves, as the built-in entries name them (fedsuite/builtin_algorithms.py)
+# FedAvg's halves, as the built-in entries name them (fedsuite/registry/builtin.py)
 FEDAVG, FEDAVG_CLIENT = "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient"
 STATE = {"rule": {"x": np.arange(4, dtype=np.float32)}, "accepted": {0: 1}}
 
@@ -99,7 +99,7 @@ def test_a_damaged_latest_json_without_a_whole_checkpoint_is_named_not_called_mi
 
 
 def test_a_refused_resume_names_resume_from_once(tmp_path):
-    from fedsuite.config import ConfigError
+    from fedsuite.config.run_config import ConfigError
     from simulation.launcher import resume
 
     results = tmp_path / "run"
@@ -159,7 +159,7 @@ def image_folder(root: Path) -> dict:
 
 
 def load_images(cfg: dict):
-    from fedsuite.config import resolve
+    from fedsuite.config.run_config import resolve
     from fedsuite.data import load_dataset
 
     return load_dataset(resolve(cfg))
@@ -215,8 +215,8 @@ FEDERATION = {"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round":
 @pytest.fixture
 def plugged(monkeypatch):
     """This process's registry with plug-ins added for one test (restored afterwards)."""
-    from fedsuite import registry
-    from fedsuite.plugins import AlgorithmRegistry
+    from fedsuite.registry import known as registry
+    from fedsuite.registry.plugins import AlgorithmRegistry
 
     own = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=list)
     monkeypatch.setattr(registry, "ALGORITHMS", own)
@@ -231,8 +231,8 @@ def plugged(monkeypatch):
     ],
 )
 def test_a_plugin_rule_of_the_wrong_shape_is_named_where_its_result_is_taken(plugged, rule, message):
-    from fedsuite.inprocess import run_inprocess
-    from fedsuite.registry import Algorithm
+    from fedsuite.registry.known import Algorithm
+    from fedsuite.run.inprocess import run_inprocess
     from fedsuite.server.rule_result import RuleResultError
 
     plugged.register(Algorithm("shapeless", f"tests.test_refusals:{rule}", FEDAVG_CLIENT, "", ""))
@@ -246,8 +246,8 @@ def test_a_plugin_rule_of_the_wrong_shape_is_named_where_its_result_is_taken(plu
 # ---- a plug-in's declarations, checked when it registers -----------------------------------------------------------
 def bad_default_algorithm():
     """An entry point's algorithm whose key's default lies outside the key's own range."""
-    from fedsuite.config import Key
-    from fedsuite.registry import Algorithm
+    from fedsuite.config.run_config import Key
+    from fedsuite.registry.known import Algorithm
 
     beta = Key("wild-beta", 2.0, "a momentum that declares itself out of range", low=0.0, high=1.0)
     return Algorithm("wild", FEDAVG, FEDAVG_CLIENT, "", "", keys=(beta,))
@@ -256,14 +256,14 @@ def bad_default_algorithm():
 def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_ins_run(monkeypatch, caplog):
     from importlib.metadata import EntryPoint
 
-    from fedsuite import registry
-    from fedsuite.config import resolve
-    from fedsuite.plugins import GROUP, AlgorithmRegistry
+    from fedsuite.config.run_config import resolve
+    from fedsuite.registry import known as registry
+    from fedsuite.registry.plugins import GROUP, AlgorithmRegistry
 
     found = [EntryPoint("wild", "tests.test_refusals:bad_default_algorithm", GROUP)]
     own = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=lambda: found)
     monkeypatch.setattr(registry, "ALGORITHMS", own)
-    with caplog.at_level(logging.WARNING, logger="fedsuite.plugins"):
+    with caplog.at_level(logging.WARNING, logger="fedsuite.registry.plugins"):
         assert resolve({"algorithm": "fedavg"})["algorithm"] == "fedavg"  # built-in runs still resolve
     (warning,) = [r.getMessage() for r in caplog.records]
     assert "entry point wild = tests.test_refusals:bad_default_algorithm" in warning and "\n" not in warning
@@ -281,18 +281,18 @@ def test_an_entry_point_with_a_default_outside_its_range_is_left_out_and_built_i
          "strategy='fedsuite.strategies.fedavg:NoSuchRule' cannot be imported (AttributeError: "),
         ("no_such_plugin_module:Rule", FEDAVG_CLIENT, {}, "cannot be imported (ModuleNotFoundError: "),
         ("numpy:zeros", FEDAVG_CLIENT, {}, "is a builtin_function_or_method, expected a subclass of "
-         "fedsuite.rule.ServerRule"),
+         "fedsuite.rules.server_rule.ServerRule"),
         (FEDAVG, FEDAVG, {}, "client='fedsuite.strategies.fedavg:FedAvg' is the class "
-         "FedAvg, expected a subclass of fedsuite.client_rule.ClientRule"),
+         "FedAvg, expected a subclass of fedsuite.rules.client_rule.ClientRule"),
         (FEDAVG, FEDAVG_CLIENT, {"beta": "server-lr"}, "strategy "
          "fedsuite.strategies.fedavg:FedAvg: the constructor does not accept argument 'beta' (run-config key "
          "'server-lr'); it takes settings, server_lr"),
     ],
 )  # fmt: skip
 def test_register_refuses_bad_declarations_in_one_line(plugged, strategy, client, strategy_args, message):
-    from fedsuite.config import Key
-    from fedsuite.plugins import PluginError
-    from fedsuite.registry import Algorithm
+    from fedsuite.config.run_config import Key
+    from fedsuite.registry.known import Algorithm
+    from fedsuite.registry.plugins import PluginError
 
     keys = (Key("wild-beta", 2.0, "out of range", low=0.0, high=1.0),) if "default" in message else ()
     with pytest.raises(PluginError) as caught:

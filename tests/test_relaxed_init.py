@@ -13,10 +13,10 @@ import re
 import numpy as np
 import pytest
 
-from fedsuite import registry
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.registry import known as registry
+from fedsuite.run.inprocess import run_inprocess
 from tests import reference as ref
 from tests.reference import grad
 
@@ -116,7 +116,7 @@ def test_the_last_local_model_is_client_state_beside_every_algorithms_own(algori
 
 
 def test_the_memory_plan_counts_the_last_local_model():
-    from fedsuite.state_plan import state_plan
+    from fedsuite.state.plan import state_plan
 
     for algorithm in ("fedavg", "scaffold"):
         plain = state_plan(resolve({"algorithm": algorithm}), dim=10, buffer_floats=0)
@@ -125,7 +125,7 @@ def test_the_memory_plan_counts_the_last_local_model():
 
 
 def test_the_shift_of_the_start_travels_only_for_the_servers_that_average_local_models():
-    from fedsuite import costs
+    from fedsuite.registry import costs
 
     relaxed = resolve({"algorithm": "feddyn", "relaxed-init": BETA})
     assert costs.communication("feddyn", relaxed)[1] == costs.communication("feddyn")[1] + 1

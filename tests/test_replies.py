@@ -8,10 +8,10 @@ import numpy as np
 from flwr.common import FitRes, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite.config import resolve
-from fedsuite.inprocess import InProcessProxy, node_contexts
-from fedsuite.payload import ARRAYS_KEY
-from fedsuite.server_app import build_plan, build_strategy
+from fedsuite.codec.payload import ARRAYS_KEY
+from fedsuite.config.run_config import resolve
+from fedsuite.run.inprocess import InProcessProxy, node_contexts
+from fedsuite.server.app import build_plan, build_strategy
 from tests.helpers import LSQ
 
 

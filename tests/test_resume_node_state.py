@@ -11,9 +11,9 @@ import pytest
 from flwr.app import RecordDict
 from flwr.common import Context
 
-from fedsuite import checkpoint
-from fedsuite.client_app import node_for
-from fedsuite.inprocess import run_inprocess
+from fedsuite.node.app import node_for
+from fedsuite.results import checkpoint
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 
 CLIENTS = 4
@@ -118,8 +118,8 @@ def test_query_messages_carry_the_state_key_too():
     import numpy as np
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 
-    from fedsuite.payload import ARRAYS_KEY, STATE_KEY
-    from fedsuite.rounds import Query
+    from fedsuite.codec.payload import ARRAYS_KEY, STATE_KEY
+    from fedsuite.rules.rounds import Query
     from fedsuite.server.query import ask
 
     seen = []
@@ -138,7 +138,7 @@ def test_query_messages_carry_the_state_key_too():
 
 def test_a_state_key_that_is_not_a_plain_name_is_refused(tmp_path):
     """The key names a folder under the operator's client-state-dir: a path in it must not lead elsewhere."""
-    from fedsuite.node_trust import NodeConfigError
+    from fedsuite.node.trust import NodeConfigError
 
     context = Context(1, 1, nodes(tmp_path)[0], RecordDict(), CONFIG)
     with pytest.raises(NodeConfigError, match="state key"):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsuite.inprocess import run_inprocess
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server import compose
 from fedsuite.stages.server import ServerStage
-from fedsuite.testing import PARTIAL
+from fedsuite.testing.kit import PARTIAL
 
 
 class Recording(ServerStage):
@@ -132,7 +132,7 @@ class _Manager:
     def __init__(self, strategy):
         from flwr.server.client_manager import SimpleClientManager
 
-        from fedsuite.inprocess import InProcessProxy, node_contexts
+        from fedsuite.run.inprocess import InProcessProxy, node_contexts
 
         self.inner = SimpleClientManager()
         for context in node_contexts(dict(strategy.plan.run_config), 2):

@@ -93,8 +93,8 @@ def test_a_run_killed_mid_round_resumes_from_its_last_checkpoint(tmp_path):
     process of the launch (Ray's agents included) and removes its private folders; the summary says
     interrupted and names the resume command; resuming (to 2 rounds past the checkpoint) redoes the lost rounds
     and ends where the uninterrupted run ends."""
-    from fedsuite import checkpoint
-    from fedsuite.inprocess import run_inprocess
+    from fedsuite.results import checkpoint
+    from fedsuite.run.inprocess import run_inprocess
 
     config = LONG + " algorithm='scaffold' checkpoint-every=3"
     recorder = Recorder()  # SIGKILL cannot be caught: the reaper stops the launch, Ray's agents included
@@ -367,8 +367,8 @@ def test_ten_stops_in_a_row_leave_no_process_of_any_launch(tmp_path):
 # ---- a stop is recorded as the stop, never as the failure it causes -----------------------------------------------
 FAKE_SERVER_APP = """
 import os, signal, sys, time
-from fedsuite.config import resolve
-from fedsuite.server_app import build_plan
+from fedsuite.config.run_config import resolve
+from fedsuite.server.app import build_plan
 plan = build_plan(resolve({"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 2,
                            "out-dir": sys.argv[1], "run-name": "r"}), run_id=1)
 def workers_lost(signum, frame):  # the Ray workers died of the stop before this process handled its signal
@@ -387,7 +387,7 @@ def test_a_failure_that_the_stop_causes_is_recorded_as_the_stop(tmp_path):
     the Ray workers before the ServerApp's process has handled its own signal (seen on a loaded machine). summary.json
     goes from running straight to interrupted, with the failure kept in the reason: it never says failed (a test, or
     a user, reading it while the reaper was still removing folders saw failed)."""
-    from fedsuite.results import RUN_TOKEN_ENV
+    from fedsuite.results.folder import RUN_TOKEN_ENV
     from simulation.launcher.processes import new_token
 
     token, home, ray_dir = new_token(), tmp_path / "flwr-home", tmp_path / "ray"
@@ -508,7 +508,7 @@ def test_flowers_exit_records_how_the_run_ended(tmp_path):
     still finishes is not recorded; Flower's error exit: failed; a run that had ended stays as it was."""
     import threading
 
-    from fedsuite.config import resolve
+    from fedsuite.config.run_config import resolve
     from fedsuite.server.loop import StopAwareRecorder, record_flower_exit
 
     def recorder(name: str) -> StopAwareRecorder:

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite import state
-from fedsuite.config import ConfigError, resolve
-from fedsuite.data_checks import check_evaluation_data
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import RunRecorder, closing_line, read_closing_line
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.evaluation.data_checks import check_evaluation_data
+from fedsuite.results.folder import RunRecorder, closing_line, read_closing_line
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.guard import RunGuard
+from fedsuite.state import store as state
 
 LSQ = {"dataset": "synthetic-lsq", "num-clients": 6, "clients-per-round": 3, "num-server-rounds": 2,
        "local-steps": 3, "lr": 0.02}  # fmt: skip
@@ -104,8 +104,8 @@ def test_a_client_refuses_a_folder_another_run_owns():
     """The nodes check too (a deployment's folder may exist on the nodes only): an error reply, not training."""
     import tempfile
 
-    from fedsuite.client_app import _checked
-    from fedsuite.node_trust import NodeConfigError
+    from fedsuite.node.app import _checked
+    from fedsuite.node.trust import NodeConfigError
 
     with tempfile.TemporaryDirectory() as tmp:
         state.claim(Path(tmp), "1")
@@ -278,8 +278,8 @@ def test_a_lost_message_names_the_client_and_node_it_was_for(caplog):
 def test_a_last_checkpoint_that_cannot_be_written_fails_the_run(tmp_path, monkeypatch):
     """The checkpoint after the last round is written before the run is called completed (before, summary.json
     said `completed` while the run ended in the checkpoint's error)."""
-    from fedsuite import checkpoint
-    from fedsuite.checkpoint_files import CheckpointError
+    from fedsuite.results import checkpoint
+    from fedsuite.results.checkpoint_files import CheckpointError
 
     write = checkpoint.write
 

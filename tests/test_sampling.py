@@ -1,9 +1,9 @@
-"""fedsuite/sampling.py: per-round cohorts are a pure function of (seed, round, N, mode, S or p)."""
+"""fedsuite/server/sampling.py: per-round cohorts are a pure function of (seed, round, N, mode, S or p)."""
 
 import numpy as np
 import pytest
 
-from fedsuite.sampling import Sampler
+from fedsuite.server.sampling import Sampler
 
 
 @pytest.mark.parametrize("num_clients, per_round", [(100, 10), (10, 10), (7, 1), (1000, 37)])

@@ -16,17 +16,17 @@ from flwr.app.message_type import MessageType
 from flwr.client import ClientApp
 from flwr.compat.common import recorddict_compat as compat
 
-from fedsuite import checkpoint
-from fedsuite.client_app import app as client_app
-from fedsuite.client_app import client_fn
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import with_data_clients
-from fedsuite.inprocess import InProcessProxy, SecureSumServer, node_contexts, run_inprocess
+from fedsuite.node.app import app as client_app
+from fedsuite.node.app import client_fn
 from fedsuite.privacy.secagg import SecAggSettings, quantize_upload, secure_mean
 from fedsuite.privacy.secagg_client import SecureUploadRefused, secagg_mod, secure_reply
+from fedsuite.results import checkpoint
+from fedsuite.run.inprocess import InProcessProxy, SecureSumServer, node_contexts, run_inprocess
+from fedsuite.server.app import build_plan, build_strategy
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server_app import build_plan, build_strategy
 
 LSQ = {"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 3, "num-server-rounds": 1,
        "local-steps": 5, "batch-size": 10, "lr": 0.02, "client-mapping": "fixed"}  # fmt: skip

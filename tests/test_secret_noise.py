@@ -12,9 +12,9 @@ import logging
 import numpy as np
 import pytest
 
-from fedsuite.inprocess import run_inprocess
 from fedsuite.privacy.noise import numpy_stream, torch_stream
-from fedsuite.testing import PARTIAL
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.testing.kit import PARTIAL
 
 pytest.importorskip("dp_accounting")
 

@@ -1,4 +1,5 @@
-"""The typed settings objects on Config (fedsuite/config.py): real Python types, values equal to the Config's keys,
+"""The typed settings objects on Config (fedsuite/config/run_config.py): real Python types, values equal to the
+Config's keys,
 frozen, built once per Config."""
 
 import dataclasses
@@ -7,9 +8,9 @@ from typing import get_type_hints
 
 import pytest
 
-from fedsuite import config as C
-from fedsuite.config import SCHEMA, Config, resolve
-from fedsuite.presets import PRESETS
+from fedsuite.config import run_config as C
+from fedsuite.config.presets import PRESETS
+from fedsuite.config.run_config import SCHEMA, Config, resolve
 
 GROUPS = {
     "data": C.DataSource,
@@ -138,7 +139,7 @@ def test_settings_are_hashable_and_compare_by_value():
 
 @pytest.mark.parametrize("run_config", [{}, {"sampling": "bernoulli", "participation": 0.3, "seed": 5}], ids=_ids)
 def test_sampler_from_the_sampling_settings_draws_the_same_cohorts(run_config):
-    from fedsuite.sampling import Sampler
+    from fedsuite.server.sampling import Sampler
 
     cfg = resolve(run_config)
     keys = ("num-clients", "sampling", "clients-per-round", "participation", "seed")

@@ -1,7 +1,8 @@
 """The typed settings groups of the system models, pruning, secure aggregation, privacy and batching
-(fedsuite/settings.py): each reads its values from a resolved config and its defaults from the schema, the objects
+(fedsuite/config/settings.py): each reads its values from a resolved config and its defaults from the schema, the
+objects
 a config without the keys builds decide nothing, no module reads a run-config key with a default written again
-(`.get("<key>", <default>)`), and one parser reads 'module:callable' (fedsuite/import_paths.py)."""
+(`.get("<key>", <default>)`), and one parser reads 'module:callable' (fedsuite/config/import_paths.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite import registry, schema
-from fedsuite.config import Batching, resolve
-from fedsuite.import_paths import ImportPathError, is_import_path, load_import_path, parse_import_path
+from fedsuite.config import schema
+from fedsuite.config.import_paths import ImportPathError, is_import_path, load_import_path, parse_import_path
+from fedsuite.config.run_config import Batching, resolve
+from fedsuite.config.settings import schema_default, value_of
 from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.privacy.settings import ClientPrivacy, SampleLevelPrivacy
-from fedsuite.pruning import PruneSettings, Pruning
-from fedsuite.settings import schema_default, value_of
+from fedsuite.registry import known as registry
+from fedsuite.server.pruning import PruneSettings, Pruning
 from fedsuite.systems import SystemModel
 from fedsuite.systems.availability import Availability
 from fedsuite.systems.deadline import Deadline
@@ -158,7 +160,7 @@ def test_no_run_config_key_is_read_with_a_default_outside_the_schema():
     keys = set(registry.BUILT_IN_SCHEMA)
     found = [line for path in sorted(PACKAGE.rglob("*.py")) for line in raw_reads(path, keys)]
     assert not found, ("a run-config key read with a default written again; read its settings group (or "
-                       "fedsuite.settings.value_of) instead:\n  " + "\n  ".join(found))  # fmt: skip
+                       "fedsuite.config.settings.value_of) instead:\n  " + "\n  ".join(found))  # fmt: skip
 
 
 SAMPLE = """
@@ -180,10 +182,10 @@ def test_the_scan_finds_a_raw_read(tmp_path):
 # ---- one parser for 'module:callable' ------------------------------------------------------------------------------
 # The modules that split a string at ':' or import a module by name for something other than an import path.
 OTHER_COLONS = {
-    "fedsuite/import_paths.py": "the parser itself",
-    "fedsuite/pruning.py": "prune-at's 'round:value' marks",
-    "fedsuite/state.py": "a client-state key's 'previous:' prefix",
-    "fedsuite/tracking.py": "imports a tracker's package by module name",
+    "fedsuite/config/import_paths.py": "the parser itself",
+    "fedsuite/server/pruning.py": "prune-at's 'round:value' marks",
+    "fedsuite/state/store.py": "a client-state key's 'previous:' prefix",
+    "fedsuite/results/tracking.py": "imports a tracker's package by module name",
 }
 
 
@@ -201,7 +203,7 @@ def test_one_parser_reads_module_callable():
             )
             if splits or node.func.attr == "import_module":
                 found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
-    assert not found, "parse 'module:callable' with fedsuite.import_paths:\n  " + "\n  ".join(found)
+    assert not found, "parse 'module:callable' with fedsuite.config.import_paths:\n  " + "\n  ".join(found)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +225,7 @@ def test_the_parser(text, parsed):
 
 
 def test_the_loader_names_the_key_in_one_line():
-    assert load_import_path("model", "fedsuite.import_paths:ImportPath.name") is not None
+    assert load_import_path("model", "fedsuite.config.import_paths:ImportPath.name") is not None
     with pytest.raises(ImportPathError) as err:
         load_import_path("dataset", "nowhere.at_all:load")
     assert str(err.value) == ("dataset='nowhere.at_all:load': cannot import it (ModuleNotFoundError: No module named "
@@ -234,8 +236,8 @@ def test_the_loader_names_the_key_in_one_line():
 
 def test_a_second_colon_is_refused_before_training():
     """A value with a second colon is no import path: refused by resolve, as the allow-list and the loader read it."""
-    with pytest.raises(Exception, match="model='fedsuite.models:a:b'"):
-        resolve({"model": "fedsuite.models:a:b"})
+    with pytest.raises(Exception, match="model='fedsuite.models.networks:a:b'"):
+        resolve({"model": "fedsuite.models.networks:a:b"})
 
 
 # ---- the local loop takes one settings object ----------------------------------------------------------------------
@@ -243,8 +245,8 @@ def _linear_clients(clients: int = 2):
     import torch
     from torch import nn
 
-    from fedsuite.local import LocalData
-    from fedsuite.models import FlatModel
+    from fedsuite.local.loop import LocalData
+    from fedsuite.models.networks import FlatModel
 
     generator = torch.Generator().manual_seed(0)
     datas = [LocalData(torch.randn(9, 3, generator=generator), torch.randn(9, generator=generator))
@@ -259,7 +261,7 @@ def _loss(out, y):
 
 
 def test_the_round_settings_come_from_the_runs_local_loop_keys():
-    from fedsuite.local import LocalSettings
+    from fedsuite.local.loop import LocalSettings
 
     cfg = resolve({"local-epochs": 3, "batch-size": 4, "weight-decay": 0.01, "clip-norm": 2.0,
                    "loss-reduction": "sum"})  # fmt: skip
@@ -273,7 +275,7 @@ def test_the_round_settings_come_from_the_runs_local_loop_keys():
 def test_train_local_with_settings_is_the_keyword_form_bit_for_bit(steps, reduction):
     import torch
 
-    from fedsuite.local import LocalSettings, Prox, UpdateRule, train_local
+    from fedsuite.local.loop import LocalSettings, Prox, UpdateRule, train_local
 
     model, (data, _) = _linear_clients()
     x0 = torch.full((3,), 0.2)
@@ -296,7 +298,7 @@ def test_train_stacked_with_settings_is_the_keyword_form_bit_for_bit():
     import torch
 
     from fedsuite.batched.loop import train_stacked
-    from fedsuite.local import LocalSettings, UpdateRule
+    from fedsuite.local.loop import LocalSettings, UpdateRule
 
     model, datas = _linear_clients()
     x0s = [torch.full((3,), 0.1), torch.full((3,), -0.3)]

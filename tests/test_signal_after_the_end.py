@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import signal
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.testing import PARTIAL
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.testing.kit import PARTIAL
 from simulation.launcher.outcome import Interrupted
 from simulation.run import unfinished
 

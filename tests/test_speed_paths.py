@@ -21,8 +21,8 @@ from flwr.common import (
 )
 
 from fedsuite import testing as kit
-from fedsuite.inprocess import run_inprocess
-from fedsuite.npy_bytes import member_names, read_member
+from fedsuite.codec.npy_bytes import member_names, read_member
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.consistency import LEAF, local_consistency
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.wire import arrays_of, to_parameters, writable_arrays_of
@@ -148,7 +148,8 @@ def test_wire_refuses_a_negative_dimension_as_numpy_does():
 
 
 def test_npz_members_read_as_numpy_reads_them(tmp_path):
-    """fedsuite.npy_bytes reads np.savez's members (client-state files of earlier versions) to np.load's values."""
+    """fedsuite.codec.npy_bytes reads np.savez's members (client-state files of earlier versions) to np.load's
+    values."""
     arrays = {name.replace(" ", "-"): value for name, value in WIRE_CASES.items()}
     path = tmp_path / "numpys.npz"
     np.savez(path, **arrays)
@@ -197,8 +198,8 @@ def test_the_reply_check_still_finds_non_finite_values_where_the_sum_overflows()
 
 
 def test_a_node_resolves_an_equal_run_config_once():
-    from fedsuite.config import resolve, resolve_cached
-    from fedsuite.schema import ConfigError
+    from fedsuite.config.run_config import resolve, resolve_cached
+    from fedsuite.config.schema import ConfigError
 
     run_config = {"algorithm": "fedavg", "seed": 3}
     cfg = resolve_cached(run_config)
@@ -221,11 +222,11 @@ def test_fit_results_from_the_wire_unchanged_in_a_rejected_reply():
 
 
 def test_the_clients_finiteness_check_names_the_first_bad_array_and_survives_an_overflowing_sum():
-    """fedsuite.client_adapter.first_not_finite: one sum per array in its dtype; a sum that overflows on finite entries
+    """fedsuite.node.client.first_not_finite: one sum per array in its dtype; a sum that overflows on finite entries
     is settled entry by entry (no false alarm), a NaN or an inf names its array."""
     import torch
 
-    from fedsuite.client_adapter import first_not_finite
+    from fedsuite.node.client import first_not_finite
 
     big = torch.full((8,), 3e38, dtype=torch.float32)  # finite entries whose float32 sum is inf
     assert first_not_finite({"delta": big, "c": torch.zeros(3)}) is None
@@ -268,8 +269,8 @@ def test_cohort_mean_in_blocks_is_the_one_pass_weighted_sum_bit_for_bit(threads,
     operations per element, in the same order, as out += np.multiply(weight, vector) over the whole vectors."""
     from types import SimpleNamespace
 
-    from fedsuite import blockwise
-    from fedsuite.rule import ServerRule
+    from fedsuite.rules.server_rule import ServerRule
+    from fedsuite.server import blockwise
 
     monkeypatch.setattr(blockwise, "threads", lambda: threads)
     dim = 2 * blockwise.BLOCK + 17
@@ -288,7 +289,7 @@ def test_cohort_mean_in_blocks_is_the_one_pass_weighted_sum_bit_for_bit(threads,
 @pytest.mark.parametrize("threads", [1, 4])
 def test_the_blockwise_reply_checks_and_copies_agree_with_one_pass(threads, monkeypatch):
     """The float64 copy, the finiteness check and the local consistency, on the block threads: the one-pass values."""
-    from fedsuite import blockwise
+    from fedsuite.server import blockwise
     from fedsuite.server.consistency import local_consistency
     from fedsuite.server.replies import all_finite
     from fedsuite.server.wide_copies import WideCopies
@@ -306,11 +307,12 @@ def test_the_blockwise_reply_checks_and_copies_agree_with_one_pass(threads, monk
 
 
 def test_a_forked_child_makes_its_own_block_pool(monkeypatch):
-    """fedsuite/blockwise.py: a child forked after the pool started (a process pool of the benchmarks) must not wait
+    """fedsuite/server/blockwise.py: a child forked after the pool started (a process pool of the benchmarks) must not
+    wait
     on threads it does not have."""
     import multiprocessing
 
-    from fedsuite import blockwise
+    from fedsuite.server import blockwise
 
     monkeypatch.setattr(blockwise, "threads", lambda: 2)  # a pool even on a one-core machine (the child inherits it)
     blockwise.each([1, 2, 3], lambda i: i)  # the parent's pool exists
@@ -320,6 +322,6 @@ def test_a_forked_child_makes_its_own_block_pool(monkeypatch):
 
 
 def _sum_in_blocks() -> float:
-    from fedsuite import blockwise
+    from fedsuite.server import blockwise
 
     return float(sum(blockwise.each(blockwise.spans(3 * blockwise.BLOCK), lambda span: span[1] - span[0])))

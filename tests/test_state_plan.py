@@ -1,4 +1,4 @@
-"""One client-state plan (fedsuite.state_plan) for the launcher, the ServerApp and the clients: the algorithm's
+"""One client-state plan (fedsuite.state.plan) for the launcher, the ServerApp and the clients: the algorithm's
 declared state plus the model's own buffers under buffers='local', its size and its folder."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import pytest
 from flwr.app import RecordDict
 from flwr.common import Context
 
-from fedsuite.client_app import node_for
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import server_dataset
-from fedsuite.server_app import client_plan
-from fedsuite.state_plan import state_plan
+from fedsuite.node.app import node_for
+from fedsuite.server.app import client_plan
+from fedsuite.state.plan import state_plan
 from simulation.launcher.preflight import preflight
 
 BN_MODEL = {"model": "examples.own_model.models:bn_cnn", "buffers": "local", "num-clients": 4,

@@ -178,7 +178,7 @@ def test_a_child_killed_by_sigkill_leaves_its_run_failed(tmp_path):
 
 STOP_AT_THE_PLOT = """
 import os, signal, sys
-from fedsuite import results
+from fedsuite.results import folder as results
 plot = results.RunRecorder.plot
 def stopped_at_the_plot(recorder):  # SIGTERM arrives as the finished run draws its plot
     os.kill(os.getpid(), signal.SIGTERM)

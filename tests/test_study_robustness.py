@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation import compare, sweep, tune
 from simulation.experiment import flags, report, runner
 from simulation.experiment import jobs as experiment_jobs

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from fedsuite import state
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
+from fedsuite.state import store as state
 from simulation import compare, sweep, tune
 from simulation.experiment.flags import parse_grid
 

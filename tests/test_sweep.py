@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation import sweep
 from simulation.experiment.report import mean_std
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
-from fedsuite.sampling import Sampler
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.guard import RunAborted
+from fedsuite.server.sampling import Sampler
 from fedsuite.systems import STEPS_KEY, SystemModel
 from fedsuite.systems.availability import Availability
 from simulation.run import main as run_main

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import client_partition, esr, load_dataset
 from fedsuite.data.datasets import DatasetCorrupt, DatasetNotFound
 from fedsuite.data.har import load_har
-from fedsuite.evaluation import Evaluator
-from fedsuite.inprocess import run_inprocess
-from fedsuite.models import build_model
-from fedsuite.node import ClientNode
+from fedsuite.evaluation.metrics import Evaluator
+from fedsuite.models.networks import build_model
+from fedsuite.node.holdings import ClientNode
+from fedsuite.run.inprocess import run_inprocess
 
 
 def count(net: torch.nn.Module) -> int:

@@ -1,4 +1,4 @@
-"""Experiment tracking (fedsuite.tracking): TensorBoard event files and offline W&B runs of a real in-process
+"""Experiment tracking (fedsuite.results.tracking): TensorBoard event files and offline W&B runs of a real in-process
 federation, read back with TensorBoard's own event reader and wandb's own transaction-log reader; the missing
 package error before any run; a sweep's runs grouped. No network: W&B runs offline only."""
 
@@ -11,12 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
-from fedsuite.server.guard import RunAborted
-from fedsuite.server.observers import RoundObserver
-from fedsuite.server_app import results_folder
-from fedsuite.tracking import (
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.results.tracking import (
     GROUP_ENV,
     TensorBoardTracker,
     group_environment,
@@ -25,6 +21,10 @@ from fedsuite.tracking import (
     tracking_errors,
     tracking_observers,
 )
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server.app import results_folder
+from fedsuite.server.guard import RunAborted
+from fedsuite.server.observers import RoundObserver
 from simulation import sweep
 from simulation.experiment.engines import run_in_process
 from simulation.experiment.jobs import Job, validate
@@ -272,7 +272,7 @@ def test_a_flwr_run_writes_tensorboard_events_for_every_round(tmp_path):
 
 
 def test_runs_of_an_experiment_get_distinct_names():
-    from fedsuite.tracking import run_label
+    from fedsuite.results.tracking import run_label
 
     assert run_label(Path("/r/sweep/runs/fedcm/lr=0.05/seed-0")) == "fedcm/lr=0.05/seed-0"
     assert run_label(Path("/r/tune/search/runs/fedcm/lr=0.05/seed-1")) == "fedcm/lr=0.05/seed-1"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fedsuite import tuned
-from fedsuite.config import SCHEMA, ConfigError, Key
-from fedsuite.registry import ALGORITHMS
-from fedsuite.tunable import LogRange, grid_values, problem, rounded
+from fedsuite.config import tuned
+from fedsuite.config.run_config import SCHEMA, ConfigError, Key
+from fedsuite.config.tunable import LogRange, grid_values, problem, rounded
+from fedsuite.registry.known import ALGORITHMS
 from simulation import tune
 from simulation.experiment import engines
 from simulation.launcher.outcome import Interrupted, RunFailed

@@ -13,9 +13,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from fedsuite import registry
-from fedsuite.registry import ALGORITHMS
-from fedsuite.tunable import LogRange, space_size
+from fedsuite.config.tunable import LogRange, space_size
+from fedsuite.registry import known as registry
+from fedsuite.registry.known import ALGORITHMS
 from simulation import tune
 from simulation.experiment import engines
 from simulation.tuning import budget

@@ -1,5 +1,5 @@
 """Pruning of hopeless trials (simulation.tune --prune median, simulation/tuning/pruning.py; the run-config keys
-prune-at and prune-score, fedsuite/pruning.py): a run behind its mark stops itself at that round with status
+prune-at and prune-score, fedsuite/server/pruning.py): a run behind its mark stops itself at that round with status
 pruned; the marks are the median of the earlier trials' curves; on a least-squares federation the pruned search
 picks the trial the full search picks, prunes the same runs at the same rounds when run again, and resumes without
 running anything; bad settings are one line, exit 2, before any run."""
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
-from fedsuite.pruning import Pruning, format_marks, parse_marks
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server.pruning import Pruning, format_marks, parse_marks
 from simulation import tune
 from simulation.tuning.pruning import STARTUP, MedianPruning
 
@@ -146,7 +146,7 @@ def test_a_pruner_on_runs_that_evaluate_once_is_refused_before_any_run(tmp_path,
 
 def test_a_pruned_run_ends_its_launch_with_exit_code_0(tmp_path):
     """simulation.run reads summary.json's status: pruned is a stop the run config asked for, as budget-spent."""
-    from fedsuite.results import STATUSES
+    from fedsuite.results.folder import STATUSES
     from simulation.launcher.outcome import outcome
 
     (tmp_path / "summary.json").write_text(json.dumps({"status": "pruned", "reason": "round 4: …"}))

@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from fedsuite import registry
 from fedsuite import testing as kit
-from fedsuite.config import ConfigError, resolve
-from fedsuite.inprocess import run_inprocess
+from fedsuite.config.run_config import ConfigError, resolve
+from fedsuite.registry import known as registry
+from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 from fedsuite.systems import STEPS_KEY, LocalWork, SystemModel
 from fedsuite.systems.stage import SystemsStage

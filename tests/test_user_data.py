@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import DataError, LoadedData, client_partition, load_dataset, with_data_clients
 from fedsuite.data.datasets import DatasetCorrupt
-from fedsuite.inprocess import run_inprocess
+from fedsuite.run.inprocess import run_inprocess
 
 HERE = "tests.test_user_data"
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import LoadedData, load_dataset
-from fedsuite.inprocess import client_store, remove_client_state, run_inprocess
-from fedsuite.models import ModelError, initial_vector, seeded_model, trainable
+from fedsuite.models.networks import ModelError, initial_vector, seeded_model, trainable
+from fedsuite.run.inprocess import client_store, remove_client_state, run_inprocess
+from fedsuite.server.app import check_model
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server_app import check_model
-from fedsuite.state_files import read_arrays
+from fedsuite.state.files import read_arrays
 
 HERE = "tests.test_user_models"
 
@@ -111,14 +111,14 @@ class Replies(RoundObserver):
 def test_import_path_factory_of_the_builtin_cnn_gives_the_same_numbers():
     cfg = {**BASE, "dataset": f"{HERE}:gray_images"}
     short = run_inprocess({**cfg, "model": "cnn"})
-    path = run_inprocess({**cfg, "model": "fedsuite.models:cnn"})
+    path = run_inprocess({**cfg, "model": "fedsuite.models.networks:cnn"})
     assert np.array_equal(short.x, path.x) and not np.array_equal(short.x, short.plan.initial_x)
     assert short.buffers is None  # the built-in CNN has no buffer: nothing travels beside x
 
 
 def test_factories_taking_kwargs_get_num_classes_only(monkeypatch):
     """torchvision's builders take num_classes through **kwargs and refuse input_shape: named directly, they work."""
-    from fedsuite import models
+    from fedsuite.models import networks as models
 
     net = models.build_model("torchvision.models:resnet18", (3, 32, 32), 7, "classification")
     assert net.fc.out_features == 7
@@ -185,7 +185,7 @@ def test_frozen_backbone_is_never_sent_and_d_is_the_head():
         assert x0.numel() == head
     finally:
         remove_client_state(strategy)
-    from fedsuite.node import ClientNode
+    from fedsuite.node.holdings import ClientNode
 
     node = ClientNode(resolve(cfg), 0, 2)
     again = seeded_model(f"{HERE}:frozen_backbone", (1, 8, 8), 10, "classification", 0, "{width=3}")
@@ -240,7 +240,7 @@ def test_a_resumed_run_with_buffers_equals_the_uninterrupted_one(buffers, tmp_pa
         assert full.buffers is not None and resumed.buffers.tobytes() == full.buffers.tobytes()
     else:
         assert full.buffers is None and resumed.buffers is None
-        from fedsuite import checkpoint
+        from fedsuite.results import checkpoint
 
         def kept(folder):
             files = sorted(checkpoint.load(folder).client_state.glob("partition-*.state"))

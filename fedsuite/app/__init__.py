@@ -31,6 +31,6 @@ from fedsuite.app.client import client
 from fedsuite.app.node import DataError
 from fedsuite.app.server import server_components, strategy
 from fedsuite.app.settings import allowed_keys
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 
 __all__ = ["ConfigError", "DataError", "allowed_keys", "client", "server_components", "strategy"]

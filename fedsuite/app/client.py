@@ -1,7 +1,7 @@
 """The client half for a user's Flower app: a fedsuite algorithm's client on the user's module and data.
 
 The algorithm's own client rule (the registry's, clients/) trains on an OwnNode (fedsuite.app.node) behind the
-suite's adapter (fedsuite/client_adapter.py); OwnClient wraps it to check, before it trains, that the message is
+suite's adapter (fedsuite/node/client.py); OwnClient wraps it to check, before it trains, that the message is
 for this node's partition and that the server runs with the same settings (a check that fails, like a failed fit,
 becomes an error reply, which the server rejects and logs in one line; it never raises into Flower); it evaluates
 on the user's test data with the algorithm client's own evaluate.
@@ -17,15 +17,15 @@ import torch
 import torch.nn.functional as F
 from flwr.client import NumPyClient
 
-from fedsuite import costs
 from fedsuite.app.node import Data, OwnNode
 from fedsuite.app.settings import SETTINGS_KEY, mismatch, run_config
-from fedsuite.client_adapter import client_for
-from fedsuite.config import ConfigError
-from fedsuite.declared import model_state
-from fedsuite.device import pick_device
-from fedsuite.payload import PARTITION_KEY
-from fedsuite.state import DiskStore
+from fedsuite.codec.payload import PARTITION_KEY
+from fedsuite.config.run_config import ConfigError
+from fedsuite.local.device import pick_device
+from fedsuite.node.client import client_for
+from fedsuite.registry import costs
+from fedsuite.rules.declared import model_state
+from fedsuite.state.store import DiskStore
 
 DEVICES = ("auto", "cpu", "cuda")
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -58,7 +58,7 @@ class OwnClient(NumPyClient):
         return None if shared is None else mismatch(str(shared), self.node.cfg)
 
     def evaluate(self, parameters, config):
-        """The algorithm client's own evaluation (fedsuite/client_adapter.py) on the user's test data: (loss, examples,
+        """The algorithm client's own evaluation (fedsuite/node/client.py) on the user's test data: (loss, examples,
         {accuracy for integer targets, partition-id}); without test data 0 examples and `empty`=1."""
         return self.fed.evaluate(parameters, config)
 

@@ -1,7 +1,7 @@
-"""A client node made from a user's own module and data: what an algorithm's client (fedsuite/client_rule.py and
-its adapter, fedsuite/client_adapter.py) reads.
+"""A client node made from a user's own module and data: what an algorithm's client (fedsuite/rules/client_rule.py and
+its adapter, fedsuite/node/client.py) reads.
 
-fedsuite's own ClientNode (fedsuite/node.py) builds its model and data from the run config; this one holds the
+fedsuite's own ClientNode (fedsuite/node/holdings.py) builds its model and data from the run config; this one holds the
 user's: their nn.Module (as a FlatModel on the training device), their training data materialised once onto that
 device as one tensor pair (fedsuite's local loop draws the minibatches, under the same seeded generator as the suite),
 their loss, and a client-state store in the folder they chose. Its seeding and client state are ClientNode's own
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from fedsuite.config import Config
-from fedsuite.local import LocalData
-from fedsuite.models import FlatModel
-from fedsuite.node import ClientNode
+from fedsuite.config.run_config import Config
+from fedsuite.local.loop import LocalData
+from fedsuite.models.networks import FlatModel
+from fedsuite.node.holdings import ClientNode
 
 Data = DataLoader | Dataset | tuple[torch.Tensor, torch.Tensor]
 
@@ -98,7 +98,8 @@ def describe(data: LocalData) -> OwnData:
 
 @dataclass
 class OwnNode:
-    """The node an algorithm's client reads (fedsuite/node.py ClientNode's interface), made of the user's pieces."""
+    """The node an algorithm's client reads (fedsuite/node/holdings.py ClientNode's interface), made of the user's
+    pieces."""
 
     cfg: Config
     partition_id: int

@@ -19,8 +19,8 @@ from flwr.server import ServerAppComponents, ServerConfig
 
 from fedsuite.app.node import evaluation_copy
 from fedsuite.app.settings import SETTINGS_KEY, run_config, shared_settings
-from fedsuite.config import Config, ConfigError
-from fedsuite.models import float_buffers, trainable
+from fedsuite.config.run_config import Config, ConfigError
+from fedsuite.models.networks import float_buffers, trainable
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.compose import compose_strategy, run_plan
 from fedsuite.server.loop import RecordingServer, StopAwareRecorder, watch_flower_exit
@@ -98,7 +98,8 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
     """The Flower Strategy that runs `algorithm` (a registry name, plug-ins included) from `model`'s parameters.
 
     `settings`: run-config keys as keywords (`lr=0.05`, `clients_per_round=5` is 'clients-per-round'), checked by
-    fedsuite.config.resolve; `num_clients` (the number of SuperNodes, one partition each) is required. `evaluate`:
+    fedsuite.config.run_config.resolve; `num_clients` (the number of SuperNodes, one partition each) is required.
+    `evaluate`:
     optional `evaluate(module) -> {'loss': …, 'accuracy': …}` called on the global model every `eval_every` rounds
     and after the last (evaluation='central', the default, or 'both'); with evaluation='federated' or 'both' the
     clients evaluate on their client(test=...) data in those rounds (the round's cohort, or `eval_clients` drawn by

@@ -1,8 +1,9 @@
 """Keyword settings of fedsuite.app → a validated run config, and the settings a client must share with the server.
 
 `lr=0.05, clients_per_round=5` are the run-config keys `lr` and `clients-per-round` (an underscore is a hyphen;
-hyphenated names may be given through `**{"clients-per-round": 5}`); fedsuite.config.resolve checks them and fills in
-every default, so a default is still written only in fedsuite.config. Keys about the suite's own data, model,
+hyphenated names may be given through `**{"clients-per-round": 5}`); fedsuite.config.run_config.resolve checks them and
+fills in
+every default, so a default is still written only in fedsuite.config.run_config. Keys about the suite's own data, model,
 results and evaluation have no meaning when the app brings its own: they are refused, each with what to do instead.
 """
 
@@ -12,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fedsuite import registry
-from fedsuite.config import SCHEMA, Config, ConfigError, active_schema, resolve
+from fedsuite.config.run_config import SCHEMA, Config, ConfigError, active_schema, resolve
+from fedsuite.registry import known as registry
 
 # The built-ins' tags, for readers of the built-in schema; the functions below read the active schema, so a
 # plug-in algorithm's keys count with their own `app` and `client` tags.

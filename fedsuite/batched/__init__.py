@@ -5,7 +5,7 @@ One job per module:
                losses and gradients from torch.func
     stacking   one stacked update rule from a group's per-client rules (their tensors stacked), or why not, and the
                stages' final tensors written back to each client's own
-    loop       `train_stacked`: `fedsuite.local.train_local`'s steps for C clients at once
+    loop       `train_stacked`: `fedsuite.local.loop.train_local`'s steps for C clients at once
     draws      a client's whole round of minibatches drawn at once, in the one-at-a-time loop's order
     graph      a group's step recorded once as a CUDA graph and replayed (cuda-graphs)
     grouping   which prepared clients of a round can train together (K_i, minibatch sizes, rule), and why not

@@ -1,10 +1,10 @@
 """A round's fit instructions → one reply per client, the round's clients trained in stacked groups.
 
-Per instruction: the message's client is built as the ClientApp builds it (fedsuite/client_app.py) and prepared
+Per instruction: the message's client is built as the ClientApp builds it (fedsuite/node/app.py) and prepared
 (`RuleClient.prepare`); the prepared clients are grouped (fedsuite/batched/grouping.py); each group of two or more
 trains as one `train_stacked` computation, the others one at a time (`RuleClient.train`); every client then finishes
 on its own (`RuleClient.finish`). Failures stay per client: a client whose prepare, training or finish raises is one
-error reply (fedsuite.client_adapter.error_reply), and a group whose stacked training raises trains one at a time.
+error reply (fedsuite.node.client.error_reply), and a group whose stacked training raises trains one at a time.
 What the engine leaves to the ClientApp's own path (a message it cannot build, a server query, a run it does not
 batch at all) goes through the proxy's `fit` unchanged. Each reason a client trains alone is logged once per run.
 """
@@ -22,10 +22,10 @@ from flwr.common import Code, FitIns, FitRes, Status
 from fedsuite.batched.grouping import NotBatchable, group_key
 from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import unbatchable_model
-from fedsuite.client_adapter import PreparedFit, RuleClient, error_reply
-from fedsuite.device import one_move_per_array
-from fedsuite.local import LocalSettings
-from fedsuite.rounds import PHASE_KEY
+from fedsuite.local.device import one_move_per_array
+from fedsuite.local.loop import LocalSettings
+from fedsuite.node.client import PreparedFit, RuleClient, error_reply
+from fedsuite.rules.rounds import PHASE_KEY
 from fedsuite.server.wire import to_parameters
 
 log = logging.getLogger("flwr.fedsuite")
@@ -34,7 +34,7 @@ log = logging.getLogger("flwr.fedsuite")
 @dataclass
 class Member:
     """One client's fit instruction as the dispatcher takes it: how to build its client as the ClientApp would
-    (`build()`, fedsuite.client_app.client_of; None: leave the member to `alone`), its arrays (read-only views do:
+    (`build()`, fedsuite.node.app.client_of; None: leave the member to `alone`), its arrays (read-only views do:
     prepare copies what it keeps) and config, and the ClientApp's own path for it (`alone()`: its reply, a
     NumPyClient.fit triple or a FitRes; it may raise, as a lost message does)."""
 
@@ -85,7 +85,7 @@ class BatchedDispatcher:
         """Every member's reply, in order: NumPyClient.fit's triple where the dispatcher trained it, else what its
         `alone()` returned, or the exception it raised."""
         items = [_Fit(member) for member in members]
-        with one_move_per_array():  # the same downlink arrays moved to the device once (fedsuite/device.py)
+        with one_move_per_array():  # the same downlink arrays moved to the device once (fedsuite/local/device.py)
             for item in items:
                 self._prepare(item)
         groups: dict[tuple, list[_Fit]] = {}

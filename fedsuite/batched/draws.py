@@ -1,6 +1,6 @@
 """A client's whole round of minibatches drawn at once, for the stacked loop (fedsuite/batched/loop.py).
 
-In iteration mode (`local-steps` K > 0) with the default batch source, `fedsuite.local.minibatches` draws, step by
+In iteration mode (`local-steps` K > 0) with the default batch source, `fedsuite.local.loop.minibatches` draws, step by
 step from the client's generator, B distinct sample indices and then (with random crops) the crop offsets and flips.
 `drawn_round` makes the same draws in the same order on the host, then gathers and augments all K·B samples on the
 device in one go: the same tensors, without a dozen small transfers and kernels per client and step, which is what
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fedsuite.local import LocalData, crop_flip_drawn, crop_flip_draws
+from fedsuite.local.loop import LocalData, crop_flip_drawn, crop_flip_draws
 
 MAX_BYTES = 2 << 30  # a group's drawn inputs above this are drawn step by step instead
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import torch
 
-from fedsuite.adaptive import AdamStep, ControlVariatePoint
-from fedsuite.local import (
+from fedsuite.local.adaptive import AdamStep, ControlVariatePoint
+from fedsuite.local.loop import (
     AddVector,
     AtIterate,
     DualRegularisedSharpness,
@@ -32,7 +32,7 @@ from fedsuite.local import (
     UpdateRule,
     sgd_step,
 )
-from fedsuite.variance import SoftThreshold
+from fedsuite.local.variance import SoftThreshold
 
 # Stages whose every call after the first is the same tensor operations on the same tensors (their buffers are
 # made on the first call, which runs before the recording).

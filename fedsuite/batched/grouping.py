@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from fedsuite.batched.stacking import NotStackable, rule_signature
-from fedsuite.local import LocalData
-from fedsuite.variance import FixedBlocks
+from fedsuite.local.loop import LocalData
+from fedsuite.local.variance import FixedBlocks
 
 
 class NotBatchable(ValueError):
@@ -16,7 +16,7 @@ class NotBatchable(ValueError):
 
 
 def batch_plan(data: LocalData, batches, epochs: int, steps: int, batch_size: int) -> tuple:
-    """K_i and the minibatch size of every step, as a short key (fedsuite.local.minibatches, FixedBlocks)."""
+    """K_i and the minibatch size of every step, as a short key (fedsuite.local.loop.minibatches, FixedBlocks)."""
     n = len(data)
     if batches is None:
         b = n if batch_size <= 0 else min(batch_size, n)
@@ -35,7 +35,7 @@ def batch_plan(data: LocalData, batches, epochs: int, steps: int, batch_size: in
 
 def group_key(client, fit) -> tuple:
     """The key clients of one group share: (lr, batch plan, rule signature) of a prepared fit
-    (fedsuite.client_adapter.PreparedFit) of `client` (a RuleClient)."""
+    (fedsuite.node.client.PreparedFit) of `client` (a RuleClient)."""
     node, local = client.node, client.node.cfg.local
     if fit.private is not None:
         raise NotBatchable("dp-sgd clips per-record gradients one client at a time")

@@ -1,9 +1,9 @@
-"""`train_stacked`: the steps of `fedsuite.local.train_local` for C clients at once.
+"""`train_stacked`: the steps of `fedsuite.local.loop.train_local` for C clients at once.
 
 Each client draws its minibatches (and their augmentation) from its own batch source and generator, exactly as
 `train_local` would, so it sees the same samples in the same order (in iteration mode the whole round at once:
 fedsuite/batched/draws.py); the minibatches are stacked (C, B, …) and one
-vmapped gradient (fedsuite/batched/model.py) serves the whole group. The rest of the step is `fedsuite.local.move`
+vmapped gradient (fedsuite/batched/model.py) serves the whole group. The rest of the step is `fedsuite.local.loop.move`
 on the (C, d) rows: clipping and SAM's normalisation use each client's own (row) norm. Losses are summed per client.
 The clients must share K_i and every step's minibatch size (fedsuite/batched/grouping.py).
 """
@@ -20,8 +20,8 @@ from fedsuite.batched.draws import drawable, drawn_round
 from fedsuite.batched.graph import RecordedStep, not_replayable
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.stacking import stack_rules
-from fedsuite.local import LocalData, LocalResult, LocalSettings, StepContext, UpdateRule, move, plain_batches
-from fedsuite.models import FlatModel
+from fedsuite.local.loop import LocalData, LocalResult, LocalSettings, StepContext, UpdateRule, move, plain_batches
+from fedsuite.models.networks import FlatModel
 
 
 def train_stacked(

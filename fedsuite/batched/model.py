@@ -2,7 +2,8 @@
 losses (C,) and gradients (C, d) from torch.func (`functional_call`, `vmap`, `grad_and_value`).
 
 It offers what the loop's gradient points use of a FlatModel (`x`, `grad`, `loss_and_grad`), so the same point
-stages (fedsuite/local.py, fedsuite/adaptive.py) run on it. A model with buffers (BatchNorm statistics) is not
+stages (fedsuite/local/loop.py, fedsuite/local/adaptive.py) run on it. A model with buffers (BatchNorm statistics) is
+not
 batchable: its statistics are per client and updated by the forward pass.
 """
 
@@ -14,7 +15,7 @@ import torch
 from torch.func import functional_call, grad_and_value, vmap
 
 from fedsuite.batched.notice import BUFFERS
-from fedsuite.models import FlatModel, loss_inputs, trainable
+from fedsuite.models.networks import FlatModel, loss_inputs, trainable
 
 
 def unbatchable_model(model: FlatModel) -> str | None:

@@ -15,8 +15,8 @@ from flwr.common.logger import log as flwr_log
 
 from fedsuite.batched.dispatch import BatchedDispatcher, Member, flower_results
 from fedsuite.batched.shares import LOST_KEY, pack_instructions, unpack_reply
-from fedsuite.client_app import client_of
-from fedsuite.payload import PARTITION_KEY
+from fedsuite.codec.payload import PARTITION_KEY
+from fedsuite.node.app import client_of
 from fedsuite.server.loop import RecordingServer
 from fedsuite.server.wire import arrays_of
 

@@ -11,8 +11,8 @@ from functools import partial
 
 from fedsuite.batched.dispatch import BatchedDispatcher, Member
 from fedsuite.batched.shares import LOST_KEY, pack_replies, unpack_instructions
-from fedsuite.client_adapter import error_reply
-from fedsuite.payload import PARTITION_KEY
+from fedsuite.codec.payload import PARTITION_KEY
+from fedsuite.node.client import error_reply
 
 log = logging.getLogger("flwr.fedsuite")
 FIRST_SHARE = "first share"  # the dispatcher's said-set entry once the node's first share has been reported

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from flwr.common import Code, FitIns, FitRes, Parameters, Status
 
-from fedsuite.payload import PARTITION_KEY
+from fedsuite.codec.payload import PARTITION_KEY
 
 SHARE_KEY = "fedsuite.share"  # config / metrics: the number of members
 SHARED_KEY = "fedsuite.share.shared"  # config: the number of leading arrays every member's instruction holds
@@ -134,7 +134,7 @@ def unpack_instructions(arrays: Sequence[np.ndarray], config: Mapping[str, Any])
 
 def _read_only(array: np.ndarray) -> np.ndarray:
     """A read-only view: the members share the leading arrays, so a client copies what it would write
-    (fedsuite.client_adapter's READ_ONLY_ARRAYS contract)."""
+    (fedsuite.node.client's READ_ONLY_ARRAYS contract)."""
     view = array.view()
     view.flags.writeable = False
     return view

@@ -4,7 +4,8 @@ Every client's stages must be of the same types with equal scalar settings; the 
 c − c_i, FedDyn's duals, FedMIM's shift, the Adam moments …) are stacked into (C, d) matrices, copies, so a client's
 own stages are untouched while the group trains. After the loop, `StackedRule.write_back` copies each row of the
 stages that end with something the uplink reads (the Adam moments, FAdamGT's gradient sum) into that client's own
-stage. The stages themselves are fedsuite.local's, fedsuite.adaptive's and fedsuite.variance's soft threshold, which
+stage. The stages themselves are fedsuite.local.loop's, fedsuite.local.adaptive's and fedsuite.local.variance's soft
+threshold, which
 work on (d,) and (C, d) alike, and `StackedBlockTable`, LoSAC's and FedSaga's block table for a cohort (each client
 trains on its own block j at a step); the nuclear-norm prox (an SVD per matrix) is not stacked.
 
@@ -21,8 +22,8 @@ from typing import Any
 
 import torch
 
-from fedsuite.adaptive import AdamStep, ControlVariatePoint, GradientSum
-from fedsuite.local import (
+from fedsuite.local.adaptive import AdamStep, ControlVariatePoint, GradientSum
+from fedsuite.local.loop import (
     AddVector,
     AtIterate,
     DualRegularisedSharpness,
@@ -33,7 +34,7 @@ from fedsuite.local import (
     UpdateRule,
     sgd_step,
 )
-from fedsuite.variance import BlockTable, FixedBlocks, SoftThreshold
+from fedsuite.local.variance import BlockTable, FixedBlocks, SoftThreshold
 
 
 class NotStackable(ValueError):
@@ -81,7 +82,8 @@ def _stack_prox(stages: Sequence[Prox]):
 
 
 class StackedBlockTable:
-    """fedsuite.variance.BlockTable over (C, d) rows: `table` (C, M, d), `estimate` and `change` (C, d); at each step
+    """fedsuite.local.variance.BlockTable over (C, d) rows: `table` (C, M, d), `estimate` and `change` (C, d); at each
+    step
     row c reads and writes its own block ctx.block[c], with BlockTable's operations in BlockTable's order."""
 
     def __init__(self, stages: Sequence[BlockTable]):

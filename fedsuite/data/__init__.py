@@ -7,7 +7,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedsuite.config import Config, ConfigError, with_num_clients
+from fedsuite.config.import_paths import is_import_path
+from fedsuite.config.run_config import Config, ConfigError, with_num_clients
+from fedsuite.config.schema import DATA_FORMATS
 from fedsuite.data.colour import client_coefficients
 from fedsuite.data.datasets import (
     DatasetNotFound,
@@ -29,8 +31,6 @@ from fedsuite.data.shape_only import ShapeOnly, shape_only
 from fedsuite.data.synthetic import SyntheticFederation, make_federation, make_lowrank
 from fedsuite.data.table import load_table
 from fedsuite.data.tabular import Tabular
-from fedsuite.import_paths import is_import_path
-from fedsuite.schema import DATA_FORMATS
 
 Dataset = Images | Tabular | SyntheticFederation | OwnDataset
 

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import torch
 
-from fedsuite.schema import BINARY_LABEL_DATASETS
+from fedsuite.config.schema import BINARY_LABEL_DATASETS
 
 # dataset -> largest loaded label that becomes class 0 (None: labels are already 0/1)
 BINARY_THRESHOLDS: dict[str, int | None] = {

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsuite.config.import_paths import ImportPathError, load_import_path
 from fedsuite.data.datasets import Split
-from fedsuite.import_paths import ImportPathError, load_import_path
 
 TASKS = ("classification", "regression")
 

@@ -1,5 +1,5 @@
 """One line for each run config that client-level DP cannot serve truthfully, before any training (docs/privacy.md,
-Which options each algorithm allows). Run by fedsuite.config.resolve."""
+Which options each algorithm allows). Run by fedsuite.config.run_config.resolve."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sample-level differential privacy (DP-SGD) inside the one local loop (docs/privacy-dp-sgd.md).
 
-With dp-sgd=true every gradient a local step's oracle takes (fedsuite/local.py: `AtIterate`, `SharpnessAware`,
+With dp-sgd=true every gradient a local step's oracle takes (fedsuite/local/loop.py: `AtIterate`, `SharpnessAware`,
 `LookAhead`, a plug-in's own) is a private one: the gradient of each record of the batch at the oracle's point
 (torch.func: `vmap` of `grad` over `functional_call` of the model's module), each clipped to norm C_s, summed,
 plus Gaussian noise N(0, σ_s²C_s²) on every coordinate, divided by the batch size B. The oracle sees a
@@ -14,7 +14,8 @@ Gaussian mechanisms of noise multiplier σ_s on sums of per-record gradients cli
 neighbours). The library composes them as `SelfComposedDpEvent(GaussianDpEvent, k)` inside the
 `SampledWithoutReplacementDpEvent`, which its Rényi accountant reduces to one Gaussian of multiplier σ_s/√k; the
 client's ledger hands the run accountant that multiplier (tests/test_dp_sgd.py checks it against the library's
-composed event). A client's ledger is its rounds: the rounds r ≤ t whose cohort drew it (fedsuite.sampling, a pure
+composed event). A client's ledger is its rounds: the rounds r ≤ t whose cohort drew it (fedsuite.server.sampling, a
+pure
 function of the run seed, as the server draws them), each K steps of this round's kind, so it needs no client state
 and survives rebuilt client objects and resumed runs; a drawn client whose reply was lost still counts (an upper
 bound).
@@ -44,12 +45,12 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
-from fedsuite.config import SampleLevelPrivacy
-from fedsuite.models import FlatModel, loss_inputs
+from fedsuite.config.run_config import SampleLevelPrivacy
+from fedsuite.models.networks import FlatModel, loss_inputs
 from fedsuite.privacy.accountant import RunAccountant
 from fedsuite.privacy.model_checks import batch_norm_layers, batch_norm_refusal
 from fedsuite.privacy.noise import SECURE, torch_stream
-from fedsuite.sampling import Sampler
+from fedsuite.server.sampling import Sampler
 from fedsuite.stages.client import ClientStage, without_losses
 
 NOISE_STREAM = 0x44505347  # "DPSG": the noise's stream beside the round's minibatch stream
@@ -119,7 +120,8 @@ class DpSgd:
     _noise_stream: torch.Generator | None = None
     _epsilons: dict[int, float] = field(default_factory=dict)  # more_rounds → ε(δ), once the round's steps are done
 
-    # ---- the local loop's hooks (fedsuite/local.py) ---------------------------------------------------------------
+    # ---- the local loop's hooks (fedsuite/local/loop.py)
+    # ---------------------------------------------------------------
     def bind(self, model: FlatModel, rule, generator: torch.Generator) -> PrivateModel:
         """The model the round's oracle sees; the noise stream: secret, or from the round's generator's seed."""
         if rule.batches is not None:
@@ -181,7 +183,7 @@ class DpSgd:
 
 
 def for_client(node, server_round: int) -> DpSgd | None:
-    """The round's DP-SGD of `node` (a fedsuite.node.ClientNode), or None when dp-sgd is off. A model with
+    """The round's DP-SGD of `node` (a fedsuite.node.holdings.ClientNode), or None when dp-sgd is off. A model with
     BatchNorm is refused: its batch statistics mix the records of a batch, so no per-record gradient exists."""
     settings = SampleLevelPrivacy.from_values(node.cfg)
     if not settings.enabled:

@@ -1,5 +1,5 @@
 """The run-config refusals of DP-SGD (sample-level privacy, docs/privacy-dp-sgd.md), one line each, before any
-training. No torch here: the registry (fedsuite/registry.py) runs them while a run config is resolved, with the
+training. No torch here: the registry (fedsuite/registry/known.py) runs them while a run config is resolved, with the
 chosen algorithm's declared refusal (its entry's `dp_sgd_refusal`).
 
 What the accounting assumes, and so what is refused:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedsuite.models import float_buffers
+from fedsuite.models.networks import float_buffers
 
 
 def batch_norm_layers(module: nn.Module) -> list[str]:
@@ -31,7 +31,7 @@ def batch_norm_refusal(model: str, layers: list[str]) -> str:
 
 
 def model_refusals(cfg, module: nn.Module) -> list[str]:
-    """The lines refusing `cfg` (a fedsuite.config.Config) with this built model; none when it can run."""
+    """The lines refusing `cfg` (a fedsuite.config.run_config.Config) with this built model; none when it can run."""
     errors = []
     if cfg.privacy.on and cfg["buffers"] == "average" and float_buffers(module):
         errors.append(averaged_buffers_refusal(cfg.privacy.mode, cfg.model))

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from fedsuite.declared import BUFFERS
 from fedsuite.privacy.checks import count_noise
 from fedsuite.privacy.model_checks import averaged_buffers_refusal
 from fedsuite.privacy.noise import SECURE, numpy_stream
+from fedsuite.rules.declared import BUFFERS
 from fedsuite.stages.client import ClientStage, without_losses
 
 CLIP_KEY = "dp-clip-now"  # the round's clip C_t, set by the server
@@ -72,7 +72,7 @@ def add_noise_share(
 
 def client_release(
     uplink: Mapping[str, torch.Tensor],
-    privacy,  # the run's fedsuite.config.ClientPrivacy
+    privacy,  # the run's fedsuite.config.run_config.ClientPrivacy
     clip: float,
     cohort: int,
     count_noise: float,
@@ -103,12 +103,12 @@ class ClientLevelRelease(ClientStage):
     config_keys = frozenset({CLIP_KEY, COHORT_KEY})
 
     def __init__(self, privacy, seed: int, count_noise: float):
-        """`privacy`: the run's fedsuite.config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping."""
+        """`privacy`: the run's fedsuite.config.run_config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping."""
         self.privacy, self.seed, self.count_noise = privacy, seed, count_noise
 
     @classmethod
     def of_run(cls, cfg) -> ClientLevelRelease | None:
-        """The stage of a resolved run config (fedsuite.config.Config), or None with dp='off'."""
+        """The stage of a resolved run config (fedsuite.config.run_config.Config), or None with dp='off'."""
         return cls(cfg.privacy, cfg.seed, count_noise(cfg)) if cfg.privacy.on else None
 
     def release(self, uplink, fit, node):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting
 
 MAX_WEIGHT = 1.0  # every client reports one example (weighting='uniform'): w_i = 1, no scaling before quantisation
 MODULUS = 2**32  # Flower's default modulus range: the masks and the integer sum live modulo this
@@ -31,7 +31,7 @@ _ROUNDING = 0x5EC0A66  # separates the rounding draws' seed from every other str
 
 @dataclass(frozen=True)
 class SecAggSettings(Settings):
-    """Secure aggregation's keys, typed settings (fedsuite/settings.py); without the keys, off.
+    """Secure aggregation's keys, typed settings (fedsuite/config/settings.py); without the keys, off.
 
     on (secagg): the cohort's uploads are summed with SecAgg+.
     shares (secagg-shares): the neighbours each client's secrets are shared among; 0 = the whole cohort.

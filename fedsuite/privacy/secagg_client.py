@@ -18,10 +18,10 @@ from flwr.app.message_type import MessageType
 from flwr.client.mod import secaggplus_mod
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
-from fedsuite.declared import BUFFERS
-from fedsuite.payload import ARRAYS_KEY, PayloadError, unpack
+from fedsuite.codec.payload import ARRAYS_KEY, PayloadError, unpack
+from fedsuite.config.settings import value_of
 from fedsuite.privacy.secagg import rounding_seed
-from fedsuite.settings import value_of
+from fedsuite.rules.declared import BUFFERS
 from fedsuite.stages.client import TRAINING_LOSSES
 
 log = logging.getLogger("flwr.fedsuite")

@@ -1,12 +1,13 @@
-"""The typed settings of privacy (fedsuite/settings.py): client-level DP of what clients upload (docs/privacy.md) and
-sample-level DP inside their local steps (docs/privacy-dp-sgd.md). fedsuite.config.Config carries them as
+"""The typed settings of privacy (fedsuite/config/settings.py): client-level DP of what clients upload
+(docs/privacy.md) and
+sample-level DP inside their local steps (docs/privacy-dp-sgd.md). fedsuite.config.run_config.Config carries them as
 `cfg.privacy` and `cfg.sample_privacy`; the privacy checks read them from a check's values."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedsuite.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting
 
 
 @dataclass(frozen=True)

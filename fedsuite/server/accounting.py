@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.rounds import Reply
+from fedsuite.rules.rounds import Reply
 from fedsuite.server.consistency import local_consistency
 
 

@@ -37,8 +37,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from fedsuite.declared import BUFFERS, Counter
-from fedsuite.payload import (
+from fedsuite.codec.payload import (
     ALGORITHM_KEY,
     ARRAYS_KEY,
     PARTITION_KEY,
@@ -47,9 +46,9 @@ from fedsuite.payload import (
     nbytes,
     pack,
 )
-from fedsuite.pruning import PRUNED
-from fedsuite.rounds import Reply
-from fedsuite.rule import ServerRule
+from fedsuite.rules.declared import BUFFERS, Counter
+from fedsuite.rules.rounds import Reply
+from fedsuite.rules.server_rule import ServerRule
 from fedsuite.server import checkpointing
 from fedsuite.server.accounting import RoundLog, start_loss
 from fedsuite.server.buffers import AveragedBuffers
@@ -58,6 +57,7 @@ from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
 from fedsuite.server.privacy import BUDGET_SPENT, ServerPrivacy
+from fedsuite.server.pruning import PRUNED
 from fedsuite.server.query import ask
 from fedsuite.server.replies import (
     LOST_WORKER,
@@ -76,7 +76,7 @@ from fedsuite.server.wire import to_parameters
 from fedsuite.stages.server import ServerStage
 
 log = logging.getLogger("flwr.fedsuite")
-ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state)
+ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state.store)
 
 
 class RuleStrategy(Strategy):
@@ -356,7 +356,7 @@ class RuleStrategy(Strategy):
         # counts as diverged); else the central test loss, else the federated one
         loss = next((metrics[k] for k in ("val_loss", "loss", "fed_val_loss", "fed_loss") if k in metrics), None)
         verdict = self.guard.test_loss(server_round, loss) or self._row_verdict(server_round, metrics)
-        if verdict is not None:  # diverged, or behind a prune-at mark (fedsuite/pruning.py)
+        if verdict is not None:  # diverged, or behind a prune-at mark (fedsuite/server/pruning.py)
             self._record(row, *verdict)
             raise RunAborted(*verdict)
         due = checkpointing.due(plan, server_round)

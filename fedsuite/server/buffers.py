@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.common import FitRes, Parameters
 
-from fedsuite.declared import BUFFERS
-from fedsuite.payload import ARRAYS_KEY, PayloadError, split_off, weighted_mean
-from fedsuite.rounds import Reply
+from fedsuite.codec.payload import ARRAYS_KEY, PayloadError, split_off, weighted_mean
+from fedsuite.rules.declared import BUFFERS
+from fedsuite.rules.rounds import Reply
 from fedsuite.server.replies import RejectedReply
 from fedsuite.server.wire import array_view
 

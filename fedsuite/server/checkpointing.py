@@ -3,7 +3,7 @@ client writes state then). What goes in is the strategy's declared state (`RuleS
 
 from __future__ import annotations
 
-from fedsuite import checkpoint
+from fedsuite.results import checkpoint
 from fedsuite.server.plan import RunPlan
 
 

@@ -1,6 +1,6 @@
 """The composition root of a run's server side: one function builds the plan of a run from its resolved config and
 the pieces that differ by surface, and one builds the strategy from the plan. The suite's ServerApp and the
-in-process engine (fedsuite/server_app.py: x⁰ and evaluation from the run's dataset, its results folder, its
+in-process engine (fedsuite/server/app.py: x⁰ and evaluation from the run's dataset, its results folder, its
 client-state plan, a checkpoint to resume) and `fedsuite.app` (fedsuite/app/server.py: x⁰ and evaluation from
 the user's model) both go through here, so what a run reads from its config is written once.
 """
@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite import checkpoint, registry
 from fedsuite.batched.notice import why_not_shared
+from fedsuite.config.schema import ConfigError
 from fedsuite.privacy.checks import count_noise
 from fedsuite.privacy.model_checks import averaged_buffers_refusal
 from fedsuite.privacy.noise import warn_if_seeded
-from fedsuite.schema import ConfigError
+from fedsuite.registry import known as registry
+from fedsuite.results import checkpoint
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan, rule_settings
@@ -26,7 +27,8 @@ from fedsuite.server.stages import server_stages
 
 
 def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
-    """The plan of a run with resolved config `cfg` (a fedsuite.config.Config) starting from `initial_x`: every field
+    """The plan of a run with resolved config `cfg` (a fedsuite.config.run_config.Config) starting from `initial_x`:
+    every field
     the config decides, then `pieces` (evaluate, validate, recorder, the client-state folder and keys, a checkpoint
     to resume, client_mapping) as the surface provides them."""
     run, evaluation = cfg.run_control, cfg.evaluation

@@ -11,7 +11,7 @@ round. Here the same sums are formed a cache-sized block of coordinates at a tim
   a multiple of 8 and the two halves' sums added. The blocks here are exactly the nodes of that tree of at most
   `LEAF` values; each block is summed by `np.sum` (the same pairwise summation below that node) and the block sums
   are added back up the same tree, so every row sum is the one `np.sum` of the whole row gives.
-The blocks are independent, so runs of them are filled on the block threads (fedsuite/blockwise.py) and the sums
+The blocks are independent, so runs of them are filled on the block threads (fedsuite/server/blockwise.py) and the sums
 added up afterwards, in the tree's order. tests/test_speed_paths.py checks the equality against the stacked
 expression.
 """
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsuite import blockwise
+from fedsuite.server import blockwise
 
 LEAF = 1 << 17  # coordinates per block: 1 MiB of float64, long enough that a thread spends its time in NumPy's loops,
 # with the GIL let go, rather than in the calls around them

@@ -53,5 +53,5 @@ def evaluate(client: Client, ins: EvaluateIns) -> EvaluateRes:
 
 def _arrays_for(numpy_client, parameters) -> list:
     """Writable copies, as Flower's np.load gives them; read-only views of the message's bytes for a client that
-    declares it copies what it keeps (READ_ONLY_ARRAYS, fedsuite.client_adapter.RuleClient): one copy less."""
+    declares it copies what it keeps (READ_ONLY_ARRAYS, fedsuite.node.client.RuleClient): one copy less."""
     return arrays_of(parameters) if getattr(numpy_client, "READ_ONLY_ARRAYS", False) else writable_arrays_of(parameters)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedsuite.declared import Value
+from fedsuite.rules.declared import Value
 
 Verdict = tuple[str, str] | None
 

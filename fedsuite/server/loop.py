@@ -7,7 +7,7 @@ own status; any other exception is `failed`, an interruption `interrupted`), so 
 Stops from outside the ServerApp (docs/reliability.md#how-a-stop-is-recorded): Flower ends its simulation process
 from the main thread (`flwr stop <run-id>` makes it send itself SIGINT), while the ServerApp runs in another thread
 that is cut off a few seconds later without any exception reaching it; watch_flower_exit records the stop from
-Flower's exit handlers. A launch of simulation.run leaves a stop note first (fedsuite.stop_note), which
+Flower's exit handlers. A launch of simulation.run leaves a stop note first (fedsuite.run.stop_note), which
 StopAwareRecorder reads before it records a failure that the stop itself caused.
 """
 
@@ -22,12 +22,12 @@ import time
 from flwr.server import History, Server
 from flwr.server.client_manager import SimpleClientManager
 
-from fedsuite import state
-from fedsuite.pruning import PRUNED
-from fedsuite.results import RunRecorder
+from fedsuite.results.folder import RunRecorder
+from fedsuite.run.stop_note import stop_note
 from fedsuite.server.guard import RunAborted
 from fedsuite.server.privacy import BUDGET_SPENT
-from fedsuite.stop_note import stop_note
+from fedsuite.server.pruning import PRUNED
+from fedsuite.state import store as state
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -111,7 +111,7 @@ class RecordingServer(Server):
 
 class StopAwareRecorder(RunRecorder):
     """The ServerApp's RunRecorder, which a stop from outside cannot contradict: a failure recorded once the run's
-    launch has begun to stop it (its stop note, fedsuite.stop_note) is recorded as `interrupted` with the stop's
+    launch has begun to stop it (its stop note, fedsuite.run.stop_note) is recorded as `interrupted` with the stop's
     reason, the failure's kept after it (the stop killed the Ray workers before the ServerApp's process); and once
     the summary holds a final status, no later round of a ServerApp thread still running reopens it (no row, no
     `running` summary). Flower's exit handler (watch_flower_exit) writes from another thread, hence the lock."""

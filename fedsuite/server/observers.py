@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.rounds import Answer, Reply
+from fedsuite.rules.rounds import Answer, Reply
 
 
 class RoundObserver:

@@ -1,4 +1,4 @@
-"""What the Flower side of the server reads from the run config (built by fedsuite.server_app)."""
+"""What the Flower side of the server reads from the run config (built by fedsuite.server.app)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.results import RunRecorder
-from fedsuite.rule import RuleSettings
-from fedsuite.sampling import Sampler
+from fedsuite.results.folder import RunRecorder
+from fedsuite.rules.server_rule import RuleSettings
+from fedsuite.server.sampling import Sampler
 
 
 def rule_settings(cfg, initial_x: np.ndarray) -> RuleSettings:
-    """What a server rule reads from the run config `cfg` (a fedsuite.config.Config), starting from `initial_x`: the
+    """What a server rule reads from the run config `cfg` (a fedsuite.config.run_config.Config), starting from
+    `initial_x`: the
     one place both the suite's ServerApp and fedsuite.app build it."""
     poisson_dp = cfg.privacy.on and cfg.sampling.mode == "bernoulli"
     expected = cfg.sampling.participation * cfg.sampling.num_clients if poisson_dp else None
@@ -45,13 +46,13 @@ class RunPlan:
     query_workers: int = 16
     client_mapping: str = "logical"  # or "fixed": one SuperNode per partition, found by asking each
     shares: int = 0  # logical mapping: the nodes a round's cohort goes to in blocks, one message each (0: spread)
-    client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.state_root), if any
+    client_state_root: Path | None = None  # the run's client-state files (fedsuite.state.store.state_root), if any
     run_id: int = 0
     state_key: int = 0  # names node-held client-state folders: the first run's id, kept in checkpoints (resumes)
-    checkpoint_every: int = 0  # rounds between checkpoints (fedsuite.checkpoint); 0 = none
+    checkpoint_every: int = 0  # rounds between checkpoints (fedsuite.results.checkpoint); 0 = none
     run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
     start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
-    resume: Any = None  # the fedsuite.checkpoint.Checkpoint to resume from
+    resume: Any = None  # the fedsuite.results.checkpoint.Checkpoint to resume from
 
     def evaluation_due(self, server_round: int) -> bool:
         """Rounds that are evaluated: 0 (central only), every eval-every rounds, the last."""

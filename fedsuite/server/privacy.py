@@ -3,7 +3,7 @@ the fit config, the Gaussian noise on the sums when the server adds it (dp='serv
 C, the privacy accountant, and the target ε that stops a run before a round would exceed it.
 
 The noise is put on the sum of each uploaded array: every reply holding the array gets an equal share of one draw,
-so a rule that averages or sums its replies (every algorithm that dp allows: fedsuite/builtin_algorithms.py) sees
+so a rule that averages or sums its replies (every algorithm that dp allows: fedsuite/registry/builtin.py) sees
 exactly the cohort's noisy sum. With dp='clients' the clients have added their shares already.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 from fedsuite.privacy.accountant import POISSON, RunAccountant
 from fedsuite.privacy.noise import numpy_stream
 from fedsuite.privacy.release import BELOW_CLIP, CLIP_KEY, COHORT_KEY, update_noise
-from fedsuite.results import noise_source_label
-from fedsuite.rounds import Reply
+from fedsuite.results.folder import noise_source_label
+from fedsuite.rules.rounds import Reply
 from fedsuite.stages.server import ServerStage
 
 BUDGET_SPENT = "budget-spent"  # the run's status when dp-target-epsilon stopped it (docs/privacy.md)
@@ -34,7 +34,7 @@ class ServerPrivacy(ServerStage):
 
     def __init__(self, privacy, num_clients: int, clients_per_round: int, seed: int, count_noise: float,
                  poisson_rate: float | None = None, local_steps: int = 1):  # fmt: skip
-        """`privacy`: the run's fedsuite.config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping;
+        """`privacy`: the run's fedsuite.config.run_config.ClientPrivacy; `count_noise`: σ_b of adaptive clipping;
         `poisson_rate`: p of Poisson sampling (sampling='bernoulli'), None for fixed-size cohorts."""
         self.privacy, self.seed, self.count_noise = privacy, seed, count_noise
         self.num_clients, self.clients_per_round = num_clients, clients_per_round

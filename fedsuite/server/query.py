@@ -1,4 +1,4 @@
-"""A rule's pre-round query (fedsuite.rounds.Query): the model goes to each routed client with the query's phase
+"""A rule's pre-round query (fedsuite.rules.rounds.Query): the model goes to each routed client with the query's phase
 in its config; the answer must be the one named d-vector, finite, for the partition asked. A client whose answer
 fails is left out of the round (it gets no fit message); its failure is logged, never the run's."""
 
@@ -11,8 +11,8 @@ import numpy as np
 from flwr.common import Code, FitIns
 from flwr.server.client_proxy import ClientProxy
 
-from fedsuite.payload import ARRAYS_KEY, PARTITION_KEY, STATE_KEY, nbytes, pack, unpack
-from fedsuite.rounds import PHASE_KEY, Answer, Query
+from fedsuite.codec.payload import ARRAYS_KEY, PARTITION_KEY, STATE_KEY, nbytes, pack, unpack
+from fedsuite.rules.rounds import PHASE_KEY, Answer, Query
 from fedsuite.server.wire import arrays_of, to_parameters
 
 log = logging.getLogger("flwr.fedsuite")
@@ -30,7 +30,7 @@ def ask(
     def one(pid: int) -> tuple[int, Answer | None]:
         try:
             res = nodes[pid].fit(FitIns(params, {**config, PARTITION_KEY: pid}), None, server_round)
-            if "error" in res.metrics:  # the client's own failure, as fedsuite/client_adapter.py reports it
+            if "error" in res.metrics:  # the client's own failure, as fedsuite/node/client.py reports it
                 raise ValueError(str(res.metrics["error"]))
             if res.status.code != Code.OK or int(res.metrics.get("partition-id", -1)) != pid:
                 raise ValueError(f"status {res.status.code}, partition-id {res.metrics.get('partition-id')}")

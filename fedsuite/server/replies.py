@@ -10,12 +10,12 @@ from collections.abc import Callable, Collection
 import numpy as np
 from flwr.common import FitRes
 
-from fedsuite import blockwise
-from fedsuite.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
-from fedsuite.rounds import Reply
+from fedsuite.codec.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
+from fedsuite.rules.rounds import Reply
+from fedsuite.server import blockwise
 from fedsuite.server.wire import arrays_of
 
-# Client errors (fedsuite/client_adapter.py sends "<ExceptionName>: message") that mean local training diverged.
+# Client errors (fedsuite/node/client.py sends "<ExceptionName>: message") that mean local training diverged.
 DIVERGENCE_ERRORS = ("FloatingPointError",)
 LOST_WORKER = "ActorDiedError"  # Flower's simulation reports a dead Ray worker this way; it is never replaced
 
@@ -92,7 +92,7 @@ def metric_number(metrics: dict, key: str, default: float | int) -> float | int:
 
 def all_finite(a: np.ndarray) -> bool:
     """`np.all(np.isfinite(a))` in one pass where it can be: a sum is finite only if every term is, so finite sums of
-    its blocks (fedsuite/blockwise.py) settle it; a sum that overflows (finite terms near the float's limit)
+    its blocks (fedsuite/server/blockwise.py) settle it; a sum that overflows (finite terms near the float's limit)
     is checked term by term."""
     flat = np.ascontiguousarray(a).reshape(-1)
 

@@ -1,7 +1,7 @@
 """What a server rule's `aggregate` gives back, checked where the adapter takes it (fedsuite.server.adapter).
 
 A rule, a plug-in's above all (docs/own/algorithm.md), returns the new global model and leaves its declared
-d-vectors (fedsuite.declared: `Vector`, `Table`, `History`) as attributes. An array of another shape would fail
+d-vectors (fedsuite.rules.declared: `Vector`, `Table`, `History`) as attributes. An array of another shape would fail
 later, far from its cause, in torch or in a client. `new_model` converts the returned model exactly as before
 (float32) and checks its shape and the shapes of the declared d-vectors: a wrong one is a RuleResultError, one line
 naming the algorithm and its rule class, the array and both shapes; an `aggregate` that forgets to return (None)
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.declared import History, Table, Vector
+from fedsuite.rules.declared import History, Table, Vector
 
 
 class RuleResultError(ValueError):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fedsuite.config import SampleLevelPrivacy
+from fedsuite.config.run_config import SampleLevelPrivacy
 from fedsuite.privacy.dp_sgd import NEXT_EPSILON_METRIC
-from fedsuite.results import noise_source_label
-from fedsuite.rounds import Reply
+from fedsuite.results.folder import noise_source_label
+from fedsuite.rules.rounds import Reply
 from fedsuite.server.replies import describe_failure
 from fedsuite.stages.server import ServerStage
 

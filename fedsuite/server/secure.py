@@ -77,4 +77,4 @@ class SecureServer(RecordingServer):
             if getattr(proxy, "grid", None) is not None:
                 return proxy.grid
         raise RuntimeError("secagg=true needs Flower's Grid (a ServerApp run by `flwr run` or a SuperLink); the "
-                           "in-process engine runs SecAgg+'s arithmetic instead (fedsuite.inprocess)")  # fmt: skip
+                           "in-process engine runs SecAgg+'s arithmetic instead (fedsuite.run.inprocess)")  # fmt: skip

@@ -1,7 +1,8 @@
 """Secure aggregation's rules on the server's side of a round, as a round stage (fedsuite/stages/server.py;
 docs/privacy-secagg.md): every reply holds the cohort's mean, so a reply the server or an observer rejects is inside
 the sum and cannot be taken out (the whole round is rejected), and no row figure is computed from single replies'
-arrays (local consistency). The exchange itself is fedsuite/server/secure.py's (under Flower) or fedsuite.inprocess's
+arrays (local consistency). The exchange itself is fedsuite/server/secure.py's (under Flower) or
+fedsuite.run.inprocess's
 arithmetic (in process)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedsuite.rounds import Reply
+from fedsuite.rules.rounds import Reply
 from fedsuite.stages.server import ServerStage
 
 log = logging.getLogger("flwr.fedsuite")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedsuite.pruning import Pruning
 from fedsuite.server.privacy import ServerPrivacy
+from fedsuite.server.pruning import Pruning
 from fedsuite.server.sample_budget import SampleLevelBudget
 from fedsuite.server.secure_sum import SecureSum
 from fedsuite.stages.server import ServerStage

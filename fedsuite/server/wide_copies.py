@@ -11,7 +11,7 @@ to it, and such a buffer is left to its holder and never written again. The valu
 `array.astype(np.float64)`, so a run is the same bit for bit with or without reuse. The count is CPython's (the
 project's Python versions; a free-threaded build counts differently), and a holder that keeps only a raw pointer
 to the data (through ctypes or a C extension), holding no Python reference, is not seen: keep the array itself.
-The conversion runs a block of coordinates at a time on a few threads (fedsuite/blockwise.py).
+The conversion runs a block of coordinates at a time on a few threads (fedsuite/server/blockwise.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from fedsuite import blockwise
+from fedsuite.server import blockwise
 
 _ONLY_THE_POOL = 3  # the `_lent` list, the loop's name for the buffer, and getrefcount's own argument
 

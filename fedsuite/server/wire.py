@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.common import Parameters, ndarrays_to_parameters, parameters_to_ndarrays
 
-from fedsuite.npy_bytes import npy_header, npy_view
+from fedsuite.codec.npy_bytes import npy_header, npy_view
 
 TENSOR_TYPE = "numpy.ndarray"  # what flwr.common.ndarrays_to_parameters names its tensors
 

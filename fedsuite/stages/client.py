@@ -1,13 +1,13 @@
 """`ClientStage`: one cross-cutting mechanism on the client's side of a round, the counterpart of the server's
 `ServerStage` (fedsuite/stages/server.py; docs/developer/architecture.md, Round stages). Flower-free, like the rules:
-the one client adapter, `RuleClient` (fedsuite/client_adapter.py), calls every stage of its client at the same points
+the one client adapter, `RuleClient` (fedsuite/node/client.py), calls every stage of its client at the same points
 of each training round, in the order `client_stages` (fedsuite/stages/client_run.py) gave them, and knows none of
 them by name. Every hook does nothing by default, so a stage writes only the hooks it needs.
 
 A training round, as the stages see it (`RuleClient.prepare`, then the local loop, then `RuleClient.finish`; the
 batched engine, fedsuite/batched/, calls the same `prepare` and `finish` around its stacked loop):
 1. `prepare(node, ctx)`: once the round's context and update rule exist, before the loop. Returns the loop's
-   gradient oracle for this round (fedsuite.local.train_local's `private`, kept as `PreparedFit.private`), or None;
+   gradient oracle for this round (fedsuite.local.loop.train_local's `private`, kept as `PreparedFit.private`), or None;
    at most one stage of a client returns one (DP-SGD: its private per-record gradients).
 2. `before_release(fit)`: after the loop, before the rule computes the upload (which may move the client's state)
    and before anything leaves; raising refuses the round (an error reply, nothing released, no state saved; DP-SGD
@@ -19,7 +19,8 @@ batched engine, fedsuite/batched/, calls the same `prepare` and `finish` around 
    level DP and DP-SGD drop the losses; DP-SGD adds its ε). The release's metrics are added after the last stage.
 5. `num_examples(n)`: the reply's example count, the client's data size by default (client-level DP: 1, so the
    weights reveal nothing).
-A server query (fedsuite.rounds.Query) and an evaluation call no stage. `config_keys` names the fit-config entries a
+A server query (fedsuite.rules.rounds.Query) and an evaluation call no stage. `config_keys` names the fit-config
+entries a
 stage reads, which the adapter keeps out of the rule's `RoundContext.scalars`; `trains_alone` says why the batched
 engine trains the clients of a run with this stage one at a time (None: it may stack them).
 

@@ -10,6 +10,6 @@ from fedsuite.stages.client import ClientStage
 
 
 def client_stages(cfg) -> list[ClientStage]:
-    """The client stages of a resolved run config (fedsuite.config.Config)."""
+    """The client stages of a resolved run config (fedsuite.config.run_config.Config)."""
     found = [ClientLevelRelease.of_run(cfg), SampleLevelStage.of_run(cfg)]
     return [stage for stage in found if stage is not None]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedsuite.rounds import Reply
+from fedsuite.rules.rounds import Reply
 
 
 class ServerStage:

@@ -9,7 +9,7 @@ that client's fit config, and the shared local loop follows it. Every engine (`f
 - `fedsuite.systems.dropout`: which sampled clients drop out of a round (`dropout-rate`);
 - `fedsuite.systems.deadline`: client speeds and the round deadline, what a straggler does (`round-deadline`);
 - `fedsuite.systems.availability`: which clients can be sampled in a round (`availability`; read by the sampler,
-  fedsuite/sampling.py);
+  fedsuite/server/sampling.py);
 - `fedsuite.systems.checks`: the run-config rules of these keys, one line each;
 - `fedsuite.systems.model`: the `SystemModel` itself and the figures it adds to a round's row.
 

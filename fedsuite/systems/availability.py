@@ -7,7 +7,8 @@
           (seed, t), so its chain is the same whatever else the run does;
 - cycle:  every `availability-period` rounds, each client is available for ⌈fraction·period⌉ consecutive rounds
           (`availability-fraction`), from a phase drawn once per client from the seed.
-The sampler (fedsuite/sampling.py) draws each round's cohort from the available clients only. Everything is a pure
+The sampler (fedsuite/server/sampling.py) draws each round's cohort from the available clients only. Everything is a
+pure
 function of the seed and the round, so every engine, every algorithm and a resumed run see the same clients.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsuite.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting
 
 MODES = ("always", "markov", "cycle")
 _STREAM = 0x41564149  # "AVAI"
@@ -32,7 +33,7 @@ _LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class Availability(Settings):
-    """Client availability, typed settings (fedsuite/settings.py).
+    """Client availability, typed settings (fedsuite/config/settings.py).
 
     mode (availability): 'always', 'markov' or 'cycle'.
     num_clients (num-clients): N.

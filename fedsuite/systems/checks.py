@@ -1,4 +1,5 @@
-"""The run-config rules of the system keys (docs/running/systems.md), one line each; read by fedsuite/config.py
+"""The run-config rules of the system keys (docs/running/systems.md), one line each; read by
+fedsuite/config/run_config.py
 after every key passed its own check (`system_errors`). No torch, no Flower.
 
 The drop policy's check and availability's check draw the run's speeds and availability from the seed, as the run
@@ -135,5 +136,5 @@ def privacy_interplay_errors(v: Mapping[str, Any]) -> list[str]:
 
 
 def system_errors(v: Mapping[str, Any]) -> list[str]:
-    """Every rule of the system keys, read by fedsuite/config.py after every key passed its own check."""
+    """Every rule of the system keys, read by fedsuite/config/run_config.py after every key passed its own check."""
     return local_work_errors(v) + deadline_errors(v) + availability_errors(v) + privacy_interplay_errors(v)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsuite.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting
 
 SPEEDS = ("equal", "uniform")
 POLICIES = ("partial", "drop")
@@ -26,7 +26,7 @@ _STREAM = 0x53504544  # "SPED"
 
 @dataclass(frozen=True)
 class Deadline(Settings):
-    """The round deadline and the client speeds, typed settings (fedsuite/settings.py); without the keys, no
+    """The round deadline and the client speeds, typed settings (fedsuite/config/settings.py); without the keys, no
     deadline.
 
     deadline (round-deadline): D, in steps of a speed-1 client; 0 = none.

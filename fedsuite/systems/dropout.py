@@ -2,7 +2,7 @@
 
 The server decides it before sending: a dropped client is counted in the cohort but receives no instruction and
 does no work, as if its node had died before the round; the round records it as a failure. Its state is untouched,
-which is what the acceptance ledger (fedsuite/state.py) restores after a real lost reply.
+which is what the acceptance ledger (fedsuite/state/store.py) restores after a real lost reply.
 The draw of client i in round t is a pure function of (seed, t, i) on a stream no other draw of the run uses.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsuite.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting
 
 _STREAM = 0x44524F50  # "DROP"
 REASON = "dropped by the system model (dropout-rate)"
@@ -20,7 +20,7 @@ REASON = "dropped by the system model (dropout-rate)"
 
 @dataclass(frozen=True)
 class Dropouts(Settings):
-    """Drop-outs, typed settings (fedsuite/settings.py); without the keys, none.
+    """Drop-outs, typed settings (fedsuite/config/settings.py); without the keys, none.
 
     rate (dropout-rate): p, each sampled client's chance to drop out of a round.
     seed (seed): run seed.

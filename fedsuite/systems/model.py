@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsuite.rounds import Reply
+from fedsuite.rules.rounds import Reply
 from fedsuite.systems import dropout
 from fedsuite.systems.availability import Availability
 from fedsuite.systems.deadline import Deadline
@@ -31,7 +31,8 @@ class SystemModel:
 
     @classmethod
     def from_run_config(cls, values: Mapping[str, Any]) -> SystemModel:
-        """The model of a resolved run config (a fedsuite.config.Config or its dict); a config without the system
+        """The model of a resolved run config (a fedsuite.config.run_config.Config or its dict); a config without the
+        system
         keys (e.g. a plan built by hand) is the model that decides nothing."""
         return cls(LocalWork.from_values(values), Dropouts.from_values(values), Deadline.from_values(values),
                    Availability.from_values(values))  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedsuite.rounds import Reply
+from fedsuite.rules.rounds import Reply
 from fedsuite.stages.server import ServerStage
 from fedsuite.systems.model import SystemModel
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsuite.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting
 
 MODES = ("equal", "uniform", "per-round")
 STEPS_KEY = "local-steps"  # fit-config key: this client's K_i for the round (absent: the run's own local-steps)
@@ -25,7 +25,8 @@ _STREAM = 0x574F524B  # "WORK": the K_i draws' stream, apart from every other dr
 
 @dataclass(frozen=True)
 class LocalWork(Settings):
-    """The local-work plan, typed settings (fedsuite/settings.py): `LocalWork.from_values(values)` reads a resolved
+    """The local-work plan, typed settings (fedsuite/config/settings.py): `LocalWork.from_values(values)` reads a
+    resolved
     run config (or its dict); a config without the keys is equal work (the schema's defaults).
 
     mode (local-work): 'equal', 'uniform' or 'per-round'.

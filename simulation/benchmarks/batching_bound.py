@@ -24,7 +24,7 @@ import time
 import torch
 
 from fedsuite.batched.model import StackedModel
-from fedsuite.models import FlatModel, build_model
+from fedsuite.models.networks import FlatModel, build_model
 
 INPUT_SHAPE, CLASSES = (3, 32, 32), 10
 

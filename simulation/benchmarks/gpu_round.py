@@ -7,10 +7,10 @@ All paths run in this process on one device, on the same CIFAR-10-shaped data (r
 folder unless --data-dir names a folder holding cifar-10-batches-py/), the same partition, initial model, cohorts
 (every client every round), minibatch order and learning-rate schedule (lr 0.01, weight decay 1e-3, clipping at 10):
 
-- suite: `fedsuite.inprocess.run_inprocess` (the ServerApp's strategy, the ClientApp's clients, Flower's round
+- suite: `fedsuite.run.inprocess.run_inprocess` (the ServerApp's strategy, the ClientApp's clients, Flower's round
   loop), one client at a time, each algorithm of --algorithms;
 - batched: the same with run-config batch-clients=true, where this fedsuite has that key;
-- bare: the loop of simulation/benchmarks/local_loop.py (`fedsuite.local.train_local`, no Flower) for each client,
+- bare: the loop of simulation/benchmarks/local_loop.py (`fedsuite.local.loop.train_local`, no Flower) for each client,
   then the mean of the clients' models on the device (FedAvg's aggregate, in float64 as the server forms it). It
   runs the SGD rule, or the SAM rule (two gradients per step) for the two-gradient algorithms; for FedAvg it does
   exactly the suite's work, so their training losses agree (`train_loss_max_abs_diff`).
@@ -35,15 +35,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
+from fedsuite.config.schema import ConfigError
 from fedsuite.data import load_dataset
-from fedsuite.host_memory import reuse_host_memory
-from fedsuite.inprocess import run_inprocess
-from fedsuite.local import SharpnessAware, UpdateRule, train_local
-from fedsuite.node import ClientNode
-from fedsuite.schema import ConfigError
+from fedsuite.local.loop import SharpnessAware, UpdateRule, train_local
+from fedsuite.node.holdings import ClientNode
+from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server.app import initial_model
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server_app import initial_model
+from fedsuite.state.host_memory import reuse_host_memory
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
 
 TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing"})  # the SAM rule's cost
@@ -157,7 +157,7 @@ def _bare_rounds(run_config: dict, two_gradients: bool, device: torch.device) ->
         node.data  # noqa: B018
     sizes = np.array([len(node.data) for node in nodes], np.float64)
     weights = sizes.copy() if cfg.aggregation.weighting == "samples" else np.ones(count)
-    weights /= weights.sum()  # as fedsuite.rule.ServerRule.cohort_mean
+    weights /= weights.sum()  # as fedsuite.rules.server_rule.ServerRule.cohort_mean
     reset_peak(device)
     seconds, losses = [], []
     for server_round in range(1, cfg.run_control.num_rounds + 1):

@@ -3,7 +3,7 @@
     python -m simulation.benchmarks.local_loop --model resnet18-gn --clients 10 --steps 50 --batch-size 50
 
 CIFAR-shaped inputs (3×32×32, 10 classes) are random tensors made on the device, so no dataset is needed; each
-"client" runs `fedsuite.local.train_local` for `--steps` steps from the same start point, one after the other,
+"client" runs `fedsuite.local.loop.train_local` for `--steps` steps from the same start point, one after the other,
 as a simulation worker does. Prints one line per rule (SGD = FedAvg's client, SAM = FedSAM/FedSpeed's two
 gradients per step) with seconds per round and peak device memory, then `seconds_per_round <sgd value>` last.
 Used for the GPU figures in docs/performance.md (the reference simulator: 15.9 s/round on a V100 for this workload).
@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from fedsuite.local import LocalData, SharpnessAware, UpdateRule, train_local
-from fedsuite.models import FlatModel, build_model, loss_function
+from fedsuite.local.loop import LocalData, SharpnessAware, UpdateRule, train_local
+from fedsuite.models.networks import FlatModel, build_model, loss_function
 
 
 def sync(device: torch.device) -> None:

@@ -10,8 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from fedsuite.inprocess import run_inprocess
-from fedsuite.results import steady_seconds
+from fedsuite.results.folder import steady_seconds
+from fedsuite.run.inprocess import run_inprocess
 
 STEPS = 24  # local steps per client and round in the plain run
 

@@ -3,15 +3,15 @@
     python -m simulation.benchmarks.overhead --quick        # 6 rounds, a few minutes on 2 CPU cores
     python -m simulation.benchmarks.overhead --quick --num-clients 100,1000,10000   # side by side per federation size
 
-Both paths train the same model from the same initial x on the same cohorts (fedsuite.sampling.Sampler),
-client data (fedsuite.node.ClientNode) and minibatch schedule (fedsuite.local.minibatches with the node's
+Both paths train the same model from the same initial x on the same cohorts (fedsuite.server.sampling.Sampler),
+client data (fedsuite.node.holdings.ClientNode) and minibatch schedule (fedsuite.local.loop.minibatches with the node's
 per-round generator), then take the plain mean of the client models (FedAvg with server-lr 1):
 - suite: simulation.launcher.launch.run(...), a real `flwr run` Ray simulation, 1 CPU per client (2 actors on 2 cores);
   per-round `round_seconds` (configure_fit → end of evaluate) come from the run's rounds.jsonl;
 - bare 2-proc (the headline baseline, same resources): a pool of 2 spawned processes with 1 torch thread each,
   created and warmed up with one uncounted round before timing; each round hands the cohort's clients to it;
 - bare 1-proc (extra line): the same rounds in this process with 2 torch threads;
-- in process, one at a time and batched: the same run through `fedsuite.inprocess.run_inprocess` (no Ray), its
+- in process, one at a time and batched: the same run through `fedsuite.run.inprocess.run_inprocess` (no Ray), its
   clients trained one after another, then with batch-clients=true as one stacked computation
   (docs/running/batched.md). `batched_ratio x`, printed just before the last line, is batched steady round / one-at-a-
   time steady round on that same path: below 1 = batching is faster; nan when the batched run fell back to one client
@@ -19,7 +19,7 @@ per-round generator), then take the plain mean of the client models (FedAvg with
 Round 1 of the suite is its cold start (first data loads and imports in fresh actors; there is no per-node
 discovery: the federation has as many SuperNodes as workers, whatever N) and the last round
 also evaluates on the test set, so "steady" is the median over rounds 2..R-1 in every path
-(fedsuite.results.steady_seconds with skip_last=True). The last line,
+(fedsuite.results.folder.steady_seconds with skip_last=True). The last line,
 `overhead_ratio x`, is suite steady round / bare 2-proc steady round: 1.00 = no overhead, 1.10 = 10 % overhead.
 `train_loss_max_abs_diff` checks that the paths did the same work: round-1 losses agree up to float rounding
 (the 2-thread path sums in another order), later rounds drift a little (about 1e-3) as rounding compounds.
@@ -40,15 +40,15 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
 from fedsuite.data import load_dataset
-from fedsuite.host_memory import reuse_host_memory
-from fedsuite.local import minibatches
-from fedsuite.models import build_model
-from fedsuite.node import ClientNode
-from fedsuite.results import steady_seconds
-from fedsuite.sampling import Sampler
-from fedsuite.server_app import initial_model
+from fedsuite.local.loop import minibatches
+from fedsuite.models.networks import build_model
+from fedsuite.node.holdings import ClientNode
+from fedsuite.results.folder import steady_seconds
+from fedsuite.server.app import initial_model
+from fedsuite.server.sampling import Sampler
+from fedsuite.state.host_memory import reuse_host_memory
 from simulation.benchmarks.gpu_round import suite_path
 from simulation.launcher.launch import run
 from simulation.launcher.project import PROJECT, pyproject_defaults

@@ -13,7 +13,7 @@ Both run the same workload: the same model and initial weights, the same CIFAR-1
 temporary folder unless --data-dir is given) and partition, every client in every round, `--steps` SGD steps of
 `--batch` samples per client (lr 0.01, weight decay 1e-3, no clipping), FedAvg; fedsuite also crops and flips each
 batch, as it does for CIFAR. They run on the same engine, Flower's own round loop (`flwr.server.Server`) with
-in-process client proxies and one client at a time: fedsuite through `fedsuite.inprocess.run_inprocess`, the plain
+in-process client proxies and one client at a time: fedsuite through `fedsuite.run.inprocess.run_inprocess`, the plain
 app through a `Server` of its own. A round is timed from the end of one aggregation to the end of the next; the
 steady figure is the median of rounds 2..R. The plain app runs first, so it runs with the C library's own
 allocator settings, as a plain app would; fedsuite then keeps freed host buffers for reuse (its run-config default
@@ -42,10 +42,10 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedsuite.config import resolve
+from fedsuite.config.run_config import resolve
+from fedsuite.config.schema import ConfigError
 from fedsuite.data import client_partition, load_dataset
-from fedsuite.models import seeded_model
-from fedsuite.schema import ConfigError
+from fedsuite.models.networks import seeded_model
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
 from simulation.benchmarks.gpu_round import (
     BATCHED,

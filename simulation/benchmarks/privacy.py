@@ -7,7 +7,8 @@ Every run is the in-process engine (the same strategy and client code, no Ray), 
 on the same data, cohorts and minibatches: plain; client-level DP with the noise added by the server (dp='server');
 with the noise shared out among the clients (dp='clients'); with adaptive clipping; DP-SGD (per-record gradients,
 dp-sgd=true). Round 1 (first data loads) and the last round (test evaluation) are left out: "steady" is the median
-of the other rounds' `round_seconds` (fedsuite.results.steady_seconds). The last lines, `<option>_ratio x`, are the
+of the other rounds' `round_seconds` (fedsuite.results.folder.steady_seconds). The last lines, `<option>_ratio x`, are
+the
 option's steady round over the plain run's: 1.00 = free. Run it on a quiet machine; the ratios are one run each.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from fedsuite.server_app import quiet_flower_logs
+from fedsuite.server.app import quiet_flower_logs
 from simulation.benchmarks.option_runs import base, option_arguments, timed_run
 
 OPTIONS = {

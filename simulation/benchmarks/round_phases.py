@@ -39,12 +39,12 @@ from pathlib import Path
 
 import torch
 
-from fedsuite import client_adapter
 from fedsuite.batched import dispatch, graph
-from fedsuite.config import resolve
-from fedsuite.host_memory import reuse_host_memory
-from fedsuite.schema import ConfigError
+from fedsuite.config.run_config import resolve
+from fedsuite.config.schema import ConfigError
+from fedsuite.node import client as client_adapter
 from fedsuite.server import accounting, adapter
+from fedsuite.state.host_memory import reuse_host_memory
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
 from simulation.benchmarks.gpu_round import BATCHED, one_line, reference_config, suite_path, workload_arguments
 

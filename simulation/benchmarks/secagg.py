@@ -5,7 +5,7 @@
 
 For every cohort size S, two real `flwr run` Ray simulations of FedAvg on the synthetic least-squares federation
 with S clients, all S of them in every round, one SuperNode each (client-mapping='fixed'): one plain, one with
-secagg=true. The steady round time is fedsuite.results.steady_seconds (the median over rounds 2..R-1: round 1 is
+secagg=true. The steady round time is fedsuite.results.folder.steady_seconds (the median over rounds 2..R-1: round 1 is
 the cold start, the last round evaluates). The last line, `secagg_ratio x`, is the largest ratio of secure to
 plain steady round time over the cohort sizes. A JSON file with every number is written to the output folder.
 """
@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from fedsuite.results import steady_seconds
+from fedsuite.results.folder import steady_seconds
 from simulation.launcher.launch import run
 from simulation.launcher.project import PROJECT
 

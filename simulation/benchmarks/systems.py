@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedsuite.server_app import quiet_flower_logs
+from fedsuite.server.app import quiet_flower_logs
 from simulation.benchmarks.option_runs import STEPS, base, option_arguments, timed_run
 
 WORK = {"local-work": "uniform", "local-steps-min": STEPS}

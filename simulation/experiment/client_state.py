@@ -1,7 +1,7 @@
 """Every run of a study keeps its client state in a folder of its own (docs/running/compare-and-sweep.md#client-state).
 
 A `client-state-dir` given with -c (or --grid) would serve every run of the study, but a run never starts from
-another run's client state (the folder's owner record, fedsuite/state.py): the second run into the folder was
+another run's client state (the folder's owner record, fedsuite/state/store.py): the second run into the folder was
 refused, so a sweep failed every seed after the first and its rerun could only fail again. So each run gets the
 subfolder named after its results folder below the study's --out, e.g. `<client-state-dir>/runs/<algorithm>/<grid
 point>/seed-<s>` in a sweep. Before the first run every subfolder is checked: one holding the client state of a
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation.experiment.jobs import Job
 
 KEY = "client-state-dir"
@@ -48,7 +48,7 @@ def _earlier_attempt(root: Path, job: Job) -> bool:
 def check_folders(jobs: Iterable[Job]) -> None:
     """Before the first run: ConfigError (the owner check's line) for a job whose client-state folder holds the
     client state of another run, or files of an unknown one."""
-    from fedsuite import state
+    from fedsuite.state import store as state
 
     for job in jobs:
         root = folder_of(job)
@@ -64,7 +64,7 @@ def clear_earlier_attempt(job: Job) -> None:
     """Just before `job` runs (again): the files an earlier attempt of it left in its client-state folder (its
     partition and previous files and the owner record) go, so the new attempt can claim the folder; the folder of
     any other run is left as it is (the run then refuses it)."""
-    from fedsuite import state
+    from fedsuite.state import store as state
 
     root = folder_of(job)
     if root is None or not _earlier_attempt(root, job):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from fedsuite.config import resolve
-from fedsuite.presets import expand as expand_preset
+from fedsuite.config.presets import expand as expand_preset
+from fedsuite.config.run_config import resolve
+from fedsuite.results.tracking import close_all, group_environment, tracking_observers
 from fedsuite.server.observers import RoundObserver
-from fedsuite.tracking import close_all, group_environment, tracking_observers
 from simulation.experiment.report import run_status
 from simulation.experiment.signals import deferring, run_finishing
 from simulation.launcher.outcome import RunFailed
@@ -33,14 +33,14 @@ class LastRound(RoundObserver):
 
 
 def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None) -> Path:
-    """One run of the ServerApp's strategy with the ClientApp's clients in this process (`fedsuite.inprocess`),
+    """One run of the ServerApp's strategy with the ClientApp's clients in this process (`fedsuite.run.inprocess`),
     recorded to the same results folder as a `flwr run`, tracked as the run config asks (TensorBoard, W&B; in
     tracking `group`); a run that does not complete raises RunFailed. A study's signal that arrives once the last
     round is recorded waits until the run has written its end (simulation.experiment.signals.raise_deferred)."""
-    from fedsuite.inprocess import run_inprocess
-    from fedsuite.server_app import results_folder
+    from fedsuite.run.inprocess import run_inprocess
+    from fedsuite.server.app import results_folder
 
-    overrides, _ = expand_preset(overrides)  # the explicit keys win over a preset (fedsuite.presets)
+    overrides, _ = expand_preset(overrides)  # the explicit keys win over a preset (fedsuite.config.presets)
     cfg = {**pyproject_defaults(), **overrides}
     settings = resolve(cfg)
     folder = results_folder(settings)
@@ -65,5 +65,5 @@ def launch(overrides: dict, engine: str, group: str | None = None) -> Path:
         return run_in_process(overrides, group=group)
     from simulation.launcher.launch import run
 
-    with group_environment(group):  # the ServerApp of the launch reads it (fedsuite.tracking.launch_group)
+    with group_environment(group):  # the ServerApp of the launch reads it (fedsuite.results.tracking.launch_group)
         return run(overrides, quiet=True, check_data=False)

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fedsuite.config import ConfigError, active_schema
+from fedsuite.config.run_config import ConfigError, active_schema
 from simulation.launcher.overrides import parse_overrides
 
 # The run-config keys a study sets for every run itself, and the flag that sets them instead (a -c or --grid value

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 
 KEY = "resume-from"
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedsuite.config import Config, ConfigError, resolve
-from fedsuite.presets import describe as describe_config
-from fedsuite.presets import expand as expand_preset
-from fedsuite.pruning import PRUNED
-from fedsuite.results import FINISHED
-from fedsuite.tracking import tracking_errors
+from fedsuite.config.presets import describe as describe_config
+from fedsuite.config.presets import expand as expand_preset
+from fedsuite.config.run_config import Config, ConfigError, resolve
+from fedsuite.results.folder import FINISHED
+from fedsuite.results.tracking import tracking_errors
+from fedsuite.server.pruning import PRUNED
 from simulation.experiment.report import damage, run_status
 from simulation.launcher.project import pyproject_defaults
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation.experiment import intervals
 from simulation.experiment.report import markdown_table
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.results import FINISHED, steady_seconds, write_atomic  # steady_seconds: the one definition
+from fedsuite.results.folder import FINISHED, steady_seconds, write_atomic  # steady_seconds: the one definition
 from simulation.experiment.intervals import t_interval
 
 # --- one run ------------------------------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fedsuite.config import ConfigError
-from fedsuite.pruning import PRUNED
-from fedsuite.results import FINISHED
+from fedsuite.config.run_config import ConfigError
+from fedsuite.results.folder import FINISHED
+from fedsuite.server.pruning import PRUNED
 from simulation.experiment import engines
 from simulation.experiment.client_state import clear_earlier_attempt
 from simulation.experiment.jobs import Job, Outcome, damaged_earlier, planned_rounds, reusable

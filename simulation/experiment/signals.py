@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from fedsuite.results import mark_stopped, remove_temporaries
+from fedsuite.results.folder import mark_stopped, remove_temporaries
 from simulation.launcher.outcome import SIGNAL_EXIT, Interrupted
 
 STUDY_SIGNALS = tuple(SIGNAL_EXIT)  # SIGINT, SIGTERM, SIGHUP

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation.experiment import report as reports
 from simulation.experiment.flags import shell_command
 from simulation.experiment.progress import print_written

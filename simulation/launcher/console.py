@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedsuite.results import append_atomic, full_message, is_disk_full
+from fedsuite.results.folder import append_atomic, full_message, is_disk_full
 from simulation.launcher.project import PROJECT
 
 CLOSING_LINE = re.compile(r"fedsuite │ run (completed|failed|diverged|interrupted) │")

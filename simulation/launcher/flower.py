@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedsuite.config import Config, ConfigError
-from fedsuite.results import RUN_TOKEN_ENV
+from fedsuite.config.run_config import Config, ConfigError
+from fedsuite.results.folder import RUN_TOKEN_ENV
 from simulation.launcher.project import PROJECT
 
 QUIET_FLOWER = {

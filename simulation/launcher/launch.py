@@ -13,10 +13,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.config import Config, ConfigError, resolve
-from fedsuite.presets import describe as describe_config
-from fedsuite.presets import expand as expand_preset
-from fedsuite.results import (
+from fedsuite.config.presets import describe as describe_config
+from fedsuite.config.presets import expand as expand_preset
+from fedsuite.config.run_config import Config, ConfigError, resolve
+from fedsuite.results.folder import (
     RUN_TOKEN_ENV,
     ResultsFolderTaken,
     claim_folder,
@@ -24,8 +24,8 @@ from fedsuite.results import (
     is_disk_full,
     mark_stopped,
 )
-from fedsuite.stop_note import leave_stop_note
-from fedsuite.tracking import tracking_errors
+from fedsuite.results.tracking import tracking_errors
+from fedsuite.run.stop_note import leave_stop_note
 from simulation.launcher.console import LaunchLog, stream
 from simulation.launcher.flower import (
     cuda_visible,

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from fedsuite.pruning import PRUNED
-from fedsuite.results import FINISHED, STATUSES, draw_missing_plot, mark_stopped
+from fedsuite.results.folder import FINISHED, STATUSES, draw_missing_plot, mark_stopped
+from fedsuite.server.pruning import PRUNED
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 STOPPED_BY_FLOWER = "stopped on its SuperLink (`flwr stop`): Flower reports finished:stopped"

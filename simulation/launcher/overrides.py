@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation.launcher.project import pyproject_defaults
 
 
@@ -38,8 +38,8 @@ def parse_overrides(overrides: list[str]) -> dict:
 
 def flower_overrides(overrides: dict) -> dict:
     """The overrides as Flower takes them: keys outside pyproject.toml's table (plug-in algorithms' keys) go into
-    the one key `plugin-config`, which the apps unpack (fedsuite.config.unpack_plugin_config)."""
-    from fedsuite.config import PLUGIN_CONFIG, parse_pairs
+    the one key `plugin-config`, which the apps unpack (fedsuite.config.run_config.unpack_plugin_config)."""
+    from fedsuite.config.run_config import PLUGIN_CONFIG, parse_pairs
 
     table = pyproject_defaults()
     loose = {k: v for k, v in overrides.items() if k not in table}

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.results import write_atomic
+from fedsuite.results.folder import write_atomic
 from simulation.launcher.flower import QUIET_FLOWER
 from simulation.launcher.processes import PROC, descendants, process_table
 from simulation.launcher.project import PROJECT

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedsuite.config import Config, ConfigError
+from fedsuite.config.run_config import Config, ConfigError
 from simulation.launcher.project import absolute
 from simulation.launcher.resume import load_checkpoint
 
@@ -26,10 +26,10 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     """Check what can be checked before Flower starts: folders writable, dataset decodes, partition feasible, the
     model builds and fits the data; print the client-state estimate of stateful algorithms. Raises ConfigError /
     DatasetNotFound / ValueError (ModelError is one)."""
-    from fedsuite import state
     from fedsuite.data import DatasetNotFound, client_partition, server_dataset, with_data_clients
-    from fedsuite.data_checks import check_evaluation_data
-    from fedsuite.server_app import check_model, client_plan
+    from fedsuite.evaluation.data_checks import check_evaluation_data
+    from fedsuite.server.app import check_model, client_plan
+    from fedsuite.state import store as state
 
     check_writable(absolute(str(cfg["out-dir"])), "out-dir")
     try:

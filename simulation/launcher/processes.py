@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from fedsuite.results import RUN_TOKEN_ENV
+from fedsuite.results.folder import RUN_TOKEN_ENV
 
 PROC = Path("/proc")
 

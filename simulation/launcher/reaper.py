@@ -7,7 +7,7 @@
 It waits for its standard input to close: the driver holds the other end, and the kernel closes it when the
 driver exits for any reason. Meanwhile it records the launch's process tree every second (simulation.launcher.processes:
 Ray's agents lose the token from their environment, not their place in the tree). Then it leaves the stop note for the
-ServerApp (fedsuite.stop_note: a failure the stop causes is recorded as the stop), stops every process of the
+ServerApp (fedsuite.run.stop_note: a failure the stop causes is recorded as the stop), stops every process of the
 launch, marks a summary.json that still says `running` as `interrupted` (one that says `failed` too when written
 after the driver ended: the stop caused that failure), removes the launch's private FLWR_HOME and Ray folder,
 temporary files a cut-short write left in the results folder, and the run's per-run client-state folder (in RAM
@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from fedsuite.results import mark_stopped, remove_temporaries
-from fedsuite.stop_note import leave_stop_note
+from fedsuite.results.folder import mark_stopped, remove_temporaries
+from fedsuite.run.stop_note import leave_stop_note
 from simulation.launcher.processes import Launch
 
 RECORD_SECONDS = 1.0
@@ -53,7 +53,9 @@ def settle_stopped(folder: Path, status: str, reason: str, *, ended: float | Non
 
 def remove_run_state(folder: Path) -> None:
     """The per-run client-state folder the ServerApp named in config.json (never a configured client-state-dir)."""
-    from fedsuite.state import is_run_scoped  # imported late: fedsuite.state brings torch (seconds to start)
+    from fedsuite.state.store import (
+        is_run_scoped,  # imported late: fedsuite.state.store brings torch (seconds to start)
+    )
 
     try:
         meta = json.loads((folder / "config.json").read_text())

@@ -6,17 +6,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedsuite.config import Config, ConfigError
+from fedsuite.config.run_config import Config, ConfigError
 from simulation.launcher.project import absolute
 
 
 def check_resume(cfg: Config) -> None:
     """With resume-from, before anything starts: the checkpoint is whole (every file as sealed) and the run config
-    computes what the checkpointed run did (fedsuite.checkpoint.check_compatible). Raises ConfigError naming the
+    computes what the checkpointed run did (fedsuite.results.checkpoint.check_compatible). Raises ConfigError naming the
     bad file, or every differing key with both values."""
     if not cfg["resume-from"]:
         return
-    from fedsuite import checkpoint
+    from fedsuite.results import checkpoint
 
     folder = absolute(str(cfg["resume-from"]))
     ckpt = load_checkpoint(folder)
@@ -34,9 +34,9 @@ _CHECKPOINTS: dict[Path, object] = {}
 
 
 def load_checkpoint(folder: Path):
-    """fedsuite.checkpoint.load (which verifies every file against the checkpoint's manifest first,
-    fedsuite.checkpoint_files), once per process; every failure is a ConfigError naming the folder or file."""
-    from fedsuite import checkpoint
+    """fedsuite.results.checkpoint.load (which verifies every file against the checkpoint's manifest first,
+    fedsuite.results.checkpoint_files), once per process; every failure is a ConfigError naming the folder or file."""
+    from fedsuite.results import checkpoint
 
     if folder not in _CHECKPOINTS:
         try:
@@ -47,7 +47,7 @@ def load_checkpoint(folder: Path):
 
 
 def _checkpoint_problem(err: Exception) -> str:
-    from fedsuite import checkpoint
+    from fedsuite.results import checkpoint
 
     if isinstance(err, checkpoint.CheckpointError):
         return str(err)
@@ -69,7 +69,7 @@ def resumed_overrides(overrides: dict) -> dict:
 
 def print_resume_hint(folder: Path | None) -> None:
     """An interrupted or failed run with a checkpoint: say how to continue it."""
-    from fedsuite import checkpoint
+    from fedsuite.results import checkpoint
 
     if folder is not None and checkpoint.has_checkpoint(folder):
         print(f"resume it from its last checkpoint: {checkpoint.resume_command(folder)}", file=sys.stderr)

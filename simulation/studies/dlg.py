@@ -4,9 +4,9 @@ really reveals, on binary logistic regression.
     python -m simulation.studies.dlg --out docs/dlg --dataset fashion-mnist
     python -m simulation.studies.dlg --out docs/dlg --dataset synthetic --algorithms dsgd,fedavg --iterations 20
 
-Every algorithm of `fedsuite.dlg_messages.MESSAGES` trains in process (real strategy and clients) with N = S
+Every algorithm of `fedsuite.dlg.messages.MESSAGES` trains in process (real strategy and clients) with N = S
 (full participation), the full local batch per step (M = 1) and no weight decay, for `--round` rounds; client
-`--client`'s message of the last round is attacked (`fedsuite.dlg`) and ‖X̂ − X‖_F is recorded per iteration.
+`--client`'s message of the last round is attacked (`fedsuite.dlg.attack`) and ‖X̂ − X‖_F is recorded per iteration.
 Writes <out>/<name or dataset>/: table.md, table.csv, errors.png, rows.csv (per-iteration errors), settings.json.
 An algorithm missing from this checkout's registry is listed with a note instead of failing the study.
 """
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from fedsuite import dlg
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import load_dataset
-from fedsuite.dlg_messages import MESSAGES, Captured, available, capture, run_config_for
-from fedsuite.models import build_model
-from fedsuite.node import ClientNode
-from fedsuite.server_app import quiet_flower_logs
+from fedsuite.dlg import attack as dlg
+from fedsuite.dlg.messages import MESSAGES, Captured, available, capture, run_config_for
+from fedsuite.models.networks import build_model
+from fedsuite.node.holdings import ClientNode
+from fedsuite.server.app import quiet_flower_logs
 from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, validate
 from simulation.experiment.progress import print_written

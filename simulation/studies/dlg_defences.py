@@ -6,9 +6,9 @@ record from what a curious server observes of its upload, with no defence, clien
 
 Setting: softmax regression with a bias (`model='logreg'`) on Fashion-MNIST, N = S clients in every round, each
 taking one local step on a batch of one record, so an undefended upload is the gradient of one record. Every
-defence of `fedsuite.dlg_defences.DEFENCES` trains in process (real strategy, clients, DP and SecAgg+ code); what
+defence of `fedsuite.dlg.defences.DEFENCES` trains in process (real strategy, clients, DP and SecAgg+ code); what
 the server's rule received for client `--client` in rounds 1..`--rounds` is attacked with DLG (L-BFGS with a
-line search, `--seeds` dummy draws) and with the closed form x = ∇W_k/∇b_k (fedsuite.dlg_analytic). The error is
+line search, `--seeds` dummy draws) and with the closed form x = ∇W_k/∇b_k (fedsuite.dlg.analytic). The error is
 ‖X̂ − X‖/‖X‖ against the client's record (also at the best scale of X̂), and its best match over the records of the
 round's cohort.
 Writes <out>/: table.md, table.csv, errors.png, records.png, rows.csv (per-iteration errors), settings.json.
@@ -25,14 +25,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsuite import dlg, dlg_analytic
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from fedsuite.data import load_dataset
-from fedsuite.dlg_defences import DEFENCES, Observation, capture, run_config_for, unknown
-from fedsuite.local import minibatches
-from fedsuite.models import build_model
-from fedsuite.node import ClientNode
-from fedsuite.server_app import quiet_flower_logs
+from fedsuite.dlg import analytic as dlg_analytic
+from fedsuite.dlg import attack as dlg
+from fedsuite.dlg.defences import DEFENCES, Observation, capture, run_config_for, unknown
+from fedsuite.local.loop import minibatches
+from fedsuite.models.networks import build_model
+from fedsuite.node.holdings import ClientNode
+from fedsuite.server.app import quiet_flower_logs
 from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, validate
 from simulation.experiment.progress import print_written
@@ -84,7 +85,7 @@ def best_match(estimates: np.ndarray, records: np.ndarray) -> float:
 
 
 def round_records(run_config: dict, server_round: int, cohort: list[int]) -> dict[int, torch.Tensor]:
-    """The batch each cohort client trained on in `server_round`: its own minibatch draw (fedsuite.local), from the
+    """The batch each cohort client trained on in `server_round`: its own minibatch draw (fedsuite.local.loop), from the
     same generator of (seed, round, partition) its client uses."""
     cfg = resolve(run_config)
     records = {}

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation.experiment import report
 from simulation.experiment.engines import ENGINE_HELP, ENGINES
 from simulation.experiment.flags import Repeatable, parse_list
@@ -32,7 +32,7 @@ from simulation.launcher.preflight import preflight
 
 ALGORITHMS = ("localadam", "fadamet", "fadamgt", "fedavg")
 NAMES = {"localadam": "LocalAdam", "fadamet": "FAdamET", "fadamgt": "FAdamGT", "fedavg": "FedAvg"}
-SETTING = ("dataset='fedsuite.data.fortunes:topics' model='fedsuite.text_models:gpt2_lora' model-args='{width=64}' "
+SETTING = ("dataset='fedsuite.data.fortunes:topics' model='fedsuite.models.text:gpt2_lora' model-args='{width=64}' "
            "num-clients=20 clients-per-round=5 tracking-clients=5 partition='dirichlet' partition-alpha=0.5 "
            "local-epochs=1 batch-size=16 eval-every=2 device='cpu' client-threads=1")  # fmt: skip
 LEARNING_RATES = {"localadam": 0.01, "fadamet": 0.01, "fadamgt": 0.01, "fedavg": 1.0}

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedsuite.config import ConfigError
+from fedsuite.config.run_config import ConfigError
 from simulation import compare
 from simulation.experiment import report
 from simulation.experiment.engines import ENGINES

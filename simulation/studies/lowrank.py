@@ -4,7 +4,7 @@ the nuclear-norm prox on X ∈ R^{64×64}, ground truth X_G = diag(I_r, 0), r �
     python -m simulation.studies.lowrank --out docs/lowrank                       # the paper's settings (long on CPU)
     python -m simulation.studies.lowrank --out /tmp/lr --ranks 4 --rounds 20 --lambdas 0.1
 
-Every (algorithm, r, λ) is one run of the real strategy and clients in one process (`fedsuite.inprocess`), same
+Every (algorithm, r, λ) is one run of the real strategy and clients in one process (`fedsuite.run.inprocess`), same
 data, blocks and cohorts for both algorithms. After every round it records ‖X − X_G‖_F and the numerical rank
 (singular values > 1e-3). Writes <out>/rows.csv (every round of every run), <out>/lowrank.md and lowrank.csv (per
 algorithm, r and λ: final error and rank, whether the rank is exact, and which λ has the lowest error), and
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsuite.config import ConfigError, resolve
+from fedsuite.config.run_config import ConfigError, resolve
 from simulation.experiment import report
 from simulation.experiment.flags import Repeatable, parse_list
 from simulation.experiment.jobs import Job, Outcome, validate
@@ -51,9 +51,9 @@ FIELDS = ("algorithm", "rank", "lambda", "round", "frobenius_error", "estimated_
 
 
 def run_one(algorithm: str, rank: int, lam: float, rounds: int, extra: dict) -> list[dict]:
-    from fedsuite.inprocess import run_inprocess
+    from fedsuite.local.variance import numerical_rank
+    from fedsuite.run.inprocess import run_inprocess
     from fedsuite.server.observers import RoundObserver
-    from fedsuite.variance import numerical_rank
 
     cfg = {**BASE, **extra, "algorithm": algorithm, "lowrank-rank": rank, "prox-lambda": lam,
            "num-server-rounds": rounds}  # fmt: skip

@@ -1,6 +1,6 @@
 """A budgeted search: the same number of distinct points for every algorithm (`--budget N`).
 
-An algorithm whose space (fedsuite.tunable.space_size) has at most N points gets every point, its grid. A larger
+An algorithm whose space (fedsuite.config.tunable.space_size) has at most N points gets every point, its grid. A larger
 space gets N distinct points proposed by Optuna's seeded TPE sampler, which picks among the grid points of each
 key. A proposal of a point already tried costs no budget and runs nothing: Optuna is told that point's known score,
 so TPE learns from it. After MAX_REPEATS such proposals in a row the next untried point in a seeded order is taken
@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping, Sequence
 
-from fedsuite.tunable import Search, grid_values
+from fedsuite.config.tunable import Search, grid_values
 from simulation.tuning.space import Point, TuneError, grid_points
 from simulation.tuning.trials import Runner, Setting, Trial, run_trials, tell
 

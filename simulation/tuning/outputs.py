@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fedsuite.config import Scalar
+from fedsuite.config.run_config import Scalar
 from simulation import sweep
 from simulation.experiment import report
 from simulation.tuning.trials import Setting, Trial

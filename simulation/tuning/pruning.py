@@ -6,7 +6,8 @@ run to their last round on every seed (a pruned, diverged or failed trial gives 
 --parallel points: before a batch, their validation curves (each trial's value at every evaluated round, the mean
 over its seeds) give one mark per evaluated round r from WARMUP of the run on (the last round excluded), the median
 of the values at r, once STARTUP completed trials have one. The marks go into the batch's runs as the run-config
-key `prune-at` (fedsuite/pruning.py), and each run checks its own value at the end of every marked round and stops
+key `prune-at` (fedsuite/server/pruning.py), and each run checks its own value at the end of every marked round and
+stops
 itself (status `pruned`) when it is worse. So the marks depend only on finished runs: the same command (--parallel
 included: it sets the batches) prunes the same runs at the same rounds with any engine and any timing, and a
 tuning that was stopped resumes with the same marks and reuses its pruned runs. A trial with a pruned seed has no
@@ -20,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fedsuite.pruning import PRUNED, format_marks
-from fedsuite.results import FINISHED
+from fedsuite.results.folder import FINISHED
+from fedsuite.server.pruning import PRUNED, format_marks
 from simulation.experiment import report
 from simulation.tuning.space import Point, TuneError
 from simulation.tuning.trials import Setting, Trial, column_values, run_trials

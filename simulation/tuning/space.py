@@ -1,4 +1,4 @@
-"""What a tuning searches: each algorithm's declared tunable keys (fedsuite/tunable.py), replaced or extended by
+"""What a tuning searches: each algorithm's declared tunable keys (fedsuite/config/tunable.py), replaced or extended by
 `--space`, as grid points or an Optuna space."""
 
 from __future__ import annotations
@@ -6,15 +6,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from fedsuite.config import SCHEMA, ConfigError, Scalar, active_schema
-from fedsuite.tunable import Search, describe, grid_values, problem, space_size
+from fedsuite.config.run_config import SCHEMA, ConfigError, Scalar, active_schema
+from fedsuite.config.tunable import Search, describe, grid_values, problem, space_size
 from simulation.experiment import report
 from simulation.experiment.flags import parse_value
 
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
 DEFAULT_VALIDATION_FRACTION = 0.1
-# keys a tuning sets itself (their `tunable=False` tag, fedsuite.config): the run's identity, the seeds, where it
+# keys a tuning sets itself (their `tunable=False` tag, fedsuite.config.run_config): the run's identity, the seeds,
+# where it
 # writes, the validation split it is scored on
 NOT_TUNABLE = tuple(name for name, key in SCHEMA.items() if not key.tunable)
 Point = tuple[tuple[str, Scalar], ...]  # one trial's values, in the space's key order
@@ -30,7 +31,7 @@ class TuneError(ConfigError):
 def search_space(algorithm: str, replaced: Mapping[str, tuple[Scalar, ...]] | None = None) -> dict[str, Search]:
     """The algorithm's declared tunable keys, with `replaced` keys' values replacing (or adding to) them; every
     value checked against its key's schema range."""
-    from fedsuite.registry import ALGORITHMS
+    from fedsuite.registry.known import ALGORITHMS
 
     if algorithm not in ALGORITHMS:
         raise TuneError(f"--algorithms {algorithm!r}: allowed are {', '.join(ALGORITHMS)}")
@@ -71,7 +72,7 @@ def spaces_for(algorithms: Sequence[str], replaced: Mapping[tuple[str | None, st
     """Every algorithm's search space with --space applied: `algorithm:key` for that algorithm only; a plain key
     replaces the values of every algorithm that declares it, and is added to all when none of them does; the scoped
     form wins."""
-    from fedsuite.registry import ALGORITHMS
+    from fedsuite.registry.known import ALGORITHMS
 
     unknown = sorted({scope for scope, _ in replaced if scope is not None} - set(algorithms))
     if unknown:
@@ -96,7 +97,7 @@ def grid_points(space: Mapping[str, Search]) -> list[Point]:
 
 def tunable_table() -> str:
     """Markdown tables of what every registered algorithm searches and how many points its space has (`--list`)."""
-    from fedsuite.registry import ALGORITHMS
+    from fedsuite.registry.known import ALGORITHMS
 
     schema = active_schema()
     rows = []

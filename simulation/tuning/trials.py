@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedsuite.config import Scalar
-from fedsuite.results import FINISHED
-from fedsuite.tunable import LogRange, Search, rounded
+from fedsuite.config.run_config import Scalar
+from fedsuite.config.tunable import LogRange, Search, rounded
+from fedsuite.results.folder import FINISHED
 from simulation import sweep
 from simulation.experiment import report
 from simulation.experiment.jobs import Job

@@ -8,8 +8,8 @@ Clients run FedAvg's local SGD (fedsuite.clients.fedavg); the server rule subcla
 
 from __future__ import annotations
 
-from fedsuite.registry import Algorithm
-from fedsuite.tunable import LogRange
+from fedsuite.config.tunable import LogRange
+from fedsuite.registry.known import Algorithm
 
 from fedavgm_plugin.keys import BETA
 

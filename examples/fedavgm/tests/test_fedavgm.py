@@ -4,8 +4,8 @@ package installed."""
 import numpy as np
 import pytest
 from fedsuite import testing as kit
-from fedsuite.rule import Reply, RuleSettings
-from fedsuite.sampling import Sampler
+from fedsuite.rules.server_rule import Reply, RuleSettings
+from fedsuite.server.sampling import Sampler
 
 from fedavgm_plugin.strategy import FedAvgMNesterov
 

@@ -12,9 +12,9 @@ A step stage with persistent state, in three places:
 from __future__ import annotations
 
 import torch
-from fedsuite.client_rule import ClientRule
-from fedsuite.declared import Vector
-from fedsuite.local import StepContext, UpdateRule
+from fedsuite.local.loop import StepContext, UpdateRule
+from fedsuite.rules.client_rule import ClientRule
+from fedsuite.rules.declared import Vector
 
 
 class MomentumStep:

@@ -1,0 +1,1 @@
+"""Driving a whole run: the in-process engine and the stop note a launch leaves."""
