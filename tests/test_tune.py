@@ -138,6 +138,31 @@ def test_grid_is_the_declared_one_and_space_replaces_keys():
         tuning_space.search_space("nope")
 
 
+def test_a_plugin_key_tagged_not_tunable_is_refused_like_a_built_in_one(monkeypatch):
+    """A plug-in's own key with tunable=False is one a tuning sets itself: searching it is refused, as for seed."""
+    from fedsuite.registry import known as registry
+    from fedsuite.registry.entry import Algorithm
+    from fedsuite.registry.plugins import AlgorithmRegistry
+
+    fixed = Key("fixed-horizon", 10, "a plug-in's key that a tuning must not search", low=1, tunable=False)
+    searched = Key("plugin-beta", 0.5, "a plug-in's key a tuning may search", low=0.0)
+    plugin = Algorithm(
+        name="tagged-plugin",
+        strategy="fedsuite.strategies.fedavg:FedAvg",
+        client="fedsuite.clients.fedavg:FedAvgClient",
+        section="plug-in (test)",
+        summary="FedAvg",
+        keys=(fixed, searched),
+        tunable={"lr": LogRange(0.005, 0.5), "plugin-beta": (0.0, 0.5)},
+    )
+    plugged = AlgorithmRegistry([registry.ALGORITHMS[n] for n in registry.ALGORITHMS.built_in], discover=list)
+    plugged.register(plugin)
+    monkeypatch.setattr(registry, "ALGORITHMS", plugged)
+    assert set(tuning_space.search_space("tagged-plugin")) == {"lr", "plugin-beta"}
+    with pytest.raises(ConfigError, match="fixed-horizon cannot be searched"):
+        tuning_space.search_space("tagged-plugin", {"fixed-horizon": (5, 20)})
+
+
 def test_list_prints_every_algorithm_and_its_keys(capsys):
     assert tune.main(["--list"]) == 0
     out = capsys.readouterr().out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from fedsuite.config.run_config import SCHEMA, ConfigError, Scalar, active_schema
+from fedsuite.config.run_config import ConfigError, Scalar, active_schema
 from fedsuite.config.tunable import Search, describe, grid_values, problem, space_size
 from simulation.experiment import report
 from simulation.experiment.flags import parse_value
@@ -14,10 +14,6 @@ from simulation.experiment.flags import parse_value
 SEARCHES = ("grid", "optuna")
 SCORES = ("accuracy", "loss")
 DEFAULT_VALIDATION_FRACTION = 0.1
-# keys a tuning sets itself (their `tunable=False` tag, fedsuite.config.run_config): the run's identity, the seeds,
-# where it
-# writes, the validation split it is scored on
-NOT_TUNABLE = tuple(name for name, key in SCHEMA.items() if not key.tunable)
 Point = tuple[tuple[str, Scalar], ...]  # one trial's values, in the space's key order
 
 
@@ -41,7 +37,8 @@ def search_space(algorithm: str, replaced: Mapping[str, tuple[Scalar, ...]] | No
                         "--space 'lr=0.01,0.1'")  # fmt: skip
     schema = active_schema()
     for key, search in space.items():
-        if key in NOT_TUNABLE:
+        if key in schema and not schema[key].tunable:  # keys a tuning sets itself (the run's identity, the seeds,
+            # where it writes, the validation split it is scored on) and a plug-in's keys tagged tunable=False
             raise TuneError(f"{algorithm}: {key} cannot be searched (the tuning sets it); tunable keys are "
                             "hyper-parameters such as lr")  # fmt: skip
         if (error := problem(key, search, schema.get(key))) is not None:
