@@ -1,0 +1,52 @@
+"""Scaled sign: one bit per coordinate and one float32 scale, C(x) = (‖x‖₁ / d) · sign(x), with sign(0) = +1.
+
+Encoding: the scale as float32, then the d sign bits (1: negative) packed 8 to a byte (fedsuite/compression/bits.py):
+
+    encoded_bytes(d) = 4 + ceil(d / 8)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedsuite.compression.base import Compressor, Encoded, Parts, check_dimension
+from fedsuite.compression.bits import (
+    ByteReader,
+    float32_bytes,
+    float32_values,
+    from_bytes,
+    pack_bits,
+    packed_size,
+    to_bytes,
+    unpack_bits,
+)
+
+
+class ScaledSign(Compressor):
+    """`sign`: deterministic and biased. ‖C(x) − x‖² = ‖x‖² − ‖x‖₁²/d ≤ (1 − 1/d)‖x‖² (as ‖x‖₁ ≥ ‖x‖₂), so
+    ω = 1 − 1/d (δ = 1/d, the worst case: a vector with one non-zero coordinate)."""
+
+    name, unbiased = "sign", False
+
+    def encoded_bytes(self, d: int) -> int:
+        return 4 + packed_size(check_dimension(d), 1)
+
+    def omega(self, d: int) -> float:
+        return 1.0 - 1.0 / check_dimension(d)
+
+    def parts(self, x: torch.Tensor, generator: torch.Generator | None) -> Parts:
+        return {"scale": x.abs().sum() / x.numel(), "negative": x < 0}
+
+    def pack(self, parts: Parts, d: int) -> bytes:
+        return float32_bytes(parts["scale"]) + to_bytes(pack_bits(parts["negative"], 1))
+
+    def unpack(self, encoded: Encoded, d: int, device: torch.device) -> Parts:
+        reader = ByteReader(encoded.data)
+        scale = float32_values(reader.take(4), device).reshape(())
+        negative = unpack_bits(from_bytes(reader.take(packed_size(d, 1)), device), d, 1).bool()
+        reader.done()
+        return {"scale": scale, "negative": negative}
+
+    def expand(self, parts: Parts, d: int) -> torch.Tensor:
+        scale = parts["scale"].expand(d)
+        return torch.where(parts["negative"], -scale, scale)

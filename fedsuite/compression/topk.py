@@ -1,0 +1,101 @@
+"""Top-k sparsification: the k coordinates of largest magnitude, their values and their indices.
+
+Encoding: the k values as float32 (ascending index order), then the k indices bit-packed at the fixed width
+w = max(1, ceil(log2 d)) bits (the fewest bits that hold d − 1; fedsuite/compression/bits.py):
+
+    encoded_bytes(d) = 4k + ceil(k·w / 8)
+
+(Fixed width rather than delta coding: the size is known before the vector is, which the byte accounting and the
+server's parsing both use.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedsuite.compression.base import Compressor, Encoded, Parts, check_dimension, check_whole
+from fedsuite.compression.bits import (
+    ByteReader,
+    float32_bytes,
+    float32_values,
+    from_bytes,
+    pack_bits,
+    packed_size,
+    to_bytes,
+    unpack_bits,
+    width_for,
+)
+
+K_KEY = "compress-k"
+K_MEANING = "the number of coordinates kept"
+
+
+def index_width(d: int) -> int:
+    """Bits per index of a d-vector: max(1, ceil(log2 d))."""
+    return width_for(d - 1)
+
+
+def top_indices(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices (ascending) of the k largest entries of `magnitudes`; among equal entries at the k-th largest value
+    the lowest indices win, so the choice is the same on every device. No host synchronisation: the k-th largest
+    value comes from `torch.topk`, the chosen coordinates from a mask with exactly k entries (`nonzero_static`)."""
+    d = magnitudes.numel()
+    if k == d:
+        return torch.arange(d, device=magnitudes.device)
+    kth = torch.topk(magnitudes, k, sorted=False).values.min()
+    above = magnitudes > kth
+    tied = magnitudes == kth
+    room = k - above.sum()
+    chosen = above | (tied & (torch.cumsum(tied, 0) <= room))
+    return torch.nonzero_static(chosen, size=k).reshape(-1)
+
+
+def scatter(indices: torch.Tensor, values: torch.Tensor, d: int) -> torch.Tensor:
+    """The dense d-vector with `values` at `indices` and zeros elsewhere."""
+    dense = torch.zeros(d, dtype=values.dtype, device=values.device)
+    dense[indices] = values
+    return dense
+
+
+class TopK(Compressor):
+    """`topk`: keeps exactly the k largest |x_i| (ties to the lowest index), zeros the rest. Biased and contractive:
+    ‖C(x) − x‖² ≤ (1 − k/d)‖x‖², so ω = 1 − k/d (δ = k/d). Lossless on its support: the kept values are exact, and
+    k = d sends x itself."""
+
+    name, unbiased = "topk", False
+
+    def __init__(self, k: int):
+        self.k = check_whole(K_KEY, k, 1, None, K_MEANING)
+
+    def _k_for(self, d: int) -> int:
+        return check_whole(K_KEY, self.k, 1, check_dimension(d), K_MEANING)
+
+    def encoded_bytes(self, d: int) -> int:
+        k = self._k_for(d)
+        return 4 * k + packed_size(k, index_width(d))
+
+    def omega(self, d: int) -> float:
+        return 1.0 - self._k_for(d) / d
+
+    def parts(self, x: torch.Tensor, generator: torch.Generator | None) -> Parts:
+        indices = top_indices(x.abs(), self.k)
+        return {"indices": indices, "values": x[indices]}
+
+    def pack(self, parts: Parts, d: int) -> bytes:
+        return float32_bytes(parts["values"]) + to_bytes(pack_bits(parts["indices"], index_width(d)))
+
+    def unpack(self, encoded: Encoded, d: int, device: torch.device) -> Parts:
+        k, width = self._k_for(d), index_width(d)
+        reader = ByteReader(encoded.data)
+        values = float32_values(reader.take(4 * k), device)
+        indices = unpack_bits(from_bytes(reader.take(packed_size(k, width)), device), k, width)
+        reader.done()
+        if k and int(indices.max()) >= d:
+            raise ValueError(f"topk: an index {int(indices.max())} outside a vector of {d}")
+        return {"indices": indices, "values": values}
+
+    def expand(self, parts: Parts, d: int) -> torch.Tensor:
+        return scatter(parts["indices"], parts["values"], d)
+
+    def __repr__(self) -> str:
+        return f"TopK(k={self.k})"
