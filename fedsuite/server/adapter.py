@@ -13,16 +13,12 @@ One round, as data flows (the Flower calls in order):
 - `end_round` (called by the loop, fedsuite.server.loop): central and federated metrics and the round's figures
   make one row; the guard checks the validation loss when there is a validation split, else the test loss
   (central when there is one, else federated); a checkpoint is written when due.
-The strategy's state for checkpoints is the rule's declared state, the acceptance ledger and the guard's.
+The strategy's state for checkpoints is the rule's declared state, the acceptance ledger, the guard's and its stages'.
 
-Model buffers (BatchNorm statistics, buffers='average') travel and are averaged beside the rule, never in it
-(fedsuite.server.buffers).
-
-Under secure aggregation (`secure`, secagg=true; fedsuite/server/secure.py) every FitRes holds the cohort's mean
-instead of the client's own arrays: each reply is validated as usual (now on the mean: names, shapes, finite) and
-the rule gets one reply per client that entered the sum, each holding the mean, so its means and sums come out as
-from the single replies (docs/privacy-secagg.md). A reply the server or an observer rejects is inside the sum and
-cannot be taken out: then the whole round is rejected.
+Every mechanism that cuts across the algorithms is a round stage (fedsuite/stages/server.py), called at fixed points
+of each round above and named nowhere here (docs/developer/architecture.md#round-stages): the stages may end the run,
+leave clients out, add fit-config entries, arrays beside the model and row figures, take arrays out of a reply before
+it is validated, screen and change the valid replies, and follow the applied model.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar
+from flwr.common import FitIns, FitRes, Parameters, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
@@ -46,18 +42,16 @@ from fedsuite.codec.payload import (
     nbytes,
     pack,
 )
-from fedsuite.rules.declared import BUFFERS, Counter
+from fedsuite.results.folder import STATUSES
+from fedsuite.rules.declared import Counter
 from fedsuite.rules.rounds import Reply
 from fedsuite.rules.server_rule import ServerRule
 from fedsuite.server import checkpointing
 from fedsuite.server.accounting import RoundLog, start_loss
-from fedsuite.server.buffers import AveragedBuffers
-from fedsuite.server.federated_evaluation import check_eval_reply, eval_cohort, federated_metrics
+from fedsuite.server.evaluation_calls import EvaluationCalls
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
-from fedsuite.server.privacy import BUDGET_SPENT, ServerPrivacy
-from fedsuite.server.pruning import PRUNED
 from fedsuite.server.query import ask
 from fedsuite.server.replies import (
     LOST_WORKER,
@@ -69,27 +63,22 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
-from fedsuite.server.secure_sum import SecureSum
-from fedsuite.server.stages import server_stages
+from fedsuite.server.stages import StageViews, arrays_beside, strategy_stages, take_arrays
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
-from fedsuite.stages.server import ServerStage
+from fedsuite.stages.server import STOPPED, ServerStage
 
 log = logging.getLogger("flwr.fedsuite")
 ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state.store)
 
 
-class RuleStrategy(Strategy):
-    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (),
-                 buffers: np.ndarray | None = None, weighting: str = "uniform",
-                 privacy: ServerPrivacy | None = None, stages: Iterable[ServerStage] | None = None):  # fmt: skip
-        """`buffers`: the model's initial buffers when the server averages them (buffers='average'), else None;
-        `weighting`: the rule's cohort weights ('uniform' or 'samples'), used for them too; `privacy`: the server's
-        half of client-level DP (fedsuite.server.privacy), or None; `stages`: the run's round stages
-        (fedsuite/stages/server.py), by default those its run config switches on, `privacy` first."""
+class RuleStrategy(StageViews, EvaluationCalls, Strategy):
+    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (), *inputs: Any,
+                 stages: Iterable[ServerStage] | None = None, **named_inputs: Any):  # fmt: skip
+        """`stages`: the run's round stages (fedsuite/stages/server.py), by default those its run config switches
+        on; `inputs` and `named_inputs`: what the composition root knows for them beside the run config, as
+        fedsuite.server.stages.strategy_stages takes it."""
         super().__init__()
-        self.privacy = privacy
-        self.averaged = None if buffers is None else AveragedBuffers(buffers, weighting)
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
         self.router = Router(plan.sampler.num_clients, plan.client_mapping, plan.node_wait_seconds, plan.query_workers,
@@ -97,16 +86,11 @@ class RuleStrategy(Strategy):
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.rounds = RoundLog()
         self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
-        self.stages = list(server_stages(plan.run_config, privacy) if stages is None else stages)
+        self.stages = strategy_stages(plan.run_config, stages, *inputs, **named_inputs)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
         self._metrics: dict[int, dict[str, Any]] = {}  # round → its central and federated metrics so far
-
-    @property
-    def secure(self) -> bool:
-        """Whether every FitRes holds the cohort's mean (secagg=true: a SecureSum stage, fedsuite.server.secure_sum)."""
-        return any(isinstance(stage, SecureSum) for stage in self.stages)
 
     @property
     def x(self) -> np.ndarray:
@@ -116,33 +100,19 @@ class RuleStrategy(Strategy):
     def dim(self) -> int:
         return self.rule.dim
 
-    @property
-    def buffers(self) -> np.ndarray | None:
-        """The server's averaged model buffers (buffers='average'), or None."""
-        return None if self.averaged is None else self.averaged.vector
-
-    @property
-    def round_buffers(self) -> dict[int, np.ndarray]:
-        """This round's buffers as each client returned them (buffers='average')."""
-        return {} if self.averaged is None else self.averaged.returned
-
     # ---- declared state (checkpoints) ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state = {"rule": self.rule.state_dict(), ACCEPTED.name: self.accepted, "guard": self.guard.state_dict()}
-        if self.averaged is not None:
-            state[BUFFERS.name] = self.averaged.vector
         for stage in self.stages:
             if stage.state_name is not None:
                 state[stage.state_name] = stage.state_dict()
         return state
 
     def load_state_dict(self, values: dict[str, Any]) -> None:
-        expected = {"rule", ACCEPTED.name, "guard"} | ({BUFFERS.name} if self.averaged is not None else set())
+        expected = {"rule", ACCEPTED.name, "guard"}
         expected |= {stage.state_name for stage in self.stages if stage.state_name is not None}
         if set(values) != expected:
             raise ValueError(f"strategy state has {sorted(values)}, expected {', '.join(sorted(expected))}")
-        if self.averaged is not None:
-            self.averaged.load(values[BUFFERS.name])
         if (problem := ACCEPTED.check(values[ACCEPTED.name], self.dim)) is not None:
             raise ValueError(problem)
         self.rule.load_state_dict(values["rule"])
@@ -157,11 +127,10 @@ class RuleStrategy(Strategy):
         return to_parameters([self.rule.x])
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        rule = self.rule
         cohort = self.plan.sampler.cohort(server_round)
-        for stage in self.stages:  # a privacy budget a round would pass: the run ends here
+        for stage in self.stages:  # a budget a round would pass: the run ends here
             if (spent := stage.stop_before(server_round, cohort)) is not None:
-                self._end_run(BUDGET_SPENT, spent)
+                self._end_run(STOPPED, spent)
         self.rounds.started(server_round)
         absent = {pid: why for stage in self.stages for pid, why in stage.absent(server_round, cohort).items()}
         for pid, reason in absent.items():
@@ -170,48 +139,21 @@ class RuleStrategy(Strategy):
         missing = [pid for pid in cohort if pid not in nodes and pid not in absent]
         if missing:
             log.warning("round %d: partitions %s have no connected node; counted as failures", server_round, missing)
-        query = None
-        if rule.query is not None:
-            answers = ask(rule.query, server_round, rule.x, nodes, self.plan.query_workers, self.plan.state_key)
-            for observer in self.observers:
-                observer.queried(server_round, rule.x.copy(), answers)
-            rule.answered(server_round, answers)
-            nodes = {pid: node for pid, node in nodes.items() if pid in answers}
-            query = (nbytes([rule.x]), float(np.mean([a.nbytes for a in answers.values()])) if answers else 0.0,
-                     sum(a.seconds for a in answers.values()))  # fmt: skip
-        lr = rule.local_lr(server_round)
+        nodes, query = self._query(server_round, nodes)
+        lr = self.rule.local_lr(server_round)
         config: dict[str, Scalar] = {"round": server_round, "lr": lr, ALGORITHM_KEY: self.plan.algorithm,
-                                     **rule.fit_config(server_round)}  # fmt: skip
+                                     **self.rule.fit_config(server_round)}  # fmt: skip
         for stage in self.stages:
             config.update(stage.round_config(server_round, cohort))
         self._sampled = set(nodes)
-        downlink = rule.downlink(server_round)
-        for observer in self.observers:
-            observer.sent(server_round, rule.x, downlink)
-        buffers = {} if self.averaged is None else self.averaged.downlink()
-        shared_arrays, shared_names = pack({"model": rule.x, **downlink, **buffers})
-        shared_params = to_parameters(shared_arrays)
-        buffer_bytes = nbytes(list(buffers.values()))  # communication figures count the federated vectors only
-        instructions, sizes = [], []
-        for pid in sorted(self._sampled):
-            params, names, arrays = shared_params, shared_names, shared_arrays
-            own = rule.client_downlink(server_round, pid)
-            if own:
-                own_arrays, own_names = pack(own)
-                arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
-                params = to_parameters(arrays)
-            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
-                          STATE_KEY: str(self.plan.state_key),
-                          **self._client_config(server_round, pid)}  # fmt: skip
-            instructions.append((nodes[pid], FitIns(params, fit_config)))
-            sizes.append((nbytes(arrays) - buffer_bytes, len(arrays) - len(buffers)))
+        instructions, sizes = self._instructions(server_round, config, nodes)
         self.rounds.sent(server_round, len(cohort), len(cohort) - len(nodes), sizes, lr)  # absent ones: failures
         for stage in self.stages:
             self.rounds.note(server_round, stage.sent(server_round, absent))
         if query is not None:
             self.rounds.queried(server_round, query[0], query[1], query[2])
-        if not cohort or (absent and not instructions):  # Poisson sampling drew nobody (client-level DP only), or
-            # every client dropped out: Flower will not call aggregate_fit, but the round still releases its noise,
+        if not cohort or (absent and not instructions):  # nobody drawn (a stage's own sampling), or every client
+            # left out: Flower will not call aggregate_fit, but a stage may still release a round without replies,
             # and the run guard judges a round that lost its whole cohort
             self.aggregate_fit(server_round, [], [])
         return instructions
@@ -221,130 +163,24 @@ class RuleStrategy(Strategy):
             observer.failed(server_round, failures)
         for stage in self.stages:  # a client that refused to spend more budget: the round is not applied
             if (spent := stage.refused(server_round, results, failures)) is not None:
-                self._end_run(BUDGET_SPENT, spent)
-        replies, rejected, diverged = [], 0, 0
-        if self.averaged is not None:
-            self.averaged.start_round()
-        for proxy, res in results:
-            try:
-                replies.append(self._accept(server_round, res))
-            except RejectedReply as err:
-                rejected += 1
-                diverged += err.diverged
-                self._client_problem(server_round, self.router.who(proxy, res), f"rejected: {err}", err.details)
-        for stage in self.stages:  # e.g. a rejected reply inside a secure sum rejects the whole round
-            replies, rejected = stage.screen(server_round, replies, rejected)
+                self._end_run(STOPPED, spent)
+        replies, rejected, diverged = self._valid_replies(server_round, results)
         answered = {_partition_of(res) for _, res in results}
         silent = sorted(self._sampled - answered)  # who the failures without a sender can be
         for failure in failures:
             proxy = failure[0] if isinstance(failure, tuple) else None
             who = self.router.who(proxy) if proxy is not None else self.router.unanswered(silent)
             self._client_problem(server_round, who, f"failed: {describe_failure(failure)}", failure_details(failure))
-        private = any(stage.hides_replies for stage in self.stages)
-        stats = self.rounds.received(server_round, replies, rejected, len(failures), private=private)
-        for stage in self.stages:
-            self.rounds.note(server_round, stage.received(server_round, replies))
-        self.rounds.settle_query(server_round)
-        dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
-        self._stop_if(server_round, self.guard.lost_workers(server_round, dead))
-        cohort = self.rounds.cohort(server_round, len(results) + len(failures))
-        verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
-        self._stop_if(server_round, verdict)
-        self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"], start_loss(replies)))
-        if not replies:  # a round that releases something all the same (client-level DP's noise)
+        self._judge(server_round, replies, rejected, diverged, len(results), failures)
+        if not replies:  # a round that releases something all the same (a stage's replies of its own)
             lr = self.rule.local_lr(server_round)
             replies = [reply for stage in self.stages for reply in stage.empty_round(server_round, self.rule, lr)]
         if not replies:
             log.warning("round %d: no valid reply; the global model is unchanged", server_round)
             self.rule.empty_round(server_round)
             return None, {}
-        replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
-        for stage in self.stages:  # noise on the sums (dp='server'), clip update, accounting: before anyone reads
-            self.rounds.note(server_round, stage.release(server_round, replies))
-        for observer in self.observers:
-            observer.replied(server_round, replies)
-        x_before = self.rule.x
-        returned = self.rule.aggregate(server_round, replies)
-        new_x = new_model(self.plan.algorithm, self.rule, server_round, returned)  # float32, shapes checked
-        self._stop_if(server_round, self.guard.model(server_round, all_finite(new_x)))
-        self.rule.x = new_x
-        if figures := self.rule.round_figures(server_round):
-            self.rounds.note(server_round, figures)
-        if self.averaged is not None:
-            self.averaged.average(replies)
-        for reply in replies:
-            if reply.partition_id >= 0:  # not the noise carrier of a round without replies (client-level DP)
-                self.accepted[reply.partition_id] = server_round
-        for observer in self.observers:
-            observer.aggregated(server_round, self, x_before, replies)
+        self._apply(server_round, replies)
         return to_parameters([self.rule.x]), {}
-
-    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        """Federated evaluation (evaluation federated/both) in due rounds: the model (and averaged buffers) to each
-        evaluating client, routed as fit is."""
-        plan = self.plan
-        if not plan.federated or server_round == 0 or not plan.evaluation_due(server_round):
-            return []
-        cohort = eval_cohort(server_round, plan.seed, plan.sampler.num_clients, plan.eval_clients, self._sampled)
-        nodes = self.router.route(cohort, client_manager, blocks=False)  # one message each: spread over the nodes
-        missing = [pid for pid in cohort if pid not in nodes]
-        if missing:
-            log.warning("round %d: partitions %s have no connected node to evaluate; counted as failures",
-                        server_round, missing)  # fmt: skip
-        self._asked = set(nodes)
-        self._metrics.setdefault(server_round, {}).update(federated_metrics([], 0, len(missing)))
-        buffers = {} if self.averaged is None else self.averaged.downlink()
-        arrays, names = pack({"model": self.rule.evaluation_model(), **buffers})
-        params = to_parameters(arrays)
-        config = {
-            "round": server_round,
-            ALGORITHM_KEY: plan.algorithm,
-            ARRAYS_KEY: names,
-            STATE_KEY: str(plan.state_key),
-        }
-        return [(nodes[pid], EvaluateIns(params, {**config, PARTITION_KEY: pid})) for pid in sorted(nodes)]
-
-    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]], failures: list):
-        """Checked evaluate replies → the round's federated metrics; rejected replies and failures are logged to
-        clients.log and counted, never averaged in."""
-        replies, rejected = [], 0
-        for proxy, res in results:
-            try:
-                replies.append(check_eval_reply(res, self._asked))
-            except RejectedReply as err:
-                rejected += 1
-                self._client_problem(server_round, self.router.who(proxy, res), f"evaluate rejected: {err}",
-                                     err.details)  # fmt: skip
-        for failure in failures:
-            proxy = failure[0] if isinstance(failure, tuple) else None
-            self._client_problem(server_round, self.router.who(proxy), f"evaluate failed: {describe_failure(failure)}",
-                                 failure_details(failure))  # fmt: skip
-        missing = self._metrics.get(server_round, {}).get("fed_failures", 0)
-        metrics = federated_metrics(replies, rejected, len(failures) + missing)
-        self._metrics.setdefault(server_round, {}).update(metrics)
-        loss = metrics.get("fed_loss")
-        return (None if loss is None else float(loss)), {
-            k: v for k, v in metrics.items() if isinstance(v, (int, float))
-        }
-
-    def evaluate(self, server_round: int, parameters: Parameters):
-        """The round's central metrics (test set; validation union), kept for its row (`end_round`)."""
-        plan = self.plan
-        metrics: dict[str, Any] = {}
-        if plan.evaluation_due(server_round):
-            extra = () if self.averaged is None else (self.averaged.vector,)
-            x = self.rule.evaluation_model()  # x, unless the rule evaluates another model (FedExP's average)
-            if plan.evaluate:
-                metrics.update(plan.evaluate(x, *extra))
-            if plan.validate:
-                metrics.update(plan.validate(x, *extra))
-        self._metrics[server_round] = metrics
-        if not metrics:
-            return None
-        loss = metrics.get("loss")
-        return float(loss if loss is not None else float("nan")), {
-            k: v for k, v in metrics.items() if isinstance(v, (int, float))
-        }
 
     def end_round(self, server_round: int) -> None:
         """The round's one row (central and federated metrics, the round's figures); the guard checks the test loss,
@@ -370,23 +206,116 @@ class RuleStrategy(Strategy):
                 plan.recorder.finish("completed")
 
     # ---- internals -------------------------------------------------------------------------------
+    def _query(self, server_round: int, nodes: dict) -> tuple[dict, tuple | None]:
+        """The routed clients that answered the rule's query (all of them when it asks none), and the query's
+        figures (bytes down, mean bytes up, seconds), or None."""
+        rule = self.rule
+        if rule.query is None:
+            return nodes, None
+        answers = ask(rule.query, server_round, rule.x, nodes, self.plan.query_workers, self.plan.state_key)
+        for observer in self.observers:
+            observer.queried(server_round, rule.x.copy(), answers)
+        rule.answered(server_round, answers)
+        nodes = {pid: node for pid, node in nodes.items() if pid in answers}
+        return nodes, (nbytes([rule.x]), float(np.mean([a.nbytes for a in answers.values()])) if answers else 0.0,
+                       sum(a.seconds for a in answers.values()))  # fmt: skip
+
+    def _instructions(self, server_round: int, config: dict[str, Scalar], nodes: dict) -> tuple[list, list]:
+        """Each routed client's FitIns (the model, the rule's shared and own downlink, the stages' arrays beside
+        them; the fit config with the client's own entries) and its (bytes, vectors), the stages' arrays left out."""
+        rule = self.rule
+        downlink = rule.downlink(server_round)
+        for observer in self.observers:
+            observer.sent(server_round, rule.x, downlink)
+        beside = arrays_beside(self.stages, server_round)
+        shared_arrays, shared_names = pack({"model": rule.x, **downlink, **beside})
+        shared_params = to_parameters(shared_arrays)
+        beside_bytes = nbytes(list(beside.values()))  # communication figures count the federated vectors only
+        instructions, sizes = [], []
+        for pid in sorted(self._sampled):
+            params, names, arrays = shared_params, shared_names, shared_arrays
+            own = rule.client_downlink(server_round, pid)
+            if own:
+                own_arrays, own_names = pack(own)
+                arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
+                params = to_parameters(arrays)
+            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
+                          STATE_KEY: str(self.plan.state_key),
+                          **self._client_config(server_round, pid)}  # fmt: skip
+            instructions.append((nodes[pid], FitIns(params, fit_config)))
+            sizes.append((nbytes(arrays) - beside_bytes, len(arrays) - len(beside)))
+        return instructions, sizes
+
+    def _valid_replies(self, server_round: int, results: list[tuple[ClientProxy, FitRes]]) -> tuple[list, int, int]:
+        """The round's accepted replies as the stages let them stand, the rejected count and how many of those
+        diverged; each rejection logged."""
+        replies, rejected, diverged = [], 0, 0
+        for proxy, res in results:
+            try:
+                replies.append(self._accept(server_round, res))
+            except RejectedReply as err:
+                rejected += 1
+                diverged += err.diverged
+                self._client_problem(server_round, self.router.who(proxy, res), f"rejected: {err}", err.details)
+        for stage in self.stages:  # e.g. a rejected reply inside a sum of replies rejects the whole round
+            replies, rejected = stage.screen(server_round, replies, rejected)
+        return replies, rejected, diverged
+
     def _accept(self, server_round: int, res: FitRes) -> Reply:
-        res, buffers = (res, None) if self.averaged is None else self.averaged.take(res)
+        res, taken = take_arrays(self.stages, server_round, res)
         reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim,
                          lambda a: self._wide.copy(a, server_round))  # fmt: skip
-        if self.averaged is not None:
-            self.averaged.keep(reply.partition_id, buffers)
+        for stage, arrays in taken:
+            stage.keep(server_round, reply.partition_id, arrays)
         for observer in self.observers:
             if (reason := observer.screen(server_round, reply)) is not None:
                 raise RejectedReply(reason)
         return reply
 
+    def _judge(self, server_round: int, replies: list[Reply], rejected: int, diverged: int, answered: int,
+               failures: list) -> None:  # fmt: skip
+        """The round's figures from its valid replies, and the run guard's verdicts on them (RunAborted)."""
+        private = any(stage.hides_replies for stage in self.stages)
+        stats = self.rounds.received(server_round, replies, rejected, len(failures), private=private)
+        for stage in self.stages:
+            self.rounds.note(server_round, stage.received(server_round, replies))
+        self.rounds.settle_query(server_round)
+        dead = sum(LOST_WORKER in describe_failure(f) for f in failures)
+        self._stop_if(server_round, self.guard.lost_workers(server_round, dead))
+        cohort = self.rounds.cohort(server_round, answered + len(failures))
+        verdict = self.guard.replies(server_round, len(replies), cohort, rejected, diverged, stats["failures"])
+        self._stop_if(server_round, verdict)
+        self._stop_if(server_round, self.guard.train_loss(server_round, stats["train_loss"], start_loss(replies)))
+
+    def _apply(self, server_round: int, replies: list[Reply]) -> None:
+        """The stages' release, then the rule's aggregate of the replies in partition order, checked finite; the
+        stages and observers follow the new model, and the acceptance ledger records the replies."""
+        replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
+        for stage in self.stages:  # e.g. noise on the sums: before anyone reads them
+            self.rounds.note(server_round, stage.release(server_round, replies))
+        for observer in self.observers:
+            observer.replied(server_round, replies)
+        x_before = self.rule.x
+        returned = self.rule.aggregate(server_round, replies)
+        new_x = new_model(self.plan.algorithm, self.rule, server_round, returned)  # float32, shapes checked
+        self._stop_if(server_round, self.guard.model(server_round, all_finite(new_x)))
+        self.rule.x = new_x
+        if figures := self.rule.round_figures(server_round):
+            self.rounds.note(server_round, figures)
+        for stage in self.stages:
+            stage.applied(server_round, replies)
+        for reply in replies:
+            if reply.partition_id >= 0:  # not a stage's own reply of a round without any (ServerStage.empty_round)
+                self.accepted[reply.partition_id] = server_round
+        for observer in self.observers:
+            observer.aggregated(server_round, self, x_before, replies)
+
     def _client_config(self, server_round: int, partition_id: int) -> dict[str, Any]:
-        """The stages' entries of one client's fit config (its K_i under the system models)."""
+        """The stages' entries of one client's fit config."""
         return {k: v for stage in self.stages for k, v in stage.client_config(server_round, partition_id).items()}
 
     def _row_verdict(self, server_round: int, metrics: dict[str, Any]) -> Verdict:
-        """The first stage's verdict on the round's metrics (a prune-at mark missed), or None."""
+        """The first stage's verdict on the round's metrics, or None."""
         return next((v for stage in self.stages if (v := stage.check_row(server_round, metrics)) is not None), None)
 
     def _stop_if(self, server_round: int, verdict: Verdict) -> None:
@@ -403,9 +332,9 @@ class RuleStrategy(Strategy):
         raise RunAborted(status, reason)
 
     def _record(self, row: dict[str, Any], status: str | None = None, reason: str | None = None) -> None:
-        for stage in self.stages:  # columns of every row (whether the DP noise is secret)
+        for stage in self.stages:  # columns of every row
             row.update(stage.row_labels())
-        if status in (BUDGET_SPENT, PRUNED):  # stopped as the run config asked
+        if STATUSES.get(status) == 0:  # stopped as the run config asked
             log.info("fedsuite │ %s: %s", status, reason)
         elif status not in (None, "running"):
             log.error("fedsuite │ %s: %s", status, reason)

@@ -1,13 +1,19 @@
-"""The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): client-level DP,
-DP-SGD's target ε, the system models, pruning, secure aggregation's rules. Each is left out when the run config
-does not switch it on, so a run without them calls no stage at all. The composition root
-(fedsuite/server/compose.py) builds them."""
+"""The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): the model's averaged
+buffers, client-level DP, DP-SGD's target ε, the system models, pruning, secure aggregation's rules. Each is left out
+when the run does not switch it on, so a run without them calls no stage at all. The composition root
+(fedsuite/server/compose.py) builds them. `StageViews` is what a strategy shows of its stages; `arrays_beside` and
+`take_arrays` carry the stages' arrays beside the model (ServerStage.downlink, take)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+from flwr.common import FitRes, Parameters
+
+from fedsuite.codec.payload import ARRAYS_KEY
+from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.server.pruning import Pruning
 from fedsuite.server.sample_budget import SampleLevelBudget
@@ -16,10 +22,74 @@ from fedsuite.stages.server import ServerStage
 from fedsuite.systems.stage import SystemsStage
 
 
-def server_stages(run_config: Mapping[str, Any], privacy: ServerPrivacy | None = None) -> list[ServerStage]:
-    """The run's stages; `privacy`: the server's half of client-level DP (built with the rule, which it checks)."""
-    found = [privacy, SampleLevelBudget.of_run(run_config), SystemsStage.of_run(run_config)]
+def server_stages(run_config: Mapping[str, Any], privacy: ServerPrivacy | None = None,
+                  buffers: np.ndarray | None = None) -> list[ServerStage]:  # fmt: skip
+    """The run's stages; `privacy`: the server's half of client-level DP (built with the rule, which it checks);
+    `buffers`: the model's initial buffers when the server averages them (buffers='average'), else None."""
+    found = [AveragedBuffers.of_model(buffers, str(run_config.get("weighting", "uniform")))]
+    found += [privacy, SampleLevelBudget.of_run(run_config), SystemsStage.of_run(run_config)]
     pruning = Pruning.from_run_config(run_config)
     found.append(pruning if pruning.marks else None)
     found.append(SecureSum.of_run(run_config))
     return [stage for stage in found if stage is not None]
+
+
+def strategy_stages(run_config: Mapping[str, Any], stages: Iterable[ServerStage] | None = None,
+                    buffers: np.ndarray | None = None, weighting: str = "uniform",
+                    privacy: ServerPrivacy | None = None) -> list[ServerStage]:  # fmt: skip
+    """The stages a strategy runs: `stages` as given (by default those the run switches on, `server_stages`), the
+    averaged buffers first when `buffers` holds the model's initial ones and no given stage averages them yet
+    (`weighting`: the rule's cohort weights, used for them too)."""
+    found = list(server_stages(run_config, privacy) if stages is None else stages)
+    if buffers is not None and _first(found, AveragedBuffers) is None:
+        found.insert(0, AveragedBuffers(buffers, weighting))
+    return found
+
+
+def arrays_beside(stages: Iterable[ServerStage], server_round: int) -> dict[str, np.ndarray]:
+    """The stages' arrays every fit and evaluate message carries beside the model (ServerStage.downlink)."""
+    return {k: v for stage in stages for k, v in stage.downlink(server_round).items()}
+
+
+def take_arrays(stages: list[ServerStage], server_round: int, res: FitRes) -> tuple[FitRes, list[tuple[Any, Any]]]:
+    """The reply without the arrays the stages take out before it is validated (ServerStage.take), and each stage
+    with what it took; an error reply carries no arrays and is left as it is, and so is a reply no stage takes from
+    (its arrays' bytes stay as they came: a reply is never encoded again)."""
+    metrics = dict(res.metrics or {})
+    if "error" in metrics or not stages:
+        return res, []
+    tensors, names, taken = res.parameters.tensors, str(metrics.get(ARRAYS_KEY, "")), []
+    for stage in stages:
+        tensors, names, arrays = stage.take(server_round, tensors, names)
+        taken.append((stage, arrays))
+    if tensors is res.parameters.tensors:
+        return res, taken
+    metrics[ARRAYS_KEY] = names
+    return FitRes(res.status, Parameters(list(tensors), res.parameters.tensor_type), res.num_examples, metrics), taken
+
+
+def _first(stages: Iterable[ServerStage], kind: type) -> Any:
+    return next((stage for stage in stages if isinstance(stage, kind)), None)
+
+
+class StageViews:
+    """What a strategy shows of its stages (`self.stages`) as its own attributes, for its callers and tests."""
+
+    stages: list[ServerStage]
+
+    @property
+    def secure(self) -> bool:
+        """Whether every FitRes holds the cohort's mean (secagg=true: a SecureSum stage, fedsuite.server.secure_sum)."""
+        return _first(self.stages, SecureSum) is not None
+
+    @property
+    def buffers(self) -> np.ndarray | None:
+        """The server's averaged model buffers (buffers='average'), or None."""
+        averaged = _first(self.stages, AveragedBuffers)
+        return None if averaged is None else averaged.vector
+
+    @property
+    def round_buffers(self) -> dict[int, np.ndarray]:
+        """This round's buffers as each client returned them (buffers='average')."""
+        averaged = _first(self.stages, AveragedBuffers)
+        return {} if averaged is None else averaged.returned

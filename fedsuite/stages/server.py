@@ -15,7 +15,12 @@ A round, as the stages see it:
 6. `empty_round(round, rule, lr)`: replies to aggregate when none came (a round that still releases noise).
 7. `release(round, replies)`: change the replies in place before the rule aggregates them (noise on the sum);
    returns the row's figures.
-8. `check_row(round, metrics)`: a (status, reason) verdict that ends the run once the round's metrics are in.
+8. `applied(round, replies)`: after the rule's new model is in (the server's averaged model buffers follow it).
+9. `check_row(round, metrics)`: a (status, reason) verdict that ends the run once the round's metrics are in.
+Arrays beside the model: `downlink(round)` adds arrays to every fit and evaluate message (after the rule's own; the
+communication figures leave them out), `take(round, tensors, names)` takes a stage's arrays out of a reply before it
+is validated, and `keep(round, partition, taken)` hands them back once the reply is valid; `evaluation_args()` are
+what the central evaluation gets beside the model.
 A stage with a `state_name` keeps state in the strategy's checkpoints (`state_dict` / `load_state_dict`), and
 `hides_replies` says that no figure may be computed from single replies (client-level DP); `row_labels()` are
 columns every row of the run gets (whether the DP noise is secret).
@@ -26,7 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from fedsuite.rules.rounds import Reply
+
+STOPPED = "budget-spent"  # the run's status when a stage's stop_before or refused ends it (fedsuite.results.folder)
 
 
 class ServerStage:
@@ -63,8 +72,25 @@ class ServerStage:
     def release(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         return {}
 
+    def applied(self, server_round: int, replies: Sequence[Reply]) -> None:
+        return None
+
     def check_row(self, server_round: int, metrics: Mapping[str, Any]) -> tuple[str, str] | None:
         return None
+
+    def downlink(self, server_round: int) -> dict[str, np.ndarray]:
+        return {}
+
+    def take(self, server_round: int, tensors: list[bytes], names: str) -> tuple[list[bytes], str, Any]:
+        """The reply's arrays (`tensors`, named by `names`, fedsuite.codec.payload) without this stage's, and what it
+        took (None: nothing); raising RejectedReply (fedsuite.server.replies) rejects the reply."""
+        return tensors, names, None
+
+    def keep(self, server_round: int, partition_id: int, taken: Any) -> None:
+        return None
+
+    def evaluation_args(self) -> tuple:
+        return ()
 
     def row_labels(self) -> dict[str, Any]:
         return {}
