@@ -36,30 +36,41 @@ def _slots(member: int, width: int) -> tuple[int, int, int]:
     return first, offset, (offset + width + 7) // 8
 
 
+def _holding(bits: int) -> torch.dtype:
+    """The narrowest signed integer type whose non-negative range holds `bits` bits (int64 at most)."""
+    return torch.int16 if bits <= 15 else torch.int32 if bits <= 31 else torch.int64
+
+
+def _grouped(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`values` as `dtype`, zero-padded to whole groups, one group per row."""
+    flat = values.reshape(-1).to(dtype)
+    pad = -flat.numel() % GROUP
+    if pad:
+        flat = torch.cat([flat, torch.zeros(pad, dtype=dtype, device=flat.device)])
+    return flat.view(-1, GROUP)
+
+
 def pack_bits(values: torch.Tensor, width: int) -> torch.Tensor:
     """The 1-D uint8 tensor (on `values`' device) of `values` (integers in [0, 2^width)) packed `width` bits each.
 
     Values are taken 8 at a time (a group fills exactly `width` bytes); each of a group's 8 members is shifted to its
-    bit offset and its bytes OR-ed into the group's bytes, as column operations over all groups at once."""
+    bit offset and its bytes OR-ed into the group's bytes, as column operations over all groups at once, in the
+    narrowest integer type that holds a shifted value."""
     _check_width(width)
-    values = values.reshape(-1).to(torch.int64)
     count = values.numel()
-    groups = -(-count // GROUP)
-    padded = torch.zeros(groups * GROUP, dtype=torch.int64, device=values.device)
-    padded[:count] = values
-    members = padded.view(groups, GROUP)
-    out = torch.zeros((groups, width), dtype=torch.uint8, device=values.device)
+    members = _grouped(values, _holding(width + 7))
+    out = torch.zeros((members.shape[0], width), dtype=torch.uint8, device=values.device)
     for member in range(GROUP):
         first, offset, span = _slots(member, width)
-        shifted = torch.bitwise_left_shift(members[:, member], offset)
+        shifted = torch.bitwise_left_shift(members[:, member], offset) if offset else members[:, member]
         for t in range(span):
-            byte = torch.bitwise_and(torch.bitwise_right_shift(shifted, 8 * t), 255).to(torch.uint8)
-            out[:, first + t].bitwise_or_(byte)
+            byte = torch.bitwise_right_shift(shifted, 8 * t) if t else shifted
+            out[:, first + t].bitwise_or_(torch.bitwise_and(byte, 255).to(torch.uint8))
     return out.view(-1)[: packed_size(count, width)]
 
 
-def unpack_bits(packed: torch.Tensor, count: int, width: int) -> torch.Tensor:
-    """The `count` int64 values (on `packed`'s device) that `pack_bits(values, width)` packed into `packed`."""
+def unpack_bits(packed: torch.Tensor, count: int, width: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """The `count` values (on `packed`'s device, as `dtype`) that `pack_bits(values, width)` packed into `packed`."""
     _check_width(width)
     need = packed_size(count, width)
     if packed.numel() < need:
@@ -68,15 +79,16 @@ def unpack_bits(packed: torch.Tensor, count: int, width: int) -> torch.Tensor:
     stream = torch.zeros(groups * width, dtype=torch.uint8, device=packed.device)
     stream[:need] = packed.reshape(-1)[:need]
     grouped = stream.view(groups, width)
-    values = torch.empty((groups, GROUP), dtype=torch.int64, device=packed.device)
+    work = _holding(8 * max(_slots(member, width)[2] for member in range(GROUP)))
+    values = torch.empty((groups, GROUP), dtype=work, device=packed.device)
     mask = (1 << width) - 1
     for member in range(GROUP):
         first, offset, span = _slots(member, width)
-        gathered = torch.zeros(groups, dtype=torch.int64, device=packed.device)
-        for t in range(span):
-            gathered.bitwise_or_(torch.bitwise_left_shift(grouped[:, first + t].to(torch.int64), 8 * t))
+        gathered = grouped[:, first].to(work)
+        for t in range(1, span):
+            gathered.bitwise_or_(torch.bitwise_left_shift(grouped[:, first + t].to(work), 8 * t))
         values[:, member] = torch.bitwise_and(torch.bitwise_right_shift(gathered, offset), mask)
-    return values.view(-1)[:count]
+    return values.view(-1)[:count].to(dtype)
 
 
 def to_bytes(packed: torch.Tensor) -> bytes:

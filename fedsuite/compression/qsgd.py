@@ -44,13 +44,13 @@ def code_width(levels: int) -> int:
 
 
 def quantize(x: torch.Tensor, levels: int, generator: torch.Generator) -> Parts:
-    """The norm, the levels l_i (int64) and the signs (True: negative) of x, on x's device (no synchronisation:
+    """The norm, the levels l_i (int32) and the signs (True: negative) of x, on x's device (no synchronisation:
     a zero vector gets level 0 everywhere through a clamped divisor)."""
     norm = torch.linalg.vector_norm(x)
     ratio = x.abs() * (levels / norm.clamp_min(torch.finfo(x.dtype).tiny))
     lower = torch.floor(ratio)
     up = uniform(generator, x.numel(), x.device, x.dtype) < (ratio - lower)
-    level = (lower + up.to(x.dtype)).clamp_(max=levels).to(torch.int64)
+    level = (lower + up.to(x.dtype)).clamp_(max=levels).to(torch.int32)
     return {"norm": norm, "levels": level, "negative": x < 0}
 
 
@@ -81,13 +81,14 @@ class QSGD(Compressor):
         return quantize(x, self.levels, need_generator(self.name, generator))
 
     def pack(self, parts: Parts, d: int) -> bytes:
-        codes = parts["levels"] * 2 + parts["negative"].to(torch.int64)
+        codes = parts["levels"] * 2 + parts["negative"].to(parts["levels"].dtype)
         return float32_bytes(parts["norm"]) + to_bytes(pack_bits(codes, self.width))
 
     def unpack(self, encoded: Encoded, d: int, device: torch.device) -> Parts:
         reader = ByteReader(encoded.data)
         norm = float32_values(reader.take(4), device).reshape(())
-        codes = unpack_bits(from_bytes(reader.take(packed_size(d, self.width)), device), d, self.width)
+        packed = from_bytes(reader.take(packed_size(d, self.width)), device)
+        codes = unpack_bits(packed, d, self.width, torch.int32)
         reader.done()
         levels = torch.bitwise_right_shift(codes, 1)
         if int(levels.max()) > self.levels:

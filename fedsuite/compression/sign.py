@@ -43,7 +43,7 @@ class ScaledSign(Compressor):
     def unpack(self, encoded: Encoded, d: int, device: torch.device) -> Parts:
         reader = ByteReader(encoded.data)
         scale = float32_values(reader.take(4), device).reshape(())
-        negative = unpack_bits(from_bytes(reader.take(packed_size(d, 1)), device), d, 1).bool()
+        negative = unpack_bits(from_bytes(reader.take(packed_size(d, 1)), device), d, 1, torch.bool)
         reader.done()
         return {"scale": scale, "negative": negative}
 
