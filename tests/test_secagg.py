@@ -23,9 +23,10 @@ from fedsuite.node.app import client_fn
 from fedsuite.privacy.secagg import SecAggSettings, quantize_upload, secure_mean
 from fedsuite.privacy.secagg_client import SecureUploadRefused, secagg_mod, secure_reply
 from fedsuite.results import checkpoint
-from fedsuite.run.inprocess import InProcessProxy, SecureSumServer, node_contexts, run_inprocess
+from fedsuite.run.inprocess import InProcessProxy, node_contexts, run_inprocess
+from fedsuite.run.secagg_arithmetic import SecureSumRound
 from fedsuite.server.app import build_plan, build_strategy
-from fedsuite.server.loop import RecordingServer
+from fedsuite.server.loop import FitRound, RoundLoop
 from fedsuite.server.observers import RoundObserver
 
 LSQ = {"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 3, "num-server-rounds": 1,
@@ -163,7 +164,7 @@ def _fit_message(run_config):
     cfg = with_data_clients(resolve(run_config))
     strategy = build_strategy(cfg, build_plan(cfg, record=False, run_id=1))
     strategy.plan.query_workers = 1
-    server = RecordingServer(strategy, None)
+    server = RoundLoop(strategy, None)
     for context in node_contexts(run_config, cfg.num_clients, 1):
         server.client_manager().register(InProcessProxy(str(context.node_id), context))
     (proxy, ins), *_ = strategy.configure_fit(1, strategy.initialize_parameters(server.client_manager()),
@@ -236,4 +237,4 @@ def test_flwr_run_with_secagg_equals_the_inprocess_arithmetic(tmp_path, monkeypa
 
 
 def test_secure_sum_server_is_the_inprocess_engine_for_secagg():
-    assert issubclass(SecureSumServer, RecordingServer)
+    assert issubclass(SecureSumRound, FitRound)

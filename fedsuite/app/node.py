@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from fedsuite.config.run_config import Config
 from fedsuite.local.loop import LocalData
-from fedsuite.models.networks import FlatModel
+from fedsuite.models.networks import FlatModel, start_vectors
 from fedsuite.node.holdings import ClientNode
 
 Data = DataLoader | Dataset | tuple[torch.Tensor, torch.Tensor]
@@ -114,8 +114,8 @@ class OwnNode:
 
     def __post_init__(self):
         self.dataset = self.shapes = describe(self.data)  # the client adapter reads both names
-        self._x0 = self.model.x.detach().clone()  # before any training: the model as the user built it
-        self._buffers0 = self.model.buffers.detach().clone()
+        # before any training: the model as the user built it, taken as the server takes its x^0
+        self._x0, self._buffers0 = start_vectors(self.model.module)
 
     @classmethod
     def build(cls, cfg: Config, partition_id: int, num_partitions: int, device: torch.device, module: torch.nn.Module,
@@ -131,10 +131,10 @@ class OwnNode:
     def initial_x(self) -> torch.Tensor:
         """x^0 as the user's module held it when the client was made (FedADMM's x̂_i starts there): build the model
         the same way on the server and on every client (seeded), as the server's x^0 is its model's parameters."""
-        return self._x0.clone()
+        return self._x0.to(self.device, copy=True)
 
     def initial_buffers(self) -> torch.Tensor:
-        return self._buffers0.clone()
+        return self._buffers0.to(self.device, copy=True)
 
     # the suite's own seeding and client state, unchanged: (seed, round, partition) → minibatch order
     generator = ClientNode.generator

@@ -1,10 +1,12 @@
 """The server half for a user's Flower app: a fedsuite algorithm's server rule as a Flower Strategy.
 
-Composition of the suite's own pieces: the registry's rule (strategies/) with its hyper-parameters from the settings,
-a RunPlan, and fedsuite.server.adapter.RuleStrategy (routing, reply validation, the run guard, the per-round row);
-x^0 is the user's model's trainable parameters, its floating-point buffers (BatchNorm statistics) are averaged
-beside the rule unless buffers='local'. Each SuperNode is one partition: client-mapping='fixed', found by asking
-every node once for the partition-id it was started with.
+Put together by the suite's composition root (fedsuite/run/compose.py) from a RunPlan made of the user's model: the
+registry's rule (strategies/) with its hyper-parameters from the settings, the run's round stages and
+fedsuite.server.adapter.RuleStrategy (routing, reply validation, the run guard, the per-round row), and the round loop
+server_components hands Flower. x^0 is the user's model's trainable parameters (fedsuite.models.networks.start_vectors,
+as every client takes it), its floating-point buffers (BatchNorm statistics) are averaged beside the rule unless
+buffers='local'. Each SuperNode is one partition: client-mapping='fixed', found by asking every node once for the
+partition-id it was started with.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.server import ServerAppComponents, ServerConfig
+from flwr.server import ServerAppComponents
 
 from fedsuite.app.node import evaluation_copy
 from fedsuite.app.settings import SETTINGS_KEY, run_config, shared_settings
 from fedsuite.config.run_config import Config, ConfigError
-from fedsuite.models.networks import float_buffers, trainable
+from fedsuite.models.networks import start_vectors, trainable
+from fedsuite.run.compose import Engine, compose_run, flower_components, round_loop
 from fedsuite.server.adapter import RuleStrategy
-from fedsuite.server.compose import compose_strategy, run_plan
-from fedsuite.server.loop import RecordingServer, StopAwareRecorder, watch_flower_exit
+from fedsuite.server.compose import run_plan
+from fedsuite.server.loop import StopAwareRecorder, watch_flower_exit
 from fedsuite.server.observers import RoundObserver
 
 Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
@@ -119,35 +122,30 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
     plan = run_plan(
         cfg,
         x0,
+        buffers,
         evaluate=CentralEvaluation(model, evaluate) if evaluate is not None else None,
         recorder=_recorder(cfg, results, model, x0) if results is not None else None,
         client_mapping="fixed",  # one SuperNode per partition
     )
-    averaged = buffers if cfg.buffers == "average" and buffers.size else None
-    return compose_strategy(cfg, plan, observers, averaged, AppStrategy, shared=shared_settings(cfg))
+    return compose_run(cfg, plan, Engine(), observers, AppStrategy, shared=shared_settings(cfg)).strategy
 
 
 def server_components(strategy: RuleStrategy) -> ServerAppComponents:
-    """What a ServerApp's server_fn returns for `strategy`: fedsuite's round loop (which writes the results folder's
-    final status also when the run fails) and the number of rounds and round timeout of its settings."""
-    run = Config(strategy.plan.run_config).run_control
+    """What a ServerApp's server_fn returns for `strategy`: the composition root's round loop for it (which writes the
+    results folder's final status also when the run fails) and the number of rounds and round timeout of its
+    settings."""
+    cfg = Config(strategy.plan.run_config)
     if strategy.plan.recorder is not None:  # `flwr stop`, a signal: recorded, though no exception reaches the loop
         watch_flower_exit(strategy.plan.recorder)
-    return ServerAppComponents(
-        server=RecordingServer(strategy, strategy.plan.recorder, remove_client_state=False),
-        config=ServerConfig(num_rounds=run.num_rounds, round_timeout=run.round_timeout or None),
-    )
+    return flower_components(cfg, round_loop(cfg, strategy, Engine()))
 
 
 def initial_state(model: torch.nn.Module) -> tuple[np.ndarray, np.ndarray]:
-    """(x^0, the initial floating-point buffers) of the user's module, flat float32."""
-    params = trainable(model)
-    if not params:
+    """(x^0, the initial floating-point buffers) of the user's module, flat float32 (start_vectors)."""
+    if not trainable(model):
         raise ConfigError("model: it has no trainable parameter (every requires_grad is False): nothing to federate")
-    x0 = torch.cat([p.detach().float().reshape(-1).cpu() for p in params]).numpy()
-    owned = [b.detach().float().reshape(-1).cpu() for _, _, b in float_buffers(model)]
-    buffers = torch.cat(owned).numpy() if owned else np.zeros(0, np.float32)
-    return x0.astype(np.float32), buffers.astype(np.float32)
+    x0, buffers = start_vectors(model)
+    return x0.numpy(), buffers.numpy()
 
 
 def _recorder(cfg: Config, results: str | Path, model: torch.nn.Module, x0: np.ndarray) -> StopAwareRecorder:

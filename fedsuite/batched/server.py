@@ -1,23 +1,22 @@
-"""The round loops with batch-clients=true. In process: Flower's fit round, its clients trained by the batched
-dispatcher (fedsuite/batched/dispatch.py) instead of one `fit` per proxy. Under `flwr run`: each SuperNode's share of
-the round's clients sent as one message (fedsuite/batched/shares.py), which its ClientApp trains batched. Everything
-else is RecordingServer's."""
+"""The fit rounds of batch-clients=true (docs/running/batched.md), which the composition root (fedsuite/run/compose.py)
+gives the round loop (fedsuite.server.loop.RoundLoop). In process: Flower's fit round, its clients trained by the
+batched dispatcher (fedsuite/batched/dispatch.py) instead of one `fit` per proxy (BatchedRound). Under `flwr run`:
+each SuperNode's share of the round's clients sent as one message (fedsuite/batched/shares.py), which its ClientApp
+trains batched (SharedRound). Both replace only the fit round's exchange; the rest is Flower's fit round."""
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from logging import INFO
 
 from flwr.common import Code
-from flwr.common.logger import log as flwr_log
 
 from fedsuite.batched.dispatch import BatchedDispatcher, Member, flower_results
 from fedsuite.batched.shares import LOST_KEY, pack_instructions, unpack_reply
 from fedsuite.codec.payload import PARTITION_KEY
 from fedsuite.node.app import client_of
-from fedsuite.server.loop import RecordingServer
+from fedsuite.server.loop import FitRound, RoundLoop
 from fedsuite.server.wire import arrays_of
 
 log = logging.getLogger("flwr.fedsuite")
@@ -32,35 +31,13 @@ class LostOnNode(RuntimeError):
     is in the one-message path)."""
 
 
-class _OneRound(RecordingServer):
-    """RecordingServer whose fit round is `exchange(instructions) → (results, failures)`."""
+class BatchedRound(FitRound):
+    """The in-process fit round: all of a round's fit instructions to one BatchedDispatcher."""
 
-    def exchange(self, instructions, server_round: int, timeout: float | None):
-        raise NotImplementedError
-
-    def fit_round(self, server_round: int, timeout: float | None):
-        instructions = self.strategy.configure_fit(
-            server_round=server_round, parameters=self.parameters, client_manager=self.client_manager()
-        )
-        if not instructions:
-            flwr_log(INFO, "configure_fit: no clients selected, cancel")
-            return None
-        flwr_log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(instructions),
-                 self.client_manager().num_available())  # fmt: skip
-        results, failures = self.exchange(instructions, server_round, timeout)
-        flwr_log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
-        parameters, metrics = self.strategy.aggregate_fit(server_round, results, failures)
-        return parameters, metrics, (results, failures)
-
-
-class BatchedServer(_OneRound):
-    """The in-process loop: all of a round's fit instructions to one BatchedDispatcher."""
-
-    def __init__(self, strategy, recorder, remove_client_state: bool = True):
-        super().__init__(strategy, recorder, remove_client_state)
+    def __init__(self):
         self.dispatcher = BatchedDispatcher()
 
-    def exchange(self, instructions, server_round: int, timeout: float | None):
+    def exchange(self, loop: RoundLoop, instructions: list, server_round: int, timeout: float | None):
         members = [
             Member(_builder(proxy, ins), partial(arrays_of, ins.parameters), ins.config,
                    partial(proxy.fit, ins, timeout, server_round))
@@ -69,14 +46,15 @@ class BatchedServer(_OneRound):
         return flower_results(instructions, self.dispatcher.train(members))
 
 
-class SharingServer(_OneRound):
-    """The `flwr run` loop: the instructions routed to one SuperNode go as one share message (a node with one
+class SharedRound(FitRound):
+    """The `flwr run` fit round: the instructions routed to one SuperNode go as one share message (a node with one
     client gets its instruction as it is); the node's reply is split into one reply per client, each checked on its
     own by the strategy. A lost share message is one failure per client it carried."""
 
-    said = False
+    def __init__(self):
+        self.said = False
 
-    def exchange(self, instructions, server_round: int, timeout: float | None):
+    def exchange(self, loop: RoundLoop, instructions: list, server_round: int, timeout: float | None):
         shares: dict[str, list] = {}
         for proxy, ins in instructions:
             shares.setdefault(proxy.cid, []).append((proxy, ins))
@@ -84,7 +62,7 @@ class SharingServer(_OneRound):
             self.said = True
             log.info("fedsuite │ batch-clients: round %d's %d clients in %d message(s), each node's share trained "
                      "there as one batched computation", server_round, len(instructions), len(shares))  # fmt: skip
-        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+        with ThreadPoolExecutor(max_workers=loop.max_workers) as pool:
             answers = list(pool.map(lambda share: _send(share, server_round, timeout), shares.values()))
         return [r for results, _ in answers for r in results], [f for _, failures in answers for f in failures]
 

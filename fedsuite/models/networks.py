@@ -236,6 +236,53 @@ def check_output(net: nn.Module, sample: torch.Tensor, num_classes: int, task: s
                          f"({task}, num_classes={num_classes})")  # fmt: skip
 
 
+def start_vectors(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x^0, the initial buffers) of a built module: its trainable parameters and its floating-point buffers
+    (BatchNorm statistics), each as one flat float32 tensor on the CPU (the buffers empty for a buffer-free model).
+    The one place x^0 is taken from a model: the server's (the suite's seeded model, a user's module for
+    fedsuite.app) and every client's (FedADMM's x̂_i, relaxed initialisation, buffers='local') come from here, so
+    they agree bit for bit."""
+    params = trainable(module)
+    if not params:
+        raise ModelError("the model has no trainable parameter (every requires_grad is False): nothing to federate")
+    x0 = torch.cat([p.detach().reshape(-1).float().cpu() for p in params])
+    owned = [b.detach().reshape(-1).float().cpu() for _, _, b in float_buffers(module)]
+    return x0, torch.cat(owned) if owned else torch.zeros(0)
+
+
+_STARTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # the latest models' start_vectors, oldest first
+_STARTS_KEPT = 2
+_STARTS_LOCK = threading.Lock()  # never held while taking another lock but _INIT_LOCK (seeded_model)
+
+
+def seeded_start(
+    name: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    task: str,
+    seed: int,
+    model_args: dict[str, Any] | str | None = None,
+    inspect_model: Callable[[nn.Module], None] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """start_vectors of the run's model built under torch.manual_seed(seed), the same in every process: made once
+    per process for the latest models (a large model takes a while to build), so an in-process run's server and
+    clients share one copy; read-only, callers copy what they change. `inspect_model(module)`: called on a fresh
+    build first (the server's checks of the model), which it may refuse by raising."""
+    key = (name, repr(model_args), tuple(input_shape), num_classes, task, seed)
+    with _STARTS_LOCK:
+        if key not in _STARTS or inspect_model is not None:
+            net = seeded_model(name, input_shape, num_classes, task, seed, model_args)
+            if inspect_model is not None:
+                inspect_model(net)
+            try:
+                _STARTS[key] = start_vectors(net)
+            except ModelError as err:
+                raise ModelError(f"model={name!r}: {err}") from None
+            while len(_STARTS) > _STARTS_KEPT:
+                del _STARTS[next(iter(_STARTS))]
+        return _STARTS[key]
+
+
 def initial_vector(
     name: str,
     input_shape: tuple[int, ...],
@@ -244,26 +291,8 @@ def initial_vector(
     seed: int,
     model_args: dict[str, Any] | str | None = None,
 ) -> torch.Tensor:
-    """x^0: the flat trainable parameters of the model built under torch.manual_seed(seed)."""
-    net = seeded_model(name, input_shape, num_classes, task, seed, model_args)
-    params = trainable(net)
-    if not params:
-        raise ModelError(f"model={name!r}: the model has no trainable parameter (every requires_grad is False)")
-    return torch.cat([p.detach().reshape(-1) for p in params])
-
-
-def initial_buffers(
-    name: str,
-    input_shape: tuple[int, ...],
-    num_classes: int,
-    task: str,
-    seed: int,
-    model_args: dict[str, Any] | str | None = None,
-) -> torch.Tensor:
-    """The model's floating-point buffers at start, flat float32 (empty for buffer-free models)."""
-    net = seeded_model(name, input_shape, num_classes, task, seed, model_args)
-    bufs = [b.detach().float().reshape(-1) for _, _, b in float_buffers(net)]
-    return torch.cat(bufs) if bufs else torch.zeros(0)
+    """x^0 of the model built under torch.manual_seed(seed) (seeded_start), a fresh copy."""
+    return seeded_start(name, input_shape, num_classes, task, seed, model_args)[0].clone()
 
 
 def loss_function(task: str):

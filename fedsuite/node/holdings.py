@@ -22,7 +22,7 @@ from fedsuite.data.holdout import local_splits
 from fedsuite.data.shape_only import shape_only
 from fedsuite.local.device import pick_device
 from fedsuite.local.loop import LocalData
-from fedsuite.models.networks import FlatModel, initial_buffers, initial_vector, loss_function, seeded_model
+from fedsuite.models.networks import FlatModel, loss_function, seeded_model, seeded_start
 from fedsuite.rules.declared import StateSpec
 from fedsuite.state.store import ClientState
 
@@ -130,7 +130,7 @@ class ClientNode:
     def initial_buffers(self) -> torch.Tensor:
         """The model's floating-point buffers at start (BatchNorm statistics; empty for buffer-free models), the
         same in every process: where buffers='local' clients start from before their first round."""
-        return self._initial("buffers", initial_buffers).to(self.device)
+        return self._start()[1].to(self.device, copy=True)
 
     def client_state(self, specs: Sequence[StateSpec]) -> ClientState:
         """This partition's declared persistent vectors (fedsuite.rules.declared), from the node's store."""
@@ -139,18 +139,14 @@ class ClientNode:
         return ClientState(self.store, self.model.dim, self.device, names=[spec.name for spec in specs])
 
     def initial_x(self) -> torch.Tensor:
-        """x^0, rebuilt from the run seed exactly as the server builds it, once per process (FedADMM's x̂_i and
-        relaxed initialisation's x_i^last start there); a fresh copy each call."""
-        return self._initial("x0", initial_vector).to(self.device, copy=True)
+        """x^0, made by the one function the server makes it with (fedsuite.models.networks.seeded_start), once per
+        process (FedADMM's x̂_i and relaxed initialisation's x_i^last start there); a fresh copy each call."""
+        return self._start()[0].to(self.device, copy=True)
 
-    def _initial(self, what: str, build) -> torch.Tensor:
-        """`build(model, input shape, classes, task, seed, model args)` of this run's model, once per process."""
-        key = (what, *self._model_key())
-        with _CACHE_LOCK:
-            if key not in _MODELS:
-                cfg, ds = self.cfg, self.shapes
-                _MODELS[key] = build(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
-            return _MODELS[key]
+    def _start(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x^0, the initial buffers) of this run's model, as the server has them."""
+        cfg, ds = self.cfg, self.shapes
+        return seeded_start(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
 
     def generator(self, server_round: int) -> torch.Generator:
         """Minibatch order and augmentation: a function of (seed, round, partition) only."""

@@ -12,10 +12,10 @@ lost to the machinery (an exception outside the client's own fit, which fedsuite
 error reply) raises LostClient: a test never passes on a silently smaller cohort. Tests and studies watch a run
 through round observers (fedsuite.server.observers), never by replacing strategy methods.
 
-With secagg=true the rounds run SecAgg+'s arithmetic without its protocol (`SecureSumServer`): each client's
-upload is weighted, clipped and quantised with the rounding draws its SuperNode's secaggplus_mod would use, the
-integers are summed modulo 2**32 and the cohort's mean taken back out (fedsuite.privacy.secagg), so the final model
-is the one a `flwr run` with SecAgg+ ends with, byte for byte.
+The run is put together by the composition root (fedsuite/run/compose.py) from the suite's plan
+(fedsuite.server.app.build_plan), as the ServerApp's is: the same strategy, and the same round loop with the fit round
+of this engine. With secagg=true the rounds run SecAgg+'s arithmetic without its protocol
+(fedsuite/run/secagg_arithmetic.py), so the final model is the one a `flwr run` with SecAgg+ ends with, byte for byte.
 """
 
 from __future__ import annotations
@@ -24,23 +24,18 @@ import random
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
 from flwr.app import RecordDict
-from flwr.common import Code, Context, GetPropertiesRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import Code, Context, GetPropertiesRes, Status
 from flwr.server.client_proxy import ClientProxy
 
-from fedsuite.batched.notice import say_unbatched
-from fedsuite.batched.server import BatchedServer, SharingServer
 from fedsuite.config.run_config import resolve
 from fedsuite.data import with_data_clients
-from fedsuite.node.app import client_fn, noise_secret
-from fedsuite.privacy.secagg import SecAggSettings, quantize_upload, rounding_seed, secure_mean
+from fedsuite.node.app import client_fn
+from fedsuite.run.compose import Engine, compose_run
 from fedsuite.server import direct_calls
 from fedsuite.server.adapter import RuleStrategy
-from fedsuite.server.app import build_plan, build_strategy
-from fedsuite.server.loop import RecordingServer
+from fedsuite.server.app import build_plan
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server.secure import SecureAggregationHalted
 from fedsuite.state.store import DiskStore
 
 
@@ -75,48 +70,6 @@ class InProcessProxy(ClientProxy):
 
     def reconnect(self, ins, timeout, group_id):
         return GetPropertiesRes(Status(Code.OK, ""), {})
-
-
-class SecureSumServer(RecordingServer):
-    """The round loop with SecAgg+'s arithmetic in place of its protocol (secagg=true, module docstring): the
-    strategy gets what Flower's SecAggPlusWorkflow would hand it, every FitRes holding the cohort's mean. A round
-    with fewer replies than the reconstruction threshold (or than two) is given up as the workflow gives it up."""
-
-    def __init__(self, strategy, recorder, settings: SecAggSettings, seed: int, remove_client_state: bool = True):
-        super().__init__(strategy, recorder, remove_client_state)
-        self.settings, self.seed = settings, seed
-
-    def fit_round(self, server_round: int, timeout: float | None):
-        strategy = self.strategy
-        instructions = strategy.configure_fit(server_round, self.parameters, self.client_manager())
-        if not instructions:
-            return None
-        results, failures, quantized = [], [], []
-        saved = np.random.get_state()  # a client seeds NumPy's generator for its rounding draws
-        try:
-            for proxy, ins in instructions if len(instructions) >= 2 else ():
-                try:
-                    res = proxy.fit(ins, timeout, str(server_round))
-                except Exception as err:  # a refused upload (fedsuite.privacy.secagg_client): dropped from the sum
-                    failures.append(err)
-                    continue
-                secret = noise_secret(proxy.context.node_config)
-                seed = rounding_seed(self.seed, server_round, int(res.metrics["partition-id"]), secret)
-                quantized.append(quantize_upload(parameters_to_ndarrays(res.parameters), res.num_examples,
-                                                 self.settings, seed))  # fmt: skip
-                results.append((proxy, res))
-        finally:
-            np.random.set_state(saved)
-        needed = max(2, self.settings.reconstruction_threshold(len(instructions)))
-        if len(results) < needed:
-            halted = SecureAggregationHalted(f"{len(results)} of {len(instructions)} clients left, {needed} needed")
-            strategy.aggregate_fit(server_round, [], [*failures, halted])
-            return None
-        mean = ndarrays_to_parameters(secure_mean(quantized, self.settings))
-        for _, res in results:
-            res.parameters = mean
-        parameters, metrics = strategy.aggregate_fit(server_round, results, failures)
-        return parameters, metrics, (results, failures)
 
 
 def node_contexts(run_config: Mapping, num_nodes: int, run_id: int = 0,
@@ -157,25 +110,12 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     instead of handing the round's clients to the batched dispatcher directly."""
     cfg = with_data_clients(resolve(run_config))
     run_id = new_run_id() if run_id is None else run_id
-    plan = build_plan(cfg, record=record, run_id=run_id)
-    plan.query_workers = 1  # every exchange one client at a time: deterministic, no lost replies
-    if not messages:  # the dispatcher takes the whole round: no node carries a block of it
-        plan.shares = 0
-    strategy = build_strategy(cfg, plan, [Strict(), *observers])
-    secagg = cfg.secagg
-    if secagg.on:
-        say_unbatched(cfg, "secagg=true sums each client's upload as it arrives")
-        server = SecureSumServer(strategy, plan.recorder, secagg, cfg.seed, remove_client_state=not keep_client_state)
-    elif cfg.batching.clients and messages:  # each node's share of a round in one message, as under flwr run
-        server = SharingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
-    elif cfg.batching.clients:  # a round's clients trained as stacked groups (docs/running/batched.md)
-        server = BatchedServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
-    else:
-        server = RecordingServer(strategy, plan.recorder, remove_client_state=not keep_client_state)
-    server.set_max_workers(1)
+    engine = Engine.local(messages=messages, keep_client_state=keep_client_state)
+    run = compose_run(cfg, build_plan(cfg, record=record, run_id=run_id), engine, [Strict(), *observers])
+    loop = run.loop
     if cfg.run_control.client_mapping == "fixed":
         num_nodes = cfg.num_clients
     for context in node_contexts(run_config, num_nodes, run_id, node_configs):
-        server.client_manager().register(InProcessProxy(str(context.node_id), context))
-    server.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
-    return strategy
+        loop.client_manager().register(InProcessProxy(str(context.node_id), context))
+    loop.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
+    return run.strategy

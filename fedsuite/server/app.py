@@ -1,38 +1,37 @@
-"""Flower ServerApp: resolve the run config → build dataset, evaluator, sampler, results folder → the algorithm's
-server rule (registry) → the Flower strategy made from it (fedsuite.server.adapter) → Flower's round loop
-(fedsuite.server.loop), whose fit exchange is Flower's SecAgg+ workflow when the run aggregates securely
-(secagg=true, fedsuite.server.secure)."""
+"""Flower ServerApp: resolve the run config → the suite's run plan (build_plan: dataset, x⁰ of the model the config
+names, evaluator, sampler, results folder, client-state plan, a checkpoint to resume) → the composition root
+(fedsuite/run/compose.py), which builds the algorithm's server rule, its round stages, the Flower strategy made from
+them and the round loop. The in-process engine (fedsuite/run/inprocess.py) builds its runs the same way."""
 
 from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.common import Context
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import ServerApp, ServerAppComponents
 
-from fedsuite.batched.notice import say_unbatched, why_not_shared
-from fedsuite.batched.server import SharingServer
 from fedsuite.config.run_config import Config, ConfigError, resolve
 from fedsuite.data import client_partition, server_dataset, with_data_clients
 from fedsuite.evaluation.data_checks import check_evaluation_data
 from fedsuite.evaluation.metrics import Evaluator, validation_evaluator
 from fedsuite.local.device import pick_device
-from fedsuite.models.networks import check_output, float_buffers, seeded_model, trainable
+from fedsuite.models.networks import check_output, seeded_start
 from fedsuite.privacy.model_checks import model_refusals
 from fedsuite.results import checkpoint
 from fedsuite.results.folder import default_run_name
 from fedsuite.results.tracking import launch_group, tracking_observers
+from fedsuite.run.compose import Engine, compose_run
 from fedsuite.server.adapter import RuleStrategy
-from fedsuite.server.compose import batch_shares, compose_strategy, run_plan
-from fedsuite.server.loop import RecordingServer, StopAwareRecorder, watch_flower_exit
+from fedsuite.server.compose import run_plan
+from fedsuite.server.loop import StopAwareRecorder, watch_flower_exit
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.plan import RunPlan
-from fedsuite.server.secure import SecureServer
 from fedsuite.state import store as state
 from fedsuite.state.host_memory import reuse_host_memory
 from fedsuite.state.plan import StatePlan, state_plan
@@ -51,35 +50,36 @@ def check_model(cfg: Config, dataset) -> None:
     initial_state(cfg, dataset)
 
 
-_INITIAL: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+_CHECKED: list[tuple] = []  # the run config whose model was last checked in this process
 
 
 def initial_state(cfg: Config, dataset) -> tuple[np.ndarray, np.ndarray]:
-    """(x^0, the initial buffers) as float32 arrays, from one build of the model under the run seed, checked first
-    (check_model); kept per process for the latest model, as a large model takes a while to build."""
+    """(x^0, the initial buffers) as read-only float32 arrays, made by the one function every client makes them with
+    (fedsuite.models.networks.seeded_start, once per process); the model checked first (check_model) when this run
+    config's was not the last one checked."""
     ds = dataset
     key = (cfg.model, cfg.model_args, ds.name, ds.input_shape, ds.num_classes, ds.task, cfg.seed,
            cfg.privacy.mode, cfg["buffers"], cfg["dp-sgd"])  # fmt: skip
-    if key not in _INITIAL:
-        net = seeded_model(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args)
-        source = ds.test if len(ds.test) else ds.train  # a dataset without a test set (federated evaluation)
-        sample = ds.features(source, np.arange(min(2, len(source))), "cpu")
-        check_output(net, sample, ds.num_classes, ds.task, cfg.model)
-        if refusals := model_refusals(cfg, net):  # privacy that this model cannot serve (docs/privacy.md)
-            raise ConfigError("; ".join(refusals))
-        x0 = torch.cat([p.detach().reshape(-1) for p in trainable(net)]).numpy().astype(np.float32)
-        owned = [b.detach().float().reshape(-1) for _, _, b in float_buffers(net)]
-        buffers = torch.cat(owned).numpy().astype(np.float32) if owned else np.zeros(0, np.float32)
-        _INITIAL.clear()
-        _INITIAL[key] = (x0, buffers)
-    return _INITIAL[key]
+    inspect = None if key in _CHECKED else partial(_check_built, cfg, ds)
+    x0, buffers = seeded_start(cfg.model, ds.input_shape, ds.num_classes, ds.task, cfg.seed, cfg.model_args, inspect)
+    _CHECKED[:] = [key]
+    return _read_only(x0.numpy()), _read_only(buffers.numpy())
 
 
-def averaged_buffers(cfg: Config, dataset) -> np.ndarray | None:
-    """The model's initial buffers when the server averages them (buffers='average'), else None (none, or kept by
-    the clients)."""
-    buffers = initial_state(cfg, dataset)[1]
-    return buffers.copy() if cfg.buffers == "average" and buffers.size else None
+def _check_built(cfg: Config, dataset, net) -> None:
+    """ModelError unless `net` maps two test samples to outputs that fit the data; ConfigError for privacy this
+    model cannot serve (docs/privacy.md)."""
+    source = dataset.test if len(dataset.test) else dataset.train  # a dataset without a test set (federated evaluation)
+    sample = dataset.features(source, np.arange(min(2, len(source))), "cpu")
+    check_output(net, sample, dataset.num_classes, dataset.task, cfg.model)
+    if refusals := model_refusals(cfg, net):
+        raise ConfigError("; ".join(refusals))
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def results_folder(cfg: Config) -> Path:
@@ -115,6 +115,9 @@ def claim_client_state(root: Path, state_key: int, results: Path | None) -> None
 
 
 def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
+    """The suite's plan of a run of `cfg` (the composition root, fedsuite/run/compose.py, builds the rest): x⁰ of the
+    model the config names, checked first; the dataset's central evaluation; with `record`, the results folder; the
+    run's client-state folder, claimed for it; the checkpoint to resume from."""
     run = cfg.run_control
     reuse_host_memory(run.reuse_host_memory)  # the server's process (in process: the clients' too)
     resume = checkpoint.load(resume_folder(cfg)) if run.resume_from else None
@@ -126,49 +129,46 @@ def build_plan(cfg: Config, record: bool = True, run_id: int = 0) -> RunPlan:
     parts = client_partition(cfg, dataset) if cfg.data.on_server else None
     check_evaluation_data(cfg, dataset)  # a validation split or federated test that no client holds: say so now
     device = pick_device(run.device)
-    client_state = client_plan(cfg, dataset)
-    if client_state.holds:
-        log.info("fedsuite │ %s", client_state.describe())
-    state_root = client_state.root(run_id)
-    state_key = resume.state_key if resume is not None and resume.state_key is not None else run_id
-    if state_root is not None:  # a run uses only its own client state (before a resume restores any file)
-        claim_client_state(state_root, state_key, results_folder(cfg) if record else None)
-    if resume is not None and state_root is not None:  # before the recorder drops the rows past the checkpoint
-        checkpoint.check_node_held_state(resume, checkpoint.recorded_rounds(resume_folder(cfg)))
+    state_root, state_key = client_state_folder(cfg, dataset, run_id, resume, record)
     recorder = None
     if record:
-        folder = results_folder(cfg)
         meta = run_meta(cfg, dataset, parts, x0, device)
         meta.update(run_id=run_id, client_state_dir=str(state_root) if state_root else None)  # for the reaper
-        recorder = StopAwareRecorder(folder, dict(cfg), meta, cfg.targets, run.num_rounds, cfg.output.overwrite,
-                                     resume.rows if resume else None, cfg.evaluation.target_column,
-                                     initial_model=x0)  # fmt: skip
-        log.info("fedsuite │ results → %s", folder)
+        recorder = StopAwareRecorder(results_folder(cfg), dict(cfg), meta, cfg.targets, run.num_rounds,
+                                     cfg.output.overwrite, resume.rows if resume else None,
+                                     cfg.evaluation.target_column, initial_model=x0)  # fmt: skip
+        log.info("fedsuite │ results → %s", recorder.folder)
     log.info(
         "fedsuite │ %s on %s │ model %s, d=%d │ %d clients, %s │ %s │ %d rounds │ device %s",
         cfg["algorithm"], cfg["dataset"], cfg.model, x0.size, cfg["num-clients"], _partition_text(cfg),
         _sampling_text(cfg), cfg["num-server-rounds"], device,
     )  # fmt: skip
-    return run_plan(
-        cfg,
-        x0,
-        evaluate=central_evaluator(cfg, dataset, device),
-        validate=validation_evaluator(cfg, dataset, device),
-        recorder=recorder,
-        client_state_root=state_root,
-        shares=batch_shares(cfg, initial_state(cfg, dataset)[1].size > 0),
-        run_id=run_id,
-        state_key=state_key,
-        start_round=resume.server_round if resume else 0,
-        resume=resume,
-    )
+    return run_plan(cfg, x0, initial_state(cfg, dataset)[1], evaluate=central_evaluator(cfg, dataset, device),
+                    validate=validation_evaluator(cfg, dataset, device), recorder=recorder,
+                    client_state_root=state_root, run_id=run_id, state_key=state_key,
+                    start_round=resume.server_round if resume else 0, resume=resume)  # fmt: skip
+
+
+def client_state_folder(cfg: Config, dataset, run_id: int, resume, record: bool) -> tuple[Path | None, int]:
+    """(the run's client-state folder or None, its state key): claimed for this run before a resume restores any
+    file, and a resume's node-held state checked before the recorder drops the rows past the checkpoint."""
+    client_state = client_plan(cfg, dataset)
+    if client_state.holds:
+        log.info("fedsuite │ %s", client_state.describe())
+    state_root = client_state.root(run_id)
+    state_key = resume.state_key if resume is not None and resume.state_key is not None else run_id
+    if state_root is not None:  # a run uses only its own client state
+        claim_client_state(state_root, state_key, results_folder(cfg) if record else None)
+    if resume is not None and state_root is not None:
+        checkpoint.check_node_held_state(resume, checkpoint.recorded_rounds(resume_folder(cfg)))
+    return state_root, state_key
 
 
 def build_strategy(cfg: Config, plan: RunPlan, observers: list[RoundObserver] | tuple = ()) -> RuleStrategy:
-    """The algorithm's server rule as a Flower strategy for `plan`, set to the checkpoint's state when the run
-    resumes; under secure aggregation (secagg=true) it takes every FitRes as holding the cohort's mean."""
-    strategy = compose_strategy(cfg, plan, observers, averaged_buffers(cfg, server_dataset(cfg)))
-    return strategy
+    """The algorithm's server rule as a Flower strategy for `plan` (the composition root's, without a round loop),
+    set to the checkpoint's state when the run resumes; under secure aggregation (secagg=true) it takes every FitRes
+    as holding the cohort's mean."""
+    return compose_run(cfg, plan, Engine(), observers).strategy
 
 
 def resume_folder(cfg: Config) -> Path:
@@ -241,18 +241,7 @@ def server_fn(context: Context) -> ServerAppComponents:
     watch_flower_exit(plan.recorder)  # `flwr stop`, a signal: recorded, though no exception reaches this thread
     # trackers here, not in build_strategy: in-process runs (simulation.experiment) add their own
     trackers = tracking_observers(cfg, plan.recorder.folder, launch_group())
-    strategy = build_strategy(cfg, plan, trackers)
-    secagg = cfg.secagg
-    if plan.shares:  # batch-clients=true: each node's share of a round in one message, trained there batched
-        server = SharingServer(strategy, plan.recorder)
-    else:
-        say_unbatched(cfg, why_not_shared(cfg, initial_state(cfg, server_dataset(cfg))[1].size > 0))
-        server = SecureServer(strategy, plan.recorder, secagg, context) if secagg.on else RecordingServer(
-            strategy, plan.recorder)  # fmt: skip
-    return ServerAppComponents(
-        server=server,
-        config=ServerConfig(num_rounds=cfg.run_control.num_rounds, round_timeout=cfg.run_control.round_timeout or None),
-    )
+    return compose_run(cfg, plan, Engine(context=context), trackers).components()
 
 
 app = ServerApp(server_fn=server_fn)

@@ -1,8 +1,8 @@
-"""The composition root of a run's server side: one function builds the plan of a run from its resolved config and
-the pieces that differ by surface, and one builds the strategy from the plan. The suite's ServerApp and the
-in-process engine (fedsuite/server/app.py: x⁰ and evaluation from the run's dataset, its results folder, its
-client-state plan, a checkpoint to resume) and `fedsuite.app` (fedsuite/app/server.py: x⁰ and evaluation from
-the user's model) both go through here, so what a run reads from its config is written once.
+"""The server-side pieces of a run that the composition root (fedsuite/run/compose.py) puts together: the plan of a run
+from its resolved config and the pieces that differ by surface, and the strategy from the plan. The suite's ServerApp
+and the in-process engine (fedsuite/server/app.py: x⁰ and evaluation from the run's dataset, its results folder, its
+client-state plan, a checkpoint to resume) and `fedsuite.app` (fedsuite/app/server.py: x⁰ and evaluation from the
+user's model) both go through here, so what a run reads from its config is written once.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.server.stages import server_stages
 
 
-def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
-    """The plan of a run with resolved config `cfg` (a fedsuite.config.run_config.Config) starting from `initial_x`:
-    every field
-    the config decides, then `pieces` (evaluate, validate, recorder, the client-state folder and keys, a checkpoint
-    to resume, client_mapping) as the surface provides them."""
+def run_plan(cfg, initial_x: np.ndarray, initial_buffers: np.ndarray | None = None, **pieces: Any) -> RunPlan:
+    """The plan of a run with resolved config `cfg` (a fedsuite.config.run_config.Config) starting from `initial_x`
+    and the model's `initial_buffers` (fedsuite.models.networks.start_vectors): every field the config decides, then
+    `pieces` (evaluate, validate, recorder, the client-state folder and keys, a checkpoint to resume, client_mapping)
+    as the surface provides them."""
+    has_buffers = initial_buffers is not None and initial_buffers.size > 0
     run, evaluation = cfg.run_control, cfg.evaluation
     decided = dict(
         settings=rule_settings(cfg, initial_x),
@@ -43,9 +44,10 @@ def run_plan(cfg, initial_x: np.ndarray, **pieces: Any) -> RunPlan:
         divergence_factor=run.divergence_factor,
         algorithm=cfg.algorithm,
         client_mapping=run.client_mapping,
-        shares=batch_shares(cfg),
+        shares=batch_shares(cfg, has_buffers),
         checkpoint_every=run.checkpoint_every,
         run_config=dict(cfg),
+        initial_buffers=initial_buffers,
     )
     return RunPlan(**{**decided, **pieces})
 
@@ -76,18 +78,24 @@ def server_privacy(cfg, rule, buffers: np.ndarray | None) -> ServerPrivacy | Non
                          cfg.local.steps)  # fmt: skip
 
 
+def averaged_buffers(cfg, plan: RunPlan) -> np.ndarray | None:
+    """The model's initial buffers when the server averages them (buffers='average'), else None (none, or kept by
+    the clients)."""
+    return plan.initial_buffers.copy() if cfg.buffers == "average" and plan.has_buffers else None
+
+
 def compose_strategy(
     cfg,
     plan: RunPlan,
     observers: Iterable[RoundObserver] = (),
-    buffers: np.ndarray | None = None,
     strategy_class: type[RuleStrategy] = RuleStrategy,
     **strategy_args: Any,
 ) -> RuleStrategy:
-    """The algorithm's server rule as a Flower strategy (`strategy_class`) for `plan`; `buffers`: the model's initial
-    buffers when the server averages them. Set to the checkpoint's state when the plan resumes one."""
+    """The algorithm's server rule as a Flower strategy (`strategy_class`) for `plan`, with the run's round stages and
+    the model's buffers when the server averages them. Set to the checkpoint's state when the plan resumes one."""
     rule = registry.build_rule(cfg, plan.settings)
     warn_if_seeded(cfg)  # reproducible DP noise is not private: said once per run (docs/privacy.md)
+    buffers = averaged_buffers(cfg, plan)
     privacy = server_privacy(cfg, rule, buffers)
     strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting, privacy=privacy,
                               stages=server_stages(cfg, privacy), **strategy_args)  # fmt: skip

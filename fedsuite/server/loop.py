@@ -1,8 +1,13 @@
-"""Flower's round loop for a RuleStrategy, and the truth about how it ended.
+"""fedsuite's one round loop over a RuleStrategy, and the truth about how it ended.
 
 Whatever ends the run early is written to summary.json before it propagates (a strategy's RunAborted has written its
 own status; any other exception is `failed`, an interruption `interrupted`), so a results folder never says
 `running` about a run that has stopped. A resumed run starts after the checkpoint's round.
+
+How a round's clients are trained is the loop's fit round (FitRound, below: Flower's own), which the composition root
+(fedsuite/run/compose.py) picks for the run: SecAgg+'s workflow (fedsuite/server/secure.py), the batched engine's
+dispatcher or share messages (fedsuite/batched/server.py), the in-process secure sum
+(fedsuite/run/secagg_arithmetic.py).
 
 Stops from outside the ServerApp (docs/reliability.md#how-a-stop-is-recorded): Flower ends its simulation process
 from the main thread (`flwr stop <run-id>` makes it send itself SIGINT), while the ServerApp runs in another thread
@@ -18,9 +23,12 @@ import shutil
 import sys
 import threading
 import time
+from logging import INFO
 
+from flwr.common.logger import log as flwr_log
 from flwr.server import History, Server
 from flwr.server.client_manager import SimpleClientManager
+from flwr.server.server import fit_clients
 
 from fedsuite.results.folder import RunRecorder
 from fedsuite.run.stop_note import stop_note
@@ -32,15 +40,48 @@ from fedsuite.state import store as state
 log = logging.getLogger("flwr.fedsuite")
 
 
-class RecordingServer(Server):
-    """Flower's round loop, plus: whatever ends the run early is written to summary.json before it propagates
-    (a strategy's RunAborted has written its own status; any other exception is `failed`, an interruption
-    `interrupted`), so a results folder never says `running` about a run that has stopped."""
+class FitRound:
+    """Flower's own fit round (flwr.server.Server.fit_round): the strategy's fit instructions, each sent as its own
+    message on Flower's thread pool, the replies to `aggregate_fit`. An engine that reaches its clients another way
+    replaces `exchange`, or the whole round (`run`)."""
 
-    def __init__(self, strategy, recorder, remove_client_state: bool = True):
+    def run(self, loop: RoundLoop, server_round: int, timeout: float | None):
+        """One fit round of `loop`: (parameters, metrics, (results, failures)), or None when no client was sampled."""
+        manager = loop.client_manager()
+        instructions = loop.strategy.configure_fit(server_round=server_round, parameters=loop.parameters,
+                                                   client_manager=manager)  # fmt: skip
+        if not instructions:
+            flwr_log(INFO, "configure_fit: no clients selected, cancel")
+            return None
+        flwr_log(INFO, "configure_fit: strategy sampled %s clients (out of %s)", len(instructions),
+                 manager.num_available())  # fmt: skip
+        results, failures = self.exchange(loop, instructions, server_round, timeout)
+        flwr_log(INFO, "aggregate_fit: received %s results and %s failures", len(results), len(failures))
+        parameters, metrics = loop.strategy.aggregate_fit(server_round, results, failures)
+        return parameters, metrics, (results, failures)
+
+    def exchange(self, loop: RoundLoop, instructions: list, server_round: int, timeout: float | None):
+        """(results, failures) of the round's instructions: one message per client, as Flower sends them."""
+        return fit_clients(client_instructions=instructions, max_workers=loop.max_workers, timeout=timeout,
+                           group_id=server_round)  # fmt: skip
+
+
+class RoundLoop(Server):
+    """The round loop of every surface: rounds from the checkpoint's on, central and federated evaluation, the
+    round's row; and whatever ends the run early written to summary.json before it propagates (module docstring).
+
+    A subclass of Flower's Server because Flower's API forces one: a legacy ServerApp replaces Flower's loop only
+    through ServerAppComponents(server=...), which takes a Server and calls its `fit`. Everything that differs by
+    engine is the `fit_round` policy it delegates each round's training to (FitRound), not another subclass."""
+
+    def __init__(self, strategy, recorder, fit_round: FitRound | None = None, remove_client_state: bool = True):
         super().__init__(client_manager=SimpleClientManager(), strategy=strategy)
         self.recorder = recorder
+        self.round_policy = fit_round or FitRound()
         self.remove_client_state = remove_client_state
+
+    def fit_round(self, server_round: int, timeout: float | None):
+        return self.round_policy.run(self, server_round, timeout)
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
@@ -156,7 +197,7 @@ def watch_flower_exit(recorder: StopAwareRecorder) -> None:
 
 def record_flower_exit(recorder: StopAwareRecorder, code: int | None) -> None:
     """Flower is ending the process with exit code `code` (None: unknown). Where the ServerApp runs in this same
-    thread (a deployment's flwr-serverapp), the SystemExit that follows reaches RecordingServer.fit, which records
+    thread (a deployment's flwr-serverapp), the SystemExit that follows reaches RoundLoop.fit, which records
     it; else (the simulation's ServerApp thread) it is recorded here."""
     if threading.get_ident() == recorder.thread:
         return

@@ -1,4 +1,6 @@
-"""What the Flower side of the server reads from the run config (built by fedsuite.server.app)."""
+"""What the Flower side of the server reads from the run config: a run's plan, made by fedsuite.server.compose.run_plan
+for every surface (the suite's from its dataset, fedsuite/server/app.py; a user's app from their model,
+fedsuite/app/server.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ from fedsuite.server.sampling import Sampler
 
 def rule_settings(cfg, initial_x: np.ndarray) -> RuleSettings:
     """What a server rule reads from the run config `cfg` (a fedsuite.config.run_config.Config), starting from
-    `initial_x`: the
-    one place both the suite's ServerApp and fedsuite.app build it."""
+    `initial_x`: the one place both the suite's ServerApp and fedsuite.app build it."""
     poisson_dp = cfg.privacy.on and cfg.sampling.mode == "bernoulli"
     expected = cfg.sampling.participation * cfg.sampling.num_clients if poisson_dp else None
     return RuleSettings(initial_x=initial_x, sampler=Sampler.of_run(cfg), lr=cfg.local.lr,
@@ -53,6 +54,7 @@ class RunPlan:
     run_config: dict[str, Any] = field(default_factory=dict)  # the resolved run config, stored in checkpoints
     start_round: int = 0  # the checkpoint's round when resuming: rounds start after it
     resume: Any = None  # the fedsuite.results.checkpoint.Checkpoint to resume from
+    initial_buffers: np.ndarray | None = None  # the model's floating-point buffers at start (None or empty: none)
 
     def evaluation_due(self, server_round: int) -> bool:
         """Rounds that are evaluated: 0 (central only), every eval-every rounds, the last."""
@@ -61,6 +63,11 @@ class RunPlan:
     @property
     def initial_x(self) -> np.ndarray:
         return self.settings.initial_x
+
+    @property
+    def has_buffers(self) -> bool:
+        """Whether the model has floating-point buffers (BatchNorm statistics)."""
+        return self.initial_buffers is not None and self.initial_buffers.size > 0
 
     @property
     def sampler(self) -> Sampler:

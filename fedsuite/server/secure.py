@@ -1,6 +1,7 @@
 """Secure aggregation on the server (secagg=true, docs/privacy-secagg.md): fedsuite's round loop
-(fedsuite.server.loop.RecordingServer: central and federated evaluation, the round's row, checkpoints, the honest
-ending) with each round's fit exchange run by Flower's SecAggPlusWorkflow.
+(fedsuite.server.loop.RoundLoop: central and federated evaluation, the round's row, checkpoints, the honest ending)
+with each round's fit exchange run by Flower's SecAggPlusWorkflow (SecAggPlusRound, the loop's fit round under
+`flwr run` with secagg=true, fedsuite/run/compose.py).
 
 The workflow asks the strategy for the round's fit instructions (`configure_fit`), runs the four SecAgg+ stages
 with the sampled SuperNodes, and hands `aggregate_fit` the FitRes of every client whose masked vector entered the
@@ -21,7 +22,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 
 from fedsuite.privacy.secagg import SecAggSettings
-from fedsuite.server.loop import RecordingServer
+from fedsuite.server.loop import FitRound, RoundLoop
 
 
 class SecureAggregationHalted(RuntimeError):
@@ -29,7 +30,9 @@ class SecureAggregationHalted(RuntimeError):
 
 
 class RoundWorkflow(SecAggPlusWorkflow):
-    """Flower's SecAgg+ workflow for one round, which also tells the strategy about a round it had to give up."""
+    """Flower's SecAgg+ workflow for one round, which also tells the strategy about a round it had to give up. A
+    subclass because Flower's workflow says nothing when a stage fails: the halted round has to be caught between
+    its stages, which only its `__call__` sees."""
 
     def __call__(self, grid, context: LegacyContext) -> None:
         state = WorkflowState()
@@ -49,32 +52,34 @@ class RoundWorkflow(SecAggPlusWorkflow):
         context.strategy.aggregate_fit(server_round, [], [*state.failures, reason])
 
 
-class SecureServer(RecordingServer):
-    """RecordingServer whose fit exchange is Flower's SecAgg+ workflow (module docstring). `context`: the
-    ServerApp's Context (run id and run config for the workflow's LegacyContext)."""
+class SecAggPlusRound(FitRound):
+    """The fit round whose exchange is Flower's SecAgg+ workflow (module docstring). `context`: the ServerApp's
+    Context (run id and run config for the workflow's LegacyContext)."""
 
-    def __init__(self, strategy, recorder, settings: SecAggSettings, context: Context,
-                 remove_client_state: bool = True):  # fmt: skip
-        super().__init__(strategy, recorder, remove_client_state)
+    def __init__(self, settings: SecAggSettings, context: Context):
         self.settings, self.context = settings, context
 
-    def fit_round(self, server_round: int, timeout: float | None):
-        context = LegacyContext(Context(self.context.run_id, self.context.node_id, dict(self.context.node_config),
-                                        RecordDict(), dict(self.context.run_config)),
-                                strategy=self.strategy, client_manager=self.client_manager())  # fmt: skip
+    def run(self, loop: RoundLoop, server_round: int, timeout: float | None):
+        run = self.context
+        context = LegacyContext(Context(run.run_id, run.node_id, dict(run.node_config), RecordDict(),
+                                        dict(run.run_config)),
+                                strategy=loop.strategy, client_manager=loop.client_manager())  # fmt: skip
         context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: server_round})
-        context.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(self.parameters, True)
+        context.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(loop.parameters, True)
         (shares, threshold), keywords = self.settings.workflow_args()
-        RoundWorkflow(shares, threshold, timeout=timeout, **keywords)(self._grid(), context)
+        RoundWorkflow(shares, threshold, timeout=timeout, **keywords)(_grid(loop), context)
         parameters = compat.arrayrecord_to_parameters(context.state.array_records[MAIN_PARAMS_RECORD], True)
         return parameters, {}, ([], [])
 
-    def _grid(self):
-        """The Grid the SuperNodes are reached through: Flower's legacy client proxies carry it."""
-        manager = self.client_manager()
-        manager.wait_for(1, timeout=int(self.strategy.plan.node_wait_seconds))
-        for proxy in manager.all().values():
-            if getattr(proxy, "grid", None) is not None:
-                return proxy.grid
-        raise RuntimeError("secagg=true needs Flower's Grid (a ServerApp run by `flwr run` or a SuperLink); the "
-                           "in-process engine runs SecAgg+'s arithmetic instead (fedsuite.run.inprocess)")  # fmt: skip
+
+def _grid(loop: RoundLoop):
+    """The Grid the SuperNodes are reached through: Flower's legacy client proxies carry it."""
+    manager = loop.client_manager()
+    manager.wait_for(1, timeout=int(loop.strategy.plan.node_wait_seconds))
+    for proxy in manager.all().values():
+        if getattr(proxy, "grid", None) is not None:
+            return proxy.grid
+    raise RuntimeError(
+        "secagg=true needs Flower's Grid (a ServerApp run by `flwr run` or a SuperLink); the "
+        "in-process engine runs SecAgg+'s arithmetic instead (fedsuite/run/secagg_arithmetic.py)"
+    )
