@@ -1,6 +1,16 @@
-"""Compression of what a round sends, without Flower: the compressors (top-k, random-k, QSGD, scaled sign, none)
-behind one interface (`base.Compressor`), the bit packing their bytes use, error feedback (classic and EF21) as
-state-in, state-out functions, and the registry that builds a compressor from its settings."""
+"""Compression of what a round sends, without Flower (docs/developer/architecture.md, Round stages: a client stage
+compresses what leaves, a server stage decodes). One job per module:
+
+    base      the `Compressor` interface (compress → `Encoded` bytes, decompress, apply, encoded_bytes, unbiased,
+              omega), the shared checks, and `Identity` (`none`)
+    bits      bit packing of n-bit unsigned integers, float32 fields as bytes
+    topk      `TopK` (`topk`): the k largest magnitudes, indices bit-packed at ceil(log2 d) bits
+    randk     `RandK` (`randk`): k coordinates from a shared seed, only the values travel; scaled by d/k or not
+    qsgd      `QSGD` (`qsgd`): unbiased stochastic quantization to s levels
+    sign      `ScaledSign` (`sign`): one bit per coordinate and the mean magnitude
+    feedback  error feedback, classic and EF21, as state-in, state-out functions over named tensors
+    registry  the compressors by name, built from `CompressionSettings`
+"""
 
 from fedsuite.compression.base import Compressor, Encoded, Identity
 from fedsuite.compression.feedback import FeedbackStep, ef21_server_step, ef21_state, ef21_step, ef_state, ef_step

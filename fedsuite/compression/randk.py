@@ -30,7 +30,10 @@ def draw_seed(generator: torch.Generator) -> int:
 def random_indices(seed: int, d: int, k: int, device: torch.device) -> torch.Tensor:
     """The k coordinates (ascending) of a d-vector that `seed` chooses, uniformly among the k-subsets."""
     chosen = np.random.Generator(np.random.PCG64(seed)).choice(d, size=k, replace=False, shuffle=False)
-    return torch.from_numpy(np.sort(chosen).astype(np.int64)).to(device)
+    indices = torch.from_numpy(np.sort(chosen).astype(np.int64))
+    if device.type == "cuda":  # from pinned memory the copy is queued, not waited for
+        return indices.pin_memory().to(device, non_blocking=True)
+    return indices.to(device)
 
 
 class RandK(Compressor):
