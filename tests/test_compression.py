@@ -5,7 +5,9 @@ trips), the byte-size formulas, the one-line refusals, determinism, and error fe
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +48,17 @@ def vector(d: int, seed: int = 1, dtype=torch.float32) -> torch.Tensor:
 def draws(compressor, x: torch.Tensor, n: int = DRAWS) -> torch.Tensor:
     g = gen(7)
     return torch.stack([compressor.apply(x, g) for _ in range(n)])
+
+
+def test_the_library_imports_neither_flower_nor_the_rest_of_fedsuite():
+    package = Path(__file__).resolve().parent.parent / "fedsuite" / "compression"
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] not in ("flwr", "simulation", "strategies", "clients"), (path, name)
+                assert not name.startswith("fedsuite") or name.startswith("fedsuite.compression"), (path, name)
 
 
 # --- bit packing -------------------------------------------------------------------------------------------------
