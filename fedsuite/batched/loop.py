@@ -47,42 +47,62 @@ def train_stacked(
     CUDA group whose rule the recording does not take (it runs step by step).
     Each result's `seconds` is the group's time divided by C."""
     settings = LocalSettings.given(settings, keywords)
-    steps = settings.steps
     start = time.perf_counter()
     stacked = stack_rules(rules)
     rule = stacked.rule
-    clients = len(rules)
-    model_c = StackedModel(model, clients)
+    model_c = StackedModel(model, len(rules))
     x0 = torch.stack(list(x0s))
     x = model_c.x
     x.copy_(x0)
     ctx = StepContext(x=x, x0=x0, lr=settings.lr)
-    loss_sum = torch.zeros(clients, device=x.device)
-    first_loss = None
-    k = 0
+    loss_sum = torch.zeros(len(rules), device=x.device)
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         loss = rule.point(model_c, loss_fn, inputs, targets)
         move(model_c.grad, ctx, rule, batch=targets.shape[1], settings=settings)
         return loss
 
-    recorded = None
-    if cuda_graphs and x.device.type == "cuda":
-        why = not_replayable(rule, x.device, steps, rules[0].batches) if steps else "epoch mode (local-steps=0)"
-        if why is None:
-            recorded = RecordedStep(step, x.device)  # fedsuite/batched/graph.py
-        elif on_not_recorded is not None:
-            on_not_recorded(why)
-    for inputs, targets, blocks in _steps(datas, rules, settings.epochs, steps, settings.batch_size, generators):
+    recorded = _recorded(step, rule, x.device, settings.steps, rules[0].batches, cuda_graphs, on_not_recorded)
+    draws = _steps(datas, rules, settings.epochs, settings.steps, settings.batch_size, generators)
+    k, first_loss = _run(step, recorded, ctx, draws, loss_sum)
+    if recorded is not None and recorded.failed and on_graph_failure is not None:
+        on_graph_failure(recorded.failed)
+    stacked.write_back()
+    return _results(x0s, x, k, loss_sum, first_loss, start)
+
+
+def _run(step, recorded, ctx: StepContext, draws, loss_sum: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+    """Every step of the round, by `step` or by its recorded graph: each client's losses summed into `loss_sum`
+    (in place); returns the number of steps and the first step's losses (None: no step)."""
+    first_loss = None
+    k = 0
+    for inputs, targets, blocks in draws:
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
         loss = step(inputs, targets) if recorded is None else recorded.run(k, inputs, targets)
         loss_sum += loss
         if first_loss is None:
             first_loss = loss.detach().clone()
         k += 1
-    if recorded is not None and recorded.failed and on_graph_failure is not None:
-        on_graph_failure(recorded.failed)
-    stacked.write_back()
+    return k, first_loss
+
+
+def _recorded(step, rule: UpdateRule, device: torch.device, steps: int, batches, cuda_graphs: bool, on_not_recorded):
+    """The step recorded as a CUDA graph (fedsuite/batched/graph.py) when asked for on a CUDA device and the rule
+    allows it, else None; `on_not_recorded(reason)` hears why a CUDA group runs step by step."""
+    if not cuda_graphs or device.type != "cuda":
+        return None
+    why = not_replayable(rule, device, steps, batches) if steps else "epoch mode (local-steps=0)"
+    if why is None:
+        return RecordedStep(step, device)
+    if on_not_recorded is not None:
+        on_not_recorded(why)
+    return None
+
+
+def _results(x0s, x: torch.Tensor, k: int, loss_sum: torch.Tensor, first_loss, start: float) -> list[LocalResult]:
+    """One LocalResult per client from the stacked iterate, the per-client loss sums and first losses; each
+    client's seconds is the group's time since `start` divided by the number of clients."""
+    clients = len(x0s)
     sums = loss_sum.tolist()
     firsts = [None] * clients if first_loss is None else first_loss.tolist()
     seconds = (time.perf_counter() - start) / clients

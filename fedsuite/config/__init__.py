@@ -2,8 +2,7 @@
 values.
 
 `fedsuite.config` was one module before this folder: its names are still handed on from `fedsuite.config.run_config`
-for one
-release, with a DeprecationWarning (fedsuite/moved.py)."""
+for one release, with a DeprecationWarning (fedsuite/moved.py)."""
 
 from fedsuite.moved import forwarding
 

@@ -21,6 +21,8 @@ from torch import nn
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (flat parameters x, inputs) -> outputs
 SoftLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (outputs, label probabilities) -> loss
 OPTIMIZERS = ("gd", "lbfgs")
+Distance = Callable[[], torch.Tensor]  # D(X', Y') at the current dummy inputs and label logits
+Record = Callable[[torch.Tensor], None]  # notes ‖X' − X‖_F and a value of D
 
 
 def flat_forward(module: nn.Module) -> Forward:
@@ -123,25 +125,46 @@ def dlg_attack(
         distances.append(float(value.detach()))
 
     if optimizer == "gd":
-        for _ in range(iterations):
-            value = distance()
-            record(value)
-            g_inputs, g_logits = torch.autograd.grad(value, [dummy, logits])
-            with torch.no_grad():
-                dummy.sub_(lr * g_inputs)
-                logits.sub_(lr * g_logits)
-    else:  # as the DLG code: one L-BFGS step (up to 20 inner evaluations) per iteration
-        opt = torch.optim.LBFGS([dummy, logits], lr=lr, tolerance_grad=1e-12, tolerance_change=1e-15,
-                                line_search_fn=line_search)  # fmt: skip
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            value = distance()
-            value.backward()
-            return value
-
-        for _ in range(iterations):
-            record(distance().detach())
-            opt.step(closure)
+        _descend(distance, record, dummy, logits, iterations, lr)
+    else:
+        _lbfgs(distance, record, dummy, logits, iterations, lr, line_search)
     record(distance().detach())
     return AttackTrace(errors, distances, dummy.detach(), logits.detach())
+
+
+def _descend(
+    distance: Distance, record: Record, dummy: torch.Tensor, logits: torch.Tensor, iterations: int, lr: float
+) -> None:
+    """Plain gradient descent on X' and Y' (the LoSAC paper's setting), `record`ing D before each iteration."""
+    for _ in range(iterations):
+        value = distance()
+        record(value)
+        g_inputs, g_logits = torch.autograd.grad(value, [dummy, logits])
+        with torch.no_grad():
+            dummy.sub_(lr * g_inputs)
+            logits.sub_(lr * g_logits)
+
+
+def _lbfgs(
+    distance: Distance,
+    record: Record,
+    dummy: torch.Tensor,
+    logits: torch.Tensor,
+    iterations: int,
+    lr: float,
+    line_search: str | None,
+) -> None:
+    """As the DLG code: one L-BFGS step (up to 20 inner evaluations) per iteration, `record`ing D before each."""
+    opt = torch.optim.LBFGS(
+        [dummy, logits], lr=lr, tolerance_grad=1e-12, tolerance_change=1e-15, line_search_fn=line_search
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        value = distance()
+        value.backward()
+        return value
+
+    for _ in range(iterations):
+        record(distance().detach())
+        opt.step(closure)

@@ -166,19 +166,30 @@ def write(results: Path, server_round: int, state: dict[str, Any], rows: list[di
         latest.write_text(json.dumps({"round": server_round, "folder": target.name}))
         os.replace(latest, base / LATEST)
     except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        latest.unlink(missing_ok=True)
-        if placed:
-            shutil.rmtree(target, ignore_errors=True)
-        if made_base:
-            shutil.rmtree(base, ignore_errors=True)  # only what this call wrote is in it
+        _remove_written(tmp, latest, target if placed else None, base if made_base else None)
         if isinstance(err, OSError):
             raise write_problem(results, where, err, server_round) from err
         raise
+    _remove_older(base, target)
+    return target
+
+
+def _remove_written(tmp: Path, latest: Path, placed: Path | None, made_base: Path | None) -> None:
+    """What a failed `write` wrote: its temporary folder and latest.json, the checkpoint folder it placed, and the
+    checkpoints/ folder it made (only what this call wrote is in it)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    latest.unlink(missing_ok=True)
+    if placed is not None:
+        shutil.rmtree(placed, ignore_errors=True)
+    if made_base is not None:
+        shutil.rmtree(made_base, ignore_errors=True)
+
+
+def _remove_older(base: Path, target: Path) -> None:
+    """Every checkpoint in `base` but `target`, once `target` is in place and named by latest.json."""
     for old in base.glob("round-*"):
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
-    return target
 
 
 def write_problem(results: Path, where: Path, err: OSError, server_round: int) -> OSError | CheckpointError:
