@@ -269,7 +269,7 @@ def test_a_rejected_reply_leaves_neither_y_i_nor_v_i_ahead_of_the_server(algorit
     """The server rejects the reply of round 2's tracked client after that client saved its new y_i and v_i:
     y = mean_N y_i (the state each client will train with next, fedsuite.state.store.effective) after every round, and
     with the undo switched off the invariant breaks."""
-    import fedsuite.state.store as state_module
+    import fedsuite.state.tier as state_module
     from tests.test_client_state import mean_state_gaps, reject_in_round
 
     cfg = {**BERNOULLI, "algorithm": algorithm, "min-replies": 0.0}

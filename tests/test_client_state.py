@@ -20,6 +20,7 @@ from fedsuite.registry import costs
 from fedsuite.registry.known import ALGORITHMS
 from fedsuite.run.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.server.sampling import Sampler
+from fedsuite.state import file_tier
 from fedsuite.state import store as state_module
 from fedsuite.state.files import StateFileError, read_arrays
 from fedsuite.state.store import (
@@ -299,7 +300,7 @@ def mean_state_gaps(cfg: dict, server_mean, name: str, faults: tuple = ()) -> li
 def test_a_rejected_reply_does_not_leave_the_client_ahead_of_the_server(monkeypatch):
     """SCAFFOLD's c = mean_N c_i after every round although the server rejects one client's reply in round 2
     (a client that saved c_i⁺ before the server said no); with the undo switched off the invariant breaks."""
-    import fedsuite.state.store as state_module
+    import fedsuite.state.tier as state_module
 
     cfg = {**SMALL, "algorithm": "scaffold", "min-replies": 0.0}
     fault = reject_in_round(Sampler(8, "bernoulli", participation=0.4, seed=0).cohort(2)[0], 2)
@@ -426,12 +427,12 @@ def test_a_confirmed_writes_previous_vectors_are_deleted_without_being_read(tmp_
         read.append(key)
         return real_read(path, index, key)
 
-    monkeypatch.setattr(state_module, "read_member", counting)
+    monkeypatch.setattr(file_tier, "read_member", counting)
     store = DiskStore(tmp_path, 3)
     settle(store, 2)
     assert PREVIOUS + "c_i" not in store and PREVIOUS + "c_i" not in read and WRITE_ROUND in read
     store.flush()
-    monkeypatch.setattr(state_module, "read_member", real_read)
+    monkeypatch.setattr(file_tier, "read_member", real_read)
     np.testing.assert_array_equal(DiskStore(tmp_path, 3)["c_i"], np.full(4, 2.0, np.float32))
 
 
@@ -492,10 +493,10 @@ def test_a_write_cut_short_leaves_the_state_it_replaced(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(state_module.os, "replace", failing)
+    monkeypatch.setattr(file_tier.os, "replace", failing)
     with pytest.raises(OSError):
         third.save(3)
-    monkeypatch.setattr(state_module.os, "replace", real_replace)
+    monkeypatch.setattr(file_tier.os, "replace", real_replace)
     after = effective(DiskStore(tmp_path, 3), 1)  # the round-2 write, undone: still the state of round 1
     assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -513,7 +514,7 @@ def test_a_file_system_without_hard_links_gets_copies(tmp_path, monkeypatch):
     def no_links(src, dst):
         raise OSError(errno.EPERM, "Operation not permitted")
 
-    monkeypatch.setattr(state_module.os, "link", no_links)
+    monkeypatch.setattr(file_tier.os, "link", no_links)
     two_writes(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("owner")) == ["partition-000003.state"]
     index = state_module.read_index(tmp_path / "partition-000003.state")
@@ -561,7 +562,7 @@ def test_a_failed_write_leaves_no_kept_file_behind(tmp_path, monkeypatch):
     third = ClientState(DiskStore(tmp_path, 3), 4)
     third.accepted_round = 2
     third.set("c_i", third.get("c_i") + 10)
-    monkeypatch.setattr(state_module, "write_state_file", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+    monkeypatch.setattr(file_tier, "write_state_file", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
     with pytest.raises(OSError):
         third.save(3)
     assert kept_and_partition_files(tmp_path) == ["partition-000003.state", "previous-000003-a.state"]

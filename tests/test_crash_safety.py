@@ -25,6 +25,7 @@ import pytest
 
 from fedsuite.results import checkpoint, checkpoint_files
 from fedsuite.results.folder import RESERVE, OutDirFull, RunRecorder, mark_stopped
+from fedsuite.state import sizing
 from fedsuite.state import store as state
 from fedsuite.state.files import read_arrays
 from tests.conftest import SESSION
@@ -304,8 +305,8 @@ def test_a_corrupt_checkpoint_file_is_named_with_exit_2_before_anything_starts(c
 # ---- client state that does not fit -------------------------------------------------------------------------------
 def test_capacity_check_refuses_what_does_not_fit_and_warns_near_the_limit(monkeypatch):
     gib = 2**30
-    monkeypatch.setattr(state, "free_bytes", lambda folder: 24 * gib)
-    monkeypatch.setattr(state, "memory_available", lambda: 23 * gib)
+    monkeypatch.setattr(sizing, "free_bytes", lambda folder: 24 * gib)
+    monkeypatch.setattr(sizing, "memory_available", lambda: 23 * gib)
     dim = 215_370  # the small CNN on Fashion-MNIST; SCAFFOLD keeps 1 vector per client
     per_client = state.state_bytes(1, dim, 1)
     level, text = state.capacity_check("memory", 30_000, dim, 1, 4096)

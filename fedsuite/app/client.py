@@ -23,9 +23,7 @@ from fedsuite.codec.payload import PARTITION_KEY
 from fedsuite.config.run_config import ConfigError
 from fedsuite.local.device import pick_device
 from fedsuite.node.client import client_for
-from fedsuite.registry import costs
-from fedsuite.rules.declared import model_state
-from fedsuite.state.store import DiskStore
+from fedsuite.state.plan import client_specs, state_plan
 
 DEVICES = ("auto", "cpu", "cuda")
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -84,7 +82,7 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
     if given is not None and int(given) != num_partitions:
         raise ConfigError(f"num_clients={given}: this client is one of num_partitions={num_partitions}; give both the "
                           "same number")  # fmt: skip
-    specs = costs.client_state(cfg.algorithm, cfg) + model_state(cfg.buffers, cfg.local.relaxed_init)
+    specs = client_specs(cfg)
     if specs and state_dir is None:
         names = ", ".join(spec.name for spec in specs)
         raise ConfigError(f"state_dir: algorithm={algorithm!r} keeps client state ({names}) between rounds; give "
@@ -92,8 +90,12 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
     if not isinstance(device, torch.device) and device not in DEVICES:
         raise ConfigError(f"device={device!r}: allowed values are {', '.join(DEVICES)}, or a torch.device")
     where = device if isinstance(device, torch.device) else pick_device(device)
-    store = DiskStore(Path(state_dir).expanduser(), partition_id) if specs else None
-    node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, store, test)
+    node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, None, test)
+    if (
+        specs
+    ):  # the state in the user's folder, in the tier the run's plan chooses (the files tier: fedsuite.state.plan)
+        plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()))
+        node.store = plan.open_store(Path(state_dir).expanduser(), partition_id)
     if test is not None:
         node.test_data  # noqa: B018 -- bad test data is refused here, before any training
     return OwnClient(client_for(cfg, node), node)

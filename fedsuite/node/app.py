@@ -2,8 +2,9 @@
 
 A SuperNode is a worker, not a client: every fit message names the partition (logical client) it is
 for (`fedsuite.partition-id` in its config), and the node builds that partition's client for that message. Data
-and models are cached per process (fedsuite.node.holdings, bounded), client state is in per-partition files
-(fedsuite.state.store), so one node can train any number of partitions, one after another or at once.
+and models are cached per process (fedsuite.node.holdings, bounded), client state is per partition, in the tier the
+run's state plan chooses (fedsuite.state.plan), so one node can train any number of partitions, one after another
+or at once.
 
 Node config keys: `partition-id`, `num-partitions` (Flower fills them in simulation; a deployed SuperNode tied to
 one partition, client-mapping='fixed', gets them with --node-config and reports them when the server asks),
@@ -33,9 +34,10 @@ from fedsuite.node.client import client_for
 from fedsuite.node.holdings import ClientNode
 from fedsuite.node.trust import NodeConfigError, NodeRefused, check
 from fedsuite.privacy.secagg_client import SecureUploadRefused, is_secure, secagg_mod, secure_reply
+from fedsuite.state.file_tier import FileTier
+from fedsuite.state.folders import StateFolderTaken
 from fedsuite.state.host_memory import reuse_host_memory
-from fedsuite.state.plan import state_plan
-from fedsuite.state.store import DiskStore, StateFolderTaken, check_owner
+from fedsuite.state.plan import TIERS, StatePlan, state_plan
 
 _STATE_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what a state key may be: it names a folder
 NOISE_SECRET_KEY = "dp-noise-secret"  # node config: the node's secret for its DP noise shares
@@ -72,8 +74,8 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
         if node_dir:
             plan = replace(plan, configured=f"{node_dir}/run-{key}")
         root = plan.root(context.run_id)
-        _checked(root, str(key), "node config client-state-dir" if node_dir else "client-state-dir")
-        node.store = DiskStore(root, node.partition_id, owner_key=str(key))  # claims the folder at its first write
+        _checked(root, str(key), "node config client-state-dir" if node_dir else "client-state-dir", plan)
+        node.store = plan.open_store(root, node.partition_id, owner_key=str(key))  # claimed at its first write
     return node
 
 
@@ -116,19 +118,22 @@ def noise_secret(node_config) -> int:
     return int(given)
 
 
-_CHECKED: set[tuple[str, str]] = set()  # (folder, state key) this process found free or its run's
+_CHECKED: set[tuple[str | None, str, str]] = set()  # (tier, folder, state key) this process found free or its run's
 
 
-def _checked(root, key: str, setting: str) -> None:
-    """The client-state folder holds no other run's vectors (fedsuite.state.store.check_owner); once per folder and key
-    in a process. Otherwise a NodeConfigError: the client answers with an error reply instead of training."""
-    if (str(root), key) in _CHECKED:
+def _checked(root, key: str, setting: str, plan: StatePlan | None = None) -> None:
+    """The client-state folder holds no other run's vectors (the check_owner of `plan`'s tier, fedsuite.state.tier;
+    without a plan, the files tier's); once per tier, folder and key in a process. Otherwise a NodeConfigError: the
+    client answers with an error reply instead of training."""
+    tier = plan.tier() if plan is not None else FileTier.name
+    checked = (tier, str(root), key)
+    if checked in _CHECKED:
         return
     try:
-        check_owner(root, key, setting)
+        TIERS[tier].check_owner(root, key, setting)
     except StateFolderTaken as err:
         raise NodeConfigError(str(err)) from None
-    _CHECKED.add((str(root), key))
+    _CHECKED.add(checked)
 
 
 class Worker(NumPyClient):

@@ -2,8 +2,8 @@
 
 An algorithm's client (clients/<name>.py) subclasses `ClientRule` and says only
 - `state_specs(cfg)` (classmethod): the persistent vectors each of its clients keeps (fedsuite.rules.declared; none:
-  stateless), read and written through `self.state` (this partition's declared vectors, loaded lazily from the
-  node's store);
+  stateless), read and written through `self.state` (this partition's declared vectors and the model's own, as the
+  run's state plan puts them together, fedsuite.state.plan.client_specs, loaded lazily from the node's store);
 - `rule(ctx)`: the `UpdateRule` this round's local loop trains with (fedsuite.local.loop);
 - `uplink(result, rule, ctx)`: the named arrays that go back, from the loop's result and the rule the round built
   (so stages it reads afterwards, e.g. an Adam stage's final v, are named in `rule.parts`, never kept on `self`);
@@ -26,7 +26,8 @@ import torch
 from fedsuite.config.schema import Scalar
 from fedsuite.local.loop import LocalResult, Transform, UpdateRule, prox_terms
 from fedsuite.local.variance import FixedBlocks
-from fedsuite.rules.declared import StateSpec, model_state
+from fedsuite.rules.declared import StateSpec
+from fedsuite.state.plan import client_specs
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class ClientRule:
 
     def __init__(self, node: Any):  # a fedsuite.node.holdings.ClientNode (fedsuite.app: its own node of the same shape)
         self.node = node
-        specs = self.state_specs(node.cfg) + model_state(node.cfg.buffers, node.cfg.local.relaxed_init)
+        specs = client_specs(node.cfg, type(self))  # its declaration and the model's own (fedsuite.state.plan)
         self.state = node.client_state(specs) if specs else None
 
     # ---- algorithm hooks -------------------------------------------------------------------------

@@ -39,16 +39,16 @@ def folder_of(job: Job) -> Path | None:
 
 def _earlier_attempt(root: Path, job: Job) -> bool:
     """The folder's owner record names the job's own results folder: an earlier attempt of this run."""
-    from fedsuite import state  # imported late: it brings torch
+    from fedsuite.state import folders  # imported when needed, as the other fedsuite modules here
 
-    record = state.owner(root)
+    record = folders.owner(root)
     return record is not None and record.get("results") == str(job.folder)
 
 
 def check_folders(jobs: Iterable[Job]) -> None:
     """Before the first run: ConfigError (the owner check's line) for a job whose client-state folder holds the
     client state of another run, or files of an unknown one."""
-    from fedsuite.state import store as state
+    from fedsuite.state import folders as state
 
     for job in jobs:
         root = folder_of(job)
@@ -64,7 +64,7 @@ def clear_earlier_attempt(job: Job) -> None:
     """Just before `job` runs (again): the files an earlier attempt of it left in its client-state folder (its
     partition and previous files and the owner record) go, so the new attempt can claim the folder; the folder of
     any other run is left as it is (the run then refuses it)."""
-    from fedsuite.state import store as state
+    from fedsuite.state import folders as state
 
     root = folder_of(job)
     if root is None or not _earlier_attempt(root, job):

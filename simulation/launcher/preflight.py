@@ -29,7 +29,7 @@ def preflight(cfg: Config, quiet: bool = False) -> None:
     from fedsuite.data import DatasetNotFound, client_partition, server_dataset, with_data_clients
     from fedsuite.evaluation.data_checks import check_evaluation_data
     from fedsuite.server.app import check_model, client_plan
-    from fedsuite.state import store as state
+    from fedsuite.state import folders as state
 
     check_writable(absolute(str(cfg["out-dir"])), "out-dir")
     try:

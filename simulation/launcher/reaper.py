@@ -29,6 +29,7 @@ from pathlib import Path
 
 from fedsuite.results.folder import mark_stopped, remove_temporaries
 from fedsuite.run.stop_note import leave_stop_note
+from fedsuite.state.folders import is_run_scoped
 from simulation.launcher.processes import Launch
 
 RECORD_SECONDS = 1.0
@@ -53,10 +54,6 @@ def settle_stopped(folder: Path, status: str, reason: str, *, ended: float | Non
 
 def remove_run_state(folder: Path) -> None:
     """The per-run client-state folder the ServerApp named in config.json (never a configured client-state-dir)."""
-    from fedsuite.state.store import (
-        is_run_scoped,  # imported late: fedsuite.state.store brings torch (seconds to start)
-    )
-
     try:
         meta = json.loads((folder / "config.json").read_text())
         root, run_id = meta.get("client_state_dir"), int(meta.get("run_id", -1))

@@ -1,0 +1,225 @@
+"""The client-state tiers behind one interface (fedsuite.state.tier, docs/running/scale.md#tiers): each keeps arrays
+bit for bit, a flush cut short leaves the state before it, a place holds one run's state only, the same operations
+give the same `effective` state in every tier, and the run's StatePlan chooses the tier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedsuite.config.run_config import resolve
+from fedsuite.state import file_tier, memory_tier
+from fedsuite.state.client_state import ClientState
+from fedsuite.state.file_tier import FileTier
+from fedsuite.state.folders import StateFolderTaken
+from fedsuite.state.memory_tier import MemoryTier
+from fedsuite.state.plan import TIERS, StatePlan, client_specs, state_plan
+from fedsuite.state.tier import StateTier, effective
+
+ARRAYS = {
+    "c_i": np.linspace(-1, 1, 7, dtype=np.float32),
+    "table": np.arange(12, dtype=np.float64).reshape(3, 4) / 7,
+    "steps": np.array([3, -(2**40)], np.int64),
+    "mask": np.array([True, False, True]),
+    "scalar": np.array(2.5, np.float32),  # 0-d stays 0-d
+    "empty": np.zeros(0, np.float32),
+    "strided": np.arange(10, dtype=np.float32)[::3],  # not contiguous: stored as its values
+    "big_endian": np.array([1.5, -0.25], ">f4"),
+}
+
+
+@pytest.fixture(params=sorted(TIERS))
+def tier(request, tmp_path):
+    """Each tier that exists, with its place (a folder; the memory tier's shelf, forgotten after the test)."""
+    yield TIERS[request.param]
+    memory_tier.release(tmp_path)
+
+
+def same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def contents(store) -> dict[str, np.ndarray]:
+    return {key: np.asarray(store[key]) for key in sorted(store)}
+
+
+def test_every_tier_is_a_state_tier_and_only_existing_tiers_are_named():
+    assert set(TIERS) == {"files", "memory"}  # a device tier is a future entry, not a name without a class
+    assert all(issubclass(cls, StateTier) and cls.name == name for name, cls in TIERS.items())
+
+
+def test_each_tier_round_trips_arrays_bit_for_bit(tier, tmp_path):
+    store = tier(tmp_path, 3)
+    for name, value in ARRAYS.items():
+        store[name] = value
+    store.flush()
+    again = tier(tmp_path, 3)
+    assert sorted(again) == sorted(ARRAYS) and len(again) == len(ARRAYS)
+    for name, value in ARRAYS.items():
+        assert name in again and same(again[name], np.ascontiguousarray(value) if value.ndim else value), name
+    assert tier(tmp_path, 4).keys() == set()  # another partition: nothing
+
+
+def test_what_a_later_store_reads_is_what_was_flushed(tier, tmp_path):
+    value = np.ones(4, np.float32)
+    store = tier(tmp_path, 0)
+    store["c_i"] = value
+    store.flush()
+    value += 5  # the caller's array changes after the flush (a tensor's numpy view does)
+    assert same(tier(tmp_path, 0)["c_i"], np.ones(4, np.float32))
+
+
+def test_a_non_numeric_array_is_refused(tier, tmp_path):
+    store = tier(tmp_path, 0)
+    store["names"] = np.array(["a", "b"])
+    with pytest.raises(TypeError, match="only numeric arrays"):
+        store.flush()
+
+
+def crash_on_second_array(tier, monkeypatch):
+    """Make the tier's write fail after part of it is done: the file tier's after the first member's bytes, the
+    memory tier's after the first array is copied."""
+    if tier is FileTier:
+        real = file_tier.write_state_file
+
+        def cut_short(f, values, links=None):
+            real(f, dict(list(values.items())[:1]), links)  # some bytes reach the temporary file
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(file_tier, "write_state_file", cut_short)
+    else:
+        real, calls = memory_tier.frozen_copy, []
+
+        def cut_short(name, value):
+            calls.append(name)
+            if len(calls) > 1:
+                raise MemoryError("no room")
+            return real(name, value)
+
+        monkeypatch.setattr(memory_tier, "frozen_copy", cut_short)
+
+
+def test_a_flush_cut_short_leaves_the_state_before_it(tier, tmp_path, monkeypatch):
+    first = ClientState(tier(tmp_path, 2), 4)
+    first.set("c_i", torch.ones(4))
+    first.set("m_i", torch.full((4,), 2.0))
+    first.save(1)
+    before = contents(tier(tmp_path, 2))
+    crash_on_second_array(tier, monkeypatch)
+    second = ClientState(tier(tmp_path, 2), 4)
+    second.accepted_round = 1
+    second.set("c_i", torch.full((4,), 7.0))
+    second.set("m_i", torch.full((4,), 8.0))
+    with pytest.raises((OSError, MemoryError)):
+        second.save(2)
+    monkeypatch.undo()
+    after = contents(tier(tmp_path, 2))
+    assert after.keys() == before.keys() and all(same(after[k], before[k]) for k in before)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
+
+
+def test_a_place_holds_one_runs_state(tier, tmp_path):
+    tier.check_owner(tmp_path, None)  # empty, no owner: any run, even one whose key is not known yet
+    store = tier(tmp_path, 0, owner_key="run-a")
+    store["c_i"] = np.ones(3, np.float32)
+    store.flush()  # claims the place before its first write
+    tier.check_owner(tmp_path, "run-a")
+    with pytest.raises(StateFolderTaken, match="another run"):
+        tier.check_owner(tmp_path, "run-b")
+    with pytest.raises(StateFolderTaken, match="another run"):
+        tier.claim(tmp_path, "run-b")
+
+
+def test_state_without_an_owner_is_refused(tier, tmp_path):
+    store = tier(tmp_path, 0)  # written with no owner key: state of an unknown run
+    store["c_i"] = np.ones(3, np.float32)
+    store.flush()
+    with pytest.raises(StateFolderTaken, match="unknown run"):
+        tier.check_owner(tmp_path, "run-a")
+    claiming = tier(tmp_path, 1, owner_key="run-a")  # a run's first write claims the place: refused here
+    claiming["c_i"] = np.zeros(3, np.float32)
+    with pytest.raises(StateFolderTaken, match="unknown run"):
+        claiming.flush()
+    assert tier(tmp_path, 1).keys() == set()  # the refused write left nothing
+
+
+def scripted_client(store_of, steps=8, dim=4) -> list[dict[str, np.ndarray]]:
+    """A client through accepted, rejected and lost replies, with a vector that appears late; after every fit,
+    the store's whole contents and its effective state at every round the server may have accepted."""
+    accepted, seen = 0, []
+    rng = np.random.default_rng(0)
+    for server_round in range(1, steps + 1):
+        state = ClientState(store_of(), dim, names=["c_i", "late"])
+        state.accepted_round = accepted
+        state.set("c_i", state.get("c_i") + torch.tensor(rng.normal(size=dim), dtype=torch.float32))
+        if server_round >= 3:
+            state.set("late", state.get("late") - 1)
+        state.save(server_round)
+        fresh = store_of()
+        seen.append(contents(fresh))
+        seen.extend(effective(fresh, r) for r in range(server_round + 1))
+        accepted = server_round if server_round % 3 != 2 else accepted  # rounds 2, 5, 8: rejected or lost
+    return seen
+
+
+def test_the_same_operations_give_the_same_state_in_every_tier(tmp_path):
+    by_tier = {}
+    for name, cls in TIERS.items():
+        root = tmp_path / name
+        by_tier[name] = scripted_client(lambda cls=cls, root=root: cls(root, 5))
+        memory_tier.release(root)
+    reference = scripted_client(lambda shared={}: shared)  # a plain dict: the rule with no tier at all
+    for name, seen in by_tier.items():
+        assert len(seen) == len(reference)
+        for got, want in zip(seen, reference, strict=True):
+            assert got.keys() == want.keys() and all(same(got[k], want[k]) for k in want), name
+
+
+def test_a_memory_tier_keeps_previous_vectors_without_a_copy(tmp_path):
+    try:
+        first = ClientState(MemoryTier(tmp_path, 0), 3)
+        first.set("c_i", torch.ones(3))
+        first.save(1)
+        store = MemoryTier(tmp_path, 0)
+        held = store["c_i"]
+        assert not held.flags.writeable  # a flushed value cannot change in place
+        second = ClientState(store, 3)
+        second.accepted_round = 1
+        second.set("c_i", torch.full((3,), 2.0))
+        second.save(2)
+        assert MemoryTier(tmp_path, 0)["prev:c_i"] is held
+    finally:
+        memory_tier.release(tmp_path)
+
+
+# ---- the plan chooses the tier -----------------------------------------------------------------------------------
+def plan_of(settings, one_process=False) -> StatePlan:
+    return state_plan(resolve({"algorithm": "scaffold", "num-clients": 10, **settings}), 100, 0, one_process)
+
+
+def test_the_plan_chooses_the_tier():
+    assert plan_of({}).tier() == "files"  # memory state in a RAM folder every process reads
+    assert plan_of({"client-state": "disk"}).tier() == "files"
+    assert plan_of({}, one_process=True).tier() == "memory"
+    assert plan_of({"client-state": "disk"}, one_process=True).tier() == "files"
+    assert plan_of({"checkpoint-every": 1}, one_process=True).tier() == "files"  # checkpoints copy state files
+    assert plan_of({"algorithm": "fedavg"}).tier() is None
+
+
+def test_the_plan_opens_its_tier(tmp_path):
+    assert isinstance(plan_of({}).open_store(tmp_path, 1, owner_key="k"), FileTier)
+    store = plan_of({}, one_process=True).open_store(tmp_path, 1, owner_key="k")
+    assert isinstance(store, MemoryTier) and store.owner_key == "k"
+
+
+def test_the_specs_come_from_one_place():
+    """The plan's specs are the algorithm's declaration and the model's own, as the client rule gets them."""
+    from fedsuite.registry import known
+
+    cfg = resolve({"algorithm": "scaffold", "buffers": "local", "relaxed-init": 0.5})
+    client = known.load_class(known.ALGORITHMS["scaffold"].client)
+    names = [spec.name for spec in client_specs(cfg)]
+    assert names == ["c_i", "buffers", "x_last"]
+    assert client_specs(cfg, client) == client_specs(cfg) == state_plan(cfg, 10, 2).specs
