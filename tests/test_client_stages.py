@@ -90,7 +90,7 @@ class Replies(RoundObserver):
 
 def with_stage(monkeypatch, stage: ClientStage) -> None:
     """Every client's stages, as its run config builds them, and `stage` after them."""
-    monkeypatch.setattr(client_adapter, "client_stages", lambda cfg: [*client_stages(cfg), stage])
+    monkeypatch.setattr(client_adapter, "client_stages", lambda *args: [*client_stages(*args), stage])
 
 
 @pytest.mark.parametrize(

@@ -3,22 +3,18 @@
 
 `fit`: decode the named downlink arrays and the fit config into a `RoundContext`, run the shared local loop with the
 rule's update rule, return the rule's named uplink arrays, in three phases: `prepare` (everything before the loop),
-`train` (the loop) and `finish` (everything after it); the client's round stages (fedsuite/stages/client.py:
-client-level DP's release, DP-SGD) are called at fixed points of both, none by name. The batched engine
-(fedsuite/batched/) calls `prepare` and `finish` of every client of a group and trains the group's loops as one
-computation in between. A message whose config names a query phase (fedsuite.rules.rounds.PHASE_KEY) is a server query
-instead: the rule's `answer` goes back, nothing trains, no stage is called.
+`train` (the loop) and `finish` (everything after it). Every mechanism that cuts across the algorithms is one of the
+client's round stages (fedsuite/stages/client.py; docs/developer/architecture.md#round-stages), called at fixed
+points of both and named nowhere here: arrays sent beside the model, the round's start, arrays beside the upload,
+refusals, what leaves, what the state keeps, the reply's metrics and example count. An engine that trains several
+clients at once calls `prepare` and `finish` of each and trains their loops as one computation in between. A message
+whose config names a query phase (fedsuite.rules.rounds.PHASE_KEY) is a server query instead: the rule's `answer`
+goes back, nothing trains, no stage is called.
 
 Client state: the server's acknowledgement (the last round it accepted this client's reply) comes first; the state
 is saved only after the uplink is complete and finite, and a save the server then does not accept (a rejected or
 lost reply) is undone at the client's next participation (`fedsuite.state.store`), so no client's state runs ahead of
-the
-server's.
-
-The model's buffers (BatchNorm statistics) are handled here, beside every algorithm: with buffers='average' the
-client starts from the server's (the downlink array `buffers`) and returns its own after training (an extra uplink
-array the server averages outside the rule); with buffers='local' they are this client's declared state
-(`fedsuite.rules.declared.model_state`). No rule hook sees them.
+the server's.
 
 A fit or evaluation that fails (an exception, a non-finite uplink, a configuration mismatch) does not raise into
 Flower: it returns an error reply (no arrays; metrics `error` = one line, `traceback` = the full text), which the
@@ -32,7 +28,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -48,11 +44,9 @@ from fedsuite.local.device import to_device, to_host
 from fedsuite.local.loop import LocalResult, LocalSettings, UpdateRule, train_local
 from fedsuite.registry import known as registry
 from fedsuite.rules.client_rule import ClientRule, RoundContext
-from fedsuite.rules.declared import BUFFERS, LAST_ITERATE
 from fedsuite.rules.rounds import PHASE_KEY
-from fedsuite.stages.client import ClientStage
+from fedsuite.stages.client import STEPS_KEY, ClientStage
 from fedsuite.stages.client_run import client_stages
-from fedsuite.systems.work import STEPS_KEY
 
 MAX_TRACEBACK_CHARS = 8000
 # Fit-config entries the adapter decodes or reads itself; with its stages' (ClientStage.config_keys), the others are
@@ -86,10 +80,10 @@ class PreparedFit:
     ctx: RoundContext
     rule: UpdateRule  # this round's update rule, built by the algorithm's client rule
     x0: torch.Tensor  # x^t on the node's device
-    steps: int  # K_i as the message says (0: epoch mode)
+    steps: int  # K_i as the message says, else the run's (0: epoch mode)
     generator: torch.Generator  # minibatch order and augmentation of (seed, round, partition)
     private: Any  # the loop's gradient oracle a client stage gave (ClientStage.prepare: DP-SGD's DpSgd), else None
-    start_shift: torch.Tensor | None = None  # relaxed-init > 0: x_{i,0} − x^t (x0 is then the relaxed start)
+    started: Mapping[ClientStage, Any] = field(default_factory=dict)  # what each stage's `start` kept (None: not kept)
 
 
 def first_not_finite(arrays: Mapping[str, torch.Tensor]) -> str | None:
@@ -132,12 +126,12 @@ class RuleClient(NumPyClient):
         """`stages`: the client's round stages; by default those of its node's run config (`client_stages`)."""
         self.client_rule = client_rule
         self.node = client_rule.node
-        self.stages = client_stages(self.node.cfg) if stages is None else stages
+        self.stages = client_stages(self.node.cfg, client_rule) if stages is None else stages
         self.decoded_keys = DECODED_KEYS.union(*(stage.config_keys for stage in self.stages))
 
     @property
     def state(self):
-        """The rule's client state (its declared vectors and, with buffers='local', the model's buffers), or None."""
+        """The rule's client state (its declared vectors and the model's own, fedsuite.rules.declared), or None."""
         return self.client_rule.state
 
     # ---- Flower NumPyClient API ------------------------------------------------------------------
@@ -171,24 +165,23 @@ class RuleClient(NumPyClient):
         return self.finish(fit, self.train(fit))
 
     def prepare(self, parameters, config) -> PreparedFit:
-        """Everything before the local loop: the state acknowledgement, the downlink decoded, the buffers loaded,
-        the configuration check, the round's context and update rule, x^t, K_i, the generator, the stages' oracle."""
+        """Everything before the local loop: the state acknowledgement, the downlink decoded and received by the
+        stages, the configuration check, the stages' start, the round's context and update rule, x^t (or the start
+        a stage moved it to), K_i, the generator, the stages' oracle."""
         node, local = self.node, self.node.cfg.local
         if self.state is not None and STATE_ACCEPTED in config:
             self.state.accepted_round = int(config[STATE_ACCEPTED])
         torch.set_num_threads(local.client_threads)
-        down = self._downlink(parameters, config[ARRAYS_KEY])
-        self._load_buffers(down.pop(BUFFERS.name, None))
-        self._check_match(config, down)
-        start_shift = self._relax(down)
+        down = self._received(parameters, config, config[ARRAYS_KEY])
+        started = {stage: kept for stage in self.stages if (kept := stage.start(down, node)) is not None}
         node.model.module.train()
         ctx = round_context(config, down, node.partition_id, self.decoded_keys)
         rule = self.client_rule.rule(ctx)
         if rule.batches is None and local.local_batches == "blocks":
             rule.batches = self.client_rule.blocks()
         private = self._oracle(ctx)
-        steps = int(config.get(STEPS_KEY, local.steps))  # K_i sent by the server's system model, if any
-        return PreparedFit(config, ctx, rule, down["model"], steps, node.generator(ctx.round), private, start_shift)
+        steps = int(config.get(STEPS_KEY, local.steps))  # K_i when the server sends one
+        return PreparedFit(config, ctx, rule, down["model"], steps, node.generator(ctx.round), private, started)
 
     def _oracle(self, ctx: RoundContext) -> Any:
         """The loop's gradient oracle for this round, from the one stage whose `prepare` gives one; None when none."""
@@ -197,19 +190,6 @@ class RuleClient(NumPyClient):
             names = ", ".join(type(stage).__name__ for stage, _ in oracles)
             raise ValueError(f"client stages {names} each give the local loop a gradient oracle; it takes one")
         return oracles[0][1] if oracles else None
-
-    def _relax(self, down: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """relaxed-init = β > 0 (docs/running/relaxed-init.md): replace x^t in `down` by this client's start
-        x_{i,0} = x^t + β(x^t − x_i^last), x_i^last its last local model (x^0 before its first round, as the FedSpeed
-        authors' simulator starts every client's), and return the shift x_{i,0} − x^t; None when off."""
-        beta = self.node.cfg.local.relaxed_init
-        if not beta:
-            return None
-        x_t = down["model"]
-        last = self.state.get(LAST_ITERATE.name) if self.state.has(LAST_ITERATE.name) else self.node.initial_x()
-        shift = (x_t - last).mul_(beta)
-        down["model"] = x_t + shift
-        return shift
 
     def train(self, fit: PreparedFit) -> LocalResult:
         """This client's local loop alone (fedsuite.local.loop.train_local)."""
@@ -226,21 +206,21 @@ class RuleClient(NumPyClient):
         )
 
     def finish(self, fit: PreparedFit, result: LocalResult):
-        """Everything after the local loop: the stages' refusals, the uplink, its finiteness, the stages' release,
-        the state save, the packed arrays, the metrics and example count as the stages leave them; returns
-        NumPyClient.fit's (arrays, examples, metrics)."""
+        """Everything after the local loop: the stages' refusals, the uplink with the stages' arrays, its finiteness,
+        the stages' release, what they keep, the state save, the packed arrays, the metrics and example count as the
+        stages leave them; returns NumPyClient.fit's (arrays, examples, metrics)."""
         node, config, ctx = self.node, fit.config, fit.ctx
         for stage in self.stages:  # before the rule's uplink moves any state
             stage.before_release(fit)
-        uplink = {**self.client_rule.uplink(result, fit.rule, ctx), **self._buffers_uplink()}
-        if fit.start_shift is not None and self.client_rule.uploads_start_shift:
-            uplink["start_shift"] = fit.start_shift
+        uplink = self.client_rule.uplink(result, fit.rule, ctx)
+        for stage in self.stages:
+            uplink = {**uplink, **stage.uplink(result, fit, node)}
         bad = first_not_finite(uplink)
         if bad is not None:
             raise FloatingPointError(f"uplink array {bad!r} is not finite (diverged local training?)")
         uplink, released = self._release(uplink, fit)
-        if fit.start_shift is not None:
-            self.state.set(LAST_ITERATE.name, result.x)
+        for stage in self.stages:
+            stage.before_save(result, fit)
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
         arrays, names = pack({k: to_host(v) for k, v in uplink.items()})
@@ -290,9 +270,7 @@ class RuleClient(NumPyClient):
     # ---- evaluation ------------------------------------------------------------------------------
     def _evaluate(self, parameters, config):
         node = self.node
-        down = self._downlink(parameters, config.get(ARRAYS_KEY, "model"))
-        self._load_buffers(down.pop(BUFFERS.name, None))  # read only: buffers='local' reads this client's own
-        self._check_match(config, down)
+        down = self._received(parameters, config, config.get(ARRAYS_KEY, "model"))
         node.model.x.copy_(down["model"])
         node.model.module.eval()
         batch, task = node.cfg.evaluation.eval_batch_size, node.shapes.task
@@ -313,7 +291,7 @@ class RuleClient(NumPyClient):
             metrics["accuracy"] = accuracy
         return loss, len(test), metrics
 
-    # ---- the wire and the model's buffers --------------------------------------------------------
+    # ---- the wire ------------------------------------------------------------------------------------
     def _downlink(self, parameters, names) -> dict[str, torch.Tensor]:
         """The message's arrays by their names (fedsuite.codec.payload), as tensors on the node's device: a writable
         array
@@ -323,31 +301,13 @@ class RuleClient(NumPyClient):
         device = self.node.device
         return {k: _tensor(v, device) for k, v in unpack(parameters, str(names)).items()}
 
-    def _load_buffers(self, sent: torch.Tensor | None) -> None:
-        """The buffers this round trains from: the server's (buffers='average'), this client's own (buffers='local',
-        the initial ones before its first round); buffer-free models have none."""
-        node = self.node
-        buffers = node.model.buffers
-        if not buffers.numel():
-            return
-        if node.cfg.buffers == "local":
-            has = self.state is not None and self.state.has(BUFFERS.name)
-            buffers.copy_(self.state.get(BUFFERS.name) if has else node.initial_buffers())
-        elif sent is not None:
-            buffers.copy_(sent)
-        else:
-            raise ValueError("configuration mismatch: the model has buffers but the server sent none; give server and "
-                             "clients the same model and buffers setting")  # fmt: skip
-
-    def _buffers_uplink(self) -> dict[str, torch.Tensor]:
-        """buffers='average': the trained buffers go back beside the algorithm's arrays; 'local': they are kept."""
-        buffers = self.node.model.buffers
-        if not buffers.numel():
-            return {}
-        if self.node.cfg.buffers == "local":
-            self.state.set(BUFFERS.name, buffers)
-            return {}
-        return {BUFFERS.name: buffers.clone()}
+    def _received(self, parameters, config, names) -> dict[str, torch.Tensor]:
+        """The message's arrays once the stages took theirs (ClientStage.receive) and the configuration is checked."""
+        down = self._downlink(parameters, names)
+        for stage in self.stages:
+            stage.receive(down, self.node)
+        self._check_match(config, down)
+        return down
 
     def _check_match(self, config, down: Mapping[str, torch.Tensor]) -> None:
         """Server and client must run the same algorithm and model: say so instead of failing on a shape."""

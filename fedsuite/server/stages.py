@@ -83,6 +83,11 @@ class StageViews:
         return _first(self.stages, SecureSum) is not None
 
     @property
+    def privacy(self) -> ServerPrivacy | None:
+        """The server's half of client-level DP (its clip, its accountant), or None."""
+        return _first(self.stages, ServerPrivacy)
+
+    @property
     def buffers(self) -> np.ndarray | None:
         """The server's averaged model buffers (buffers='average'), or None."""
         averaged = _first(self.stages, AveragedBuffers)

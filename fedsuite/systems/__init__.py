@@ -17,7 +17,8 @@ With every system key at its default the model decides nothing: every client of 
 no fit config entry, no row column, every cohort and every run's numbers as without it.
 """
 
+from fedsuite.stages.client import STEPS_KEY  # the fit-config entry of a client's K_i for the round
 from fedsuite.systems.model import SystemModel
-from fedsuite.systems.work import STEPS_KEY, LocalWork
+from fedsuite.systems.work import LocalWork
 
 __all__ = ["STEPS_KEY", "LocalWork", "SystemModel"]

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedsuite.rules.rounds import Reply
+from fedsuite.stages.client import STEPS_KEY  # the fit-config entry of a client's K_i for the round
 from fedsuite.systems import dropout
 from fedsuite.systems.availability import Availability
 from fedsuite.systems.deadline import Deadline
 from fedsuite.systems.dropout import Dropouts
-from fedsuite.systems.work import STEPS_KEY, LocalWork
+from fedsuite.systems.work import LocalWork
 
 
 @dataclass(frozen=True)

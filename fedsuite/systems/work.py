@@ -19,7 +19,6 @@ import numpy as np
 from fedsuite.config.settings import Settings, setting
 
 MODES = ("equal", "uniform", "per-round")
-STEPS_KEY = "local-steps"  # fit-config key: this client's K_i for the round (absent: the run's own local-steps)
 _STREAM = 0x574F524B  # "WORK": the K_i draws' stream, apart from every other draw of the run
 
 
