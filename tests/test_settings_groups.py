@@ -186,6 +186,7 @@ OTHER_COLONS = {
     "fedsuite/server/pruning.py": "prune-at's 'round:value' marks",
     "fedsuite/state/store.py": "a client-state key's 'previous:' prefix",
     "fedsuite/results/tracking.py": "imports a tracker's package by module name",
+    "fedsuite/moved.py": "imports a moved module by its new name",
 }
 
 

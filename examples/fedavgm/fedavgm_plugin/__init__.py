@@ -9,7 +9,7 @@ Clients run FedAvg's local SGD (fedsuite.clients.fedavg); the server rule subcla
 from __future__ import annotations
 
 from fedsuite.config.tunable import LogRange
-from fedsuite.registry.known import Algorithm
+from fedsuite.registry.entry import Algorithm
 
 from fedavgm_plugin.keys import BETA
 

@@ -4,7 +4,7 @@ with different values in one run config."""
 
 from __future__ import annotations
 
-from fedsuite.config.run_config import Key
+from fedsuite.config.schema import Key
 
 BETA = Key("fedavgm-nesterov-beta", 0.9, "Nesterov server momentum β (plug-in examples/fedavgm)", low=0.0, high=1.0,
            high_open=True)  # fmt: skip

@@ -7,9 +7,9 @@ declared client state, so it survives between the client's rounds (client.py).
 
 from __future__ import annotations
 
-from fedsuite.config.run_config import Key
+from fedsuite.config.schema import Key
 from fedsuite.config.tunable import LogRange
-from fedsuite.registry.known import Algorithm
+from fedsuite.registry.entry import Algorithm
 
 MU = Key("localmomentum-mu", 0.9, "client momentum μ kept across rounds (plug-in examples/local_momentum)",
          low=0.0, high=0.99)  # fmt: skip
