@@ -1,13 +1,19 @@
 """Where a run with batch-clients=true still trains its clients one at a time, and the one line that says so: under
 `flwr run` the server decides before the first round whether each node's share of a round travels in one message;
-in process, secure aggregation sums each upload as it arrives. Imports nothing heavy: the ServerApp reads it."""
+in process, the batched dispatcher decides it per run (fedsuite.batched.dispatch.run_unbatched). The reasons are
+the run's round stages' (ClientStage.trains_alone: fedsuite/stages/client_run.py builds them, the model's buffers'
+stage among them when the model has buffers) and the client mapping's (docs/running/batched.md)."""
 
 from __future__ import annotations
 
 import logging
 
+from fedsuite.stages.client_run import client_stages
+from fedsuite.stages.model_buffers import TRAINS_ALONE
+
 log = logging.getLogger("flwr.fedsuite")
-BUFFERS = "the model has buffers (BatchNorm statistics), which a forward pass updates per client"
+BUFFERS = TRAINS_ALONE  # why a model with buffers trains one client at a time (fedsuite.batched.model)
+FIXED_MAPPING = "client-mapping='fixed' keeps each client on its own node"
 
 
 def say_unbatched(cfg, where: str) -> None:
@@ -18,13 +24,11 @@ def say_unbatched(cfg, where: str) -> None:
 
 
 def why_not_shared(cfg, has_buffers: bool) -> str | None:
-    """Why a run's rounds under `flwr run` go out one message per client although batch-clients=true, or None."""
-    if cfg.secagg.on:
-        return "secagg=true sends each client's upload into the secure sum on its own"
+    """Why a run's rounds under `flwr run` go out one message per client although batch-clients=true, or None: the
+    first of its stages' reasons, the client mapping's, the model buffers' (`has_buffers`: the model has any)."""
+    reasons = [stage.trains_alone for stage in client_stages(cfg) if stage.trains_alone]
     if cfg.run_control.client_mapping != "logical":
-        return "client-mapping='fixed' keeps each client on its own node"
-    if cfg.sample_privacy.enabled:
-        return "dp-sgd clips per-record gradients one client at a time"
+        reasons.append(FIXED_MAPPING)
     if has_buffers:
-        return BUFFERS
-    return None
+        reasons.append(BUFFERS)
+    return reasons[0] if reasons else None

@@ -1,7 +1,7 @@
-"""The client stages of a run (fedsuite/stages/client.py), in the order the client calls them: client-level DP's
-release, DP-SGD, then the model's own: its buffers, relaxed initialisation. Each is left out when the run config
-(or the client's model: a buffer-free one) does not switch it on, so a run without them calls none. The server's side
-is built in fedsuite/server/stages.py."""
+"""The client stages of a run (fedsuite/stages/client.py), in the order the client calls them: secure aggregation's,
+client-level DP's release, DP-SGD, then the model's own: its buffers, relaxed initialisation. Each is left out when
+the run config (or the client's model: a buffer-free one) does not switch it on, so a run without them calls none.
+The server's side is built in fedsuite/server/stages.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from fedsuite.privacy.dp_sgd import SampleLevelStage
 from fedsuite.privacy.release import ClientLevelRelease
+from fedsuite.privacy.secagg_stage import SecureUpload
 from fedsuite.stages.client import ClientStage
 from fedsuite.stages.model_buffers import ModelBuffers
 from fedsuite.stages.relaxed_init import RelaxedStart
@@ -17,7 +18,7 @@ from fedsuite.stages.relaxed_init import RelaxedStart
 def client_stages(cfg, client_rule: Any = None) -> list[ClientStage]:
     """The client stages of a resolved run config (fedsuite.config.run_config.Config); with `client_rule` (the
     client's ClientRule, on its node) the model's own stages too."""
-    found = [ClientLevelRelease.of_run(cfg), SampleLevelStage.of_run(cfg)]
+    found = [SecureUpload.of_run(cfg), ClientLevelRelease.of_run(cfg), SampleLevelStage.of_run(cfg)]
     if client_rule is not None:
         found += [ModelBuffers.of_client(cfg, client_rule), RelaxedStart.of_client(cfg, client_rule)]
     return [stage for stage in found if stage is not None]
