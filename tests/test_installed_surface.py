@@ -24,13 +24,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHILD_TIMEOUT = 300
 PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input", "-q"]
-# What the copy leaves out: history, the docs with their study folders, build outputs.
-NOT_COPIED = shutil.ignore_patterns(".git", "docs", ".venv", "build", "dist", "*.egg-info", "__pycache__", "results")
+# What the copy leaves out: history, the docs with their study folders, build outputs, and the results folders runs
+# write at the top of the checkout (fedsuite/results/ is the library's own folder and is copied).
+NOT_COPIED_ANYWHERE = shutil.ignore_patterns(".git", "docs", ".venv", "build", "dist", "*.egg-info", "__pycache__")
+
+
+def not_copied(folder: str, names: list[str]) -> set[str]:
+    return set(NOT_COPIED_ANYWHERE(folder, names)) | ({"results"} & set(names) if Path(folder) == ROOT else set())
 
 
 def checkout_copy(base: Path) -> Path:
     copy = base / "checkout"
-    shutil.copytree(ROOT, copy, ignore=NOT_COPIED)
+    shutil.copytree(ROOT, copy, ignore=not_copied)
     return copy
 
 
