@@ -1,12 +1,14 @@
 """Client round stages (fedsuite/stages/client.py): the client adapter calls every stage of its client at the same
 points of each training round without knowing it by name; a stage that does nothing leaves a run bit-identical; a
 stage's release is what the server receives, its metrics and example count are the reply's; the batched engine calls
-the same hooks and trains alone the clients of a stage that says so."""
+the same hooks and trains alone the clients of a stage that says so; the run config (and the client's model) builds
+exactly the stages it switches on."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from fedsuite.batched import dispatch
 from fedsuite.codec.payload import ALGORITHM_KEY, ARRAYS_KEY
@@ -15,11 +17,14 @@ from fedsuite.node import client as client_adapter
 from fedsuite.node.holdings import ClientNode
 from fedsuite.privacy.dp_sgd import SampleLevelStage
 from fedsuite.privacy.release import CLIP_KEY, ClientLevelRelease
+from fedsuite.privacy.secagg_stage import SecureUpload
 from fedsuite.registry import known as registry
 from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.observers import RoundObserver
 from fedsuite.stages.client import ClientStage
 from fedsuite.stages.client_run import client_stages
+from fedsuite.stages.model_buffers import ModelBuffers
+from fedsuite.stages.relaxed_init import RelaxedStart
 from fedsuite.testing.kit import LSQ, PARTIAL
 
 ROUNDS, COHORT = PARTIAL["num-server-rounds"], PARTIAL["clients-per-round"]
@@ -183,3 +188,23 @@ def test_two_stages_that_each_give_the_loop_a_gradient_oracle_are_one_error_repl
     assert metrics["error"] == (
         "ValueError: client stages Oracle, Oracle each give the local loop a gradient oracle; it takes one"
     )
+
+
+def test_the_run_config_builds_the_client_stages_of_secure_aggregation_and_relaxed_initialisation():
+    class Node:
+        class model:  # noqa: N801 (a stand-in for the node's model)
+            buffers = torch.zeros(0)
+
+    class Rule:
+        node, state, uploads_start_shift = Node, None, False
+
+    plain = resolve({**PARTIAL, "algorithm": "fedavg"})
+    assert client_stages(plain) == [] and client_stages(plain, Rule) == []
+    (relaxed,) = client_stages(resolve({**PARTIAL, "algorithm": "fedavg", "relaxed-init": 0.5}), Rule)
+    assert isinstance(relaxed, RelaxedStart) and relaxed.beta == 0.5
+    assert client_stages(resolve({**PARTIAL, "algorithm": "fedavg", "relaxed-init": 0.5})) == []  # no client: none
+    Node.model.buffers = torch.zeros(3)
+    (own,) = client_stages(resolve({**PARTIAL, "algorithm": "fedavg", "buffers": "local"}), Rule)
+    assert isinstance(own, ModelBuffers) and own.mode == "local" and own.trains_alone
+    (secure,) = client_stages(resolve({**PARTIAL, "algorithm": "fedavg", "secagg": True, "client-mapping": "fixed"}))
+    assert isinstance(secure, SecureUpload) and "secagg=true" in secure.trains_alone

@@ -1,16 +1,40 @@
 """Round stages (docs/developer/architecture.md#round-stages): the strategy calls every stage of the run at the same
 points of each round without knowing it by name; a stage that does nothing leaves a run bit-identical; a stage's
-state is checkpointed under its name; a stage's verdict ends the run."""
+state is checkpointed under its name; a stage's verdict ends the run; the model's averaged buffers are a stage built
+exactly when the server averages them; neither adapter names a mechanism."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
+from fedsuite.config.run_config import resolve
+from fedsuite.data import LoadedData
 from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server import compose
-from fedsuite.stages.server import ServerStage
+from fedsuite.server.buffers import AveragedBuffers
+from fedsuite.server.privacy import BUDGET_SPENT
+from fedsuite.server.stages import server_stages, strategy_stages
+from fedsuite.stages.model_buffers import ModelBuffers
+from fedsuite.stages.server import STOPPED, ServerStage
 from fedsuite.testing.kit import PARTIAL
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = "tests.test_round_stages"
+# The adapters (the strategy, with its evaluation calls, and the client) run the stages in order and name none of the
+# mechanisms: no privacy (client-level DP, DP-SGD), secure aggregation, system models, pruning, model buffers,
+# relaxed initialisation or batching, not even in a comment or a docstring.
+ADAPTERS = ("fedsuite/server/adapter.py", "fedsuite/server/evaluation_calls.py", "fedsuite/node/client.py")
+MECHANISMS = re.compile(
+    r"privacy|\bdp\b|dp[_-]|sample_level|client_level|secagg|secure|systems|prun|buffer|averag|relax|start_shift"
+    r"|last_iterate|batched|batching|batch[_-]clients|unbatch|notice|budget|noise|clip|deadline|dropout",
+    re.IGNORECASE,
+)
 
 
 class Recording(ServerStage):
@@ -65,7 +89,7 @@ class Recording(ServerStage):
 def recording(monkeypatch):
     stage = Recording()
     built = compose.server_stages
-    monkeypatch.setattr(compose, "server_stages", lambda cfg, privacy: [*built(cfg, privacy), stage])
+    monkeypatch.setattr(compose, "server_stages", lambda *args: [*built(*args), stage])
     return stage
 
 
@@ -73,7 +97,7 @@ def test_every_hook_is_called_in_order_every_round_and_a_do_nothing_stage_change
     plain = run_inprocess({**PARTIAL, "algorithm": "scaffold"}).x
     stage = Recording()
     built = compose.server_stages
-    monkeypatch.setattr(compose, "server_stages", lambda cfg, privacy: [*built(cfg, privacy), stage])
+    monkeypatch.setattr(compose, "server_stages", lambda *args: [*built(*args), stage])
     staged = run_inprocess({**PARTIAL, "algorithm": "scaffold"})
     assert staged.x.tobytes() == plain.tobytes()
     order = ["stop_before", "absent", "round_config", "sent", "refused", "received", "release", "check_row"]
@@ -118,12 +142,72 @@ def test_a_stages_verdict_ends_the_run(monkeypatch, tmp_path):
             return ("pruned", "round 2: the stage says stop") if server_round == 2 else None
 
     built = compose.server_stages
-    monkeypatch.setattr(compose, "server_stages", lambda cfg, privacy: [*built(cfg, privacy), StopAtTwo()])
+    monkeypatch.setattr(compose, "server_stages", lambda *args: [*built(*args), StopAtTwo()])
     strategy = run_inprocess({**PARTIAL, "out-dir": str(tmp_path), "run-name": "r", "num-server-rounds": 4},
                              record=True)  # fmt: skip
     assert strategy.plan.recorder.status == "pruned"
     assert [r["round"] for r in strategy.plan.recorder.rows] == [0, 1, 2]
     assert np.isfinite(strategy.x).all()
+
+
+def test_neither_adapter_names_a_mechanism():
+    found = {
+        f"{path}:{number}: {line.strip()}"
+        for path in ADAPTERS
+        for number, line in enumerate((ROOT / path).read_text().splitlines(), 1)
+        if MECHANISMS.search(line)
+    }
+    assert not found, "\n".join(sorted(found))
+
+
+def test_the_averaged_buffers_stage_is_built_exactly_when_the_server_averages_buffers():
+    cfg = resolve({**PARTIAL, "algorithm": "fedavg", "weighting": "samples"})
+    initial = np.arange(4, dtype=np.float32)
+    assert server_stages(cfg) == [] and server_stages(cfg, None, None) == []
+    (averaged,) = server_stages(cfg, None, initial)
+    assert isinstance(averaged, AveragedBuffers) and averaged.weighting == "samples"
+    assert averaged.state_name == "buffers" and averaged.vector.tobytes() == initial.tobytes()
+    assert list(averaged.downlink(1)) == ["buffers"] and averaged.evaluation_args()[0] is averaged.vector
+    # the strategy's stages: the composition root's, the averaged buffers first when it hands their initial values
+    assert strategy_stages(cfg, [], None) == []
+    (bridged,) = strategy_stages(cfg, [], initial, "samples")
+    assert isinstance(bridged, AveragedBuffers) and bridged.weighting == "samples"
+    assert strategy_stages(cfg, [averaged], initial) == [averaged]  # never twice
+
+
+def gray_images() -> LoadedData:
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+    return LoadedData(train=(x[:12], y[:12]), test=(x[12:], y[12:]), num_classes=10)
+
+
+def small_bn(input_shape, num_classes) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(input_shape[0], 2, 3, padding=1), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(2 * input_shape[1] * input_shape[2], num_classes))  # fmt: skip
+
+
+@pytest.mark.parametrize("buffers", ["average", "local"])
+def test_a_model_with_buffers_gets_its_stages_on_both_sides(monkeypatch, buffers):
+    from fedsuite.node import client as client_adapter
+    from fedsuite.stages.client_run import client_stages
+
+    built: list[list] = []
+    monkeypatch.setattr(client_adapter, "client_stages", lambda *args: built.append(client_stages(*args)) or built[-1])
+    cfg = {"num-clients": 2, "clients-per-round": 2, "num-server-rounds": 1, "local-epochs": 1, "batch-size": 4,
+           "partition": "iid", "device": "cpu", "lr": 0.01, "dataset": f"{HERE}:gray_images",
+           "model": f"{HERE}:small_bn", "buffers": buffers}  # fmt: skip
+    strategy = run_inprocess(cfg)
+    averaged = [stage for stage in strategy.stages if isinstance(stage, AveragedBuffers)]
+    assert len(averaged) == (buffers == "average") and (strategy.buffers is not None) == (buffers == "average")
+    assert built and all(len(stages) == 1 and isinstance(stages[0], ModelBuffers) for stages in built)
+    assert {stages[0].mode for stages in built} == {buffers}
+    built.clear()
+    plain = run_inprocess({**PARTIAL, "algorithm": "fedavg"})  # a buffer-free model: no stage on either side
+    assert plain.stages == [] and plain.buffers is None and built and all(stages == [] for stages in built)
+
+
+def test_a_stage_that_stops_the_run_gives_the_status_of_a_spent_budget():
+    assert STOPPED == BUDGET_SPENT
 
 
 class _Manager:

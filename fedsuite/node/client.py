@@ -82,7 +82,7 @@ class PreparedFit:
     x0: torch.Tensor  # x^t on the node's device
     steps: int  # K_i as the message says, else the run's (0: epoch mode)
     generator: torch.Generator  # minibatch order and augmentation of (seed, round, partition)
-    private: Any  # the loop's gradient oracle a client stage gave (ClientStage.prepare: DP-SGD's DpSgd), else None
+    private: Any  # the loop's gradient oracle a client stage gave (ClientStage.prepare), else None
     started: Mapping[ClientStage, Any] = field(default_factory=dict)  # what each stage's `start` kept (None: not kept)
 
 
@@ -150,7 +150,7 @@ class RuleClient(NumPyClient):
             return [], 0, error_reply(self.node.partition_id, err)
 
     def evaluate(self, parameters, config):
-        """The received global model (and averaged buffers, if sent) on this client's held-out test data, and on
+        """The received global model (as the stages receive it) on this client's held-out test data, and on
         its validation share when it has one: eval mode, batches of eval-batch-size, no client state touched.
         Returns (test loss, test examples, {accuracy, val-loss, val-accuracy, n-val, partition-id}); an empty test
         split returns 0 examples and `empty`=1 (the server skips and counts it); a failure, an error reply."""

@@ -85,7 +85,7 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
                              plan.shares)  # fmt: skip
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.rounds = RoundLog()
-        self._wide = WideCopies()  # the replies' float64 copies, in buffers reused round after round
+        self._wide = WideCopies()  # the replies' float64 copies, in arrays reused round after round
         self.stages = strategy_stages(plan.run_config, stages, *inputs, **named_inputs)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
@@ -128,7 +128,7 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         cohort = self.plan.sampler.cohort(server_round)
-        for stage in self.stages:  # a budget a round would pass: the run ends here
+        for stage in self.stages:  # a stage's limit the round would pass: the run ends here
             if (spent := stage.stop_before(server_round, cohort)) is not None:
                 self._end_run(STOPPED, spent)
         self.rounds.started(server_round)
@@ -161,7 +161,7 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list):
         for observer in self.observers:
             observer.failed(server_round, failures)
-        for stage in self.stages:  # a client that refused to spend more budget: the round is not applied
+        for stage in self.stages:  # a client a stage's limit stopped: the round is not applied
             if (spent := stage.refused(server_round, results, failures)) is not None:
                 self._end_run(STOPPED, spent)
         replies, rejected, diverged = self._valid_replies(server_round, results)
@@ -192,7 +192,7 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
         # counts as diverged); else the central test loss, else the federated one
         loss = next((metrics[k] for k in ("val_loss", "loss", "fed_val_loss", "fed_loss") if k in metrics), None)
         verdict = self.guard.test_loss(server_round, loss) or self._row_verdict(server_round, metrics)
-        if verdict is not None:  # diverged, or behind a prune-at mark (fedsuite/server/pruning.py)
+        if verdict is not None:  # diverged, or a stage's verdict (ServerStage.check_row)
             self._record(row, *verdict)
             raise RunAborted(*verdict)
         due = checkpointing.due(plan, server_round)
@@ -291,7 +291,7 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
         """The stages' release, then the rule's aggregate of the replies in partition order, checked finite; the
         stages and observers follow the new model, and the acceptance ledger records the replies."""
         replies.sort(key=lambda r: r.partition_id)  # arrival order varies; the float sums must not
-        for stage in self.stages:  # e.g. noise on the sums: before anyone reads them
+        for stage in self.stages:  # before anyone reads the replies
             self.rounds.note(server_round, stage.release(server_round, replies))
         for observer in self.observers:
             observer.replied(server_round, replies)

@@ -51,7 +51,7 @@ class EvaluationCalls:
 
     def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]], failures: list):
         """Checked evaluate replies → the round's federated metrics; rejected replies and failures are logged to
-        clients.log and counted, never averaged in."""
+        clients.log and counted, never in the means."""
         replies, rejected = [], 0
         for proxy, res in results:
             try:
@@ -78,7 +78,7 @@ class EvaluationCalls:
         metrics: dict[str, Any] = {}
         if plan.evaluation_due(server_round):
             extra = tuple(arg for stage in self.stages for arg in stage.evaluation_args())
-            x = self.rule.evaluation_model()  # x, unless the rule evaluates another model (FedExP's average)
+            x = self.rule.evaluation_model()  # x, unless the rule evaluates another model (FedExP)
             if plan.evaluate:
                 metrics.update(plan.evaluate(x, *extra))
             if plan.validate:
