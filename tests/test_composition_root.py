@@ -35,6 +35,7 @@ CONFIGS = {
     "batched": {**LSQ, "batch-clients": True},
     "secagg": {**LSQ, "secagg": True, "client-mapping": "fixed"},
     "sharing": {**LSQ, "batch-clients": True, "batch-messages": 2},
+    "batched, kept apart": {**LSQ, "batch-clients": True, "client-mapping": "fixed"},  # one client per node
 }
 FLOWER, IN_PROCESS, IN_PROCESS_MESSAGES = "flower", "in process", "in process, messages"
 # the fit round the root documents (fedsuite/run/compose.py) for each config and engine
@@ -43,6 +44,7 @@ EXPECTED = {
     "batched": {FLOWER: SharedRound, IN_PROCESS: BatchedRound, IN_PROCESS_MESSAGES: SharedRound},
     "secagg": {FLOWER: SecAggPlusRound, IN_PROCESS: SecureSumRound, IN_PROCESS_MESSAGES: SecureSumRound},
     "sharing": {FLOWER: SharedRound, IN_PROCESS: BatchedRound, IN_PROCESS_MESSAGES: SharedRound},
+    "batched, kept apart": {FLOWER: FitRound, IN_PROCESS: BatchedRound, IN_PROCESS_MESSAGES: FitRound},
 }
 
 
@@ -86,7 +88,7 @@ def test_the_root_picks_the_documented_round_loop(name, kind):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_server_app_and_the_inprocess_engine_get_their_loop_from_the_root(name, chosen, tmp_path):
-    run_config = {**CONFIGS[name], "out-dir": str(tmp_path), "run-name": name}
+    run_config = {**CONFIGS[name], "out-dir": str(tmp_path), "run-name": name.replace(" ", "-").replace(",", "")}
     served = server_app.server_fn(_context(run_config)).server
     run_inprocess(CONFIGS[name], messages=True)
     (flower, served_round), (local, local_round) = chosen

@@ -105,9 +105,10 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     """Train with `run_config` (defaults filled in); returns the strategy (`strategy.rule` is the algorithm's
     server rule, `strategy.x` the final model). `observers` watch every round (fedsuite.server.observers).
     `node_configs`: one node per entry with that node config (e.g. partition-id, num-partitions and a data-dir of
-    the node's own), instead of `num_nodes` simulation-style nodes. `messages`: with batch-clients=true, send each
-    node's share of a round in one message through the ClientApp, as `flwr run` does (fedsuite/batched/shares.py),
-    instead of handing the round's clients to the batched dispatcher directly."""
+    the node's own), instead of `num_nodes` simulation-style nodes. `messages`: with batch-clients=true, reach the
+    clients through the ClientApp's messages as `flwr run` does, each node's share of a round in one message
+    (fedsuite/batched/shares.py; one message per client where something keeps the clients apart, as under `flwr run`,
+    fedsuite.batched.notice.why_not_shared), instead of handing the round's clients to the batched dispatcher."""
     cfg = with_data_clients(resolve(run_config))
     run_id = new_run_id() if run_id is None else run_id
     engine = Engine.local(messages=messages, keep_client_state=keep_client_state)
