@@ -223,3 +223,38 @@ def test_the_specs_come_from_one_place():
     names = [spec.name for spec in client_specs(cfg)]
     assert names == ["c_i", "buffers", "x_last"]
     assert client_specs(cfg, client) == client_specs(cfg) == state_plan(cfg, 10, 2).specs
+
+
+# ---- the memory tier in a whole in-process run -------------------------------------------------------------------
+def final_client_state(tier, strategy) -> dict[int, dict[str, np.ndarray]]:
+    """Every client's state as it will train next, read from `tier` at the run's client-state place."""
+    root, accepted = strategy.plan.client_state_root, strategy.accepted
+    return {pid: effective(tier(root, pid), accepted.get(pid, 0)) for pid in range(strategy.plan.sampler.num_clients)}
+
+
+@pytest.mark.parametrize("settings", [{"algorithm": "scaffold"}, {"algorithm": "feddyn", "batch-clients": True}])
+def test_a_run_with_its_state_in_process_memory_equals_the_run_with_state_files(settings, monkeypatch):
+    """The same in-process run with the clients' state in the files tier and in the memory tier (the plan told that
+    the federation runs in one process): the same model after every round and the same client state at the end."""
+    from fedsuite import testing as kit
+    from fedsuite.node import app as client_app
+    from fedsuite.run.inprocess import remove_client_state
+
+    cfg = {**kit.PARTIAL, **settings}
+    files = kit.run_algorithm(cfg["algorithm"], cfg, keep_client_state=True, run_id=4101)
+    in_files = final_client_state(FileTier, files.strategy)
+    remove_client_state(files.strategy)
+    real_plan = client_app.state_plan
+    monkeypatch.setattr(client_app, "state_plan", lambda *args: real_plan(*args, one_process=True))
+    memory = kit.run_algorithm(cfg["algorithm"], cfg, keep_client_state=True, run_id=4102)
+    root = memory.strategy.plan.client_state_root
+    try:
+        assert not [p for p in root.glob("partition-*")]  # nothing went to files
+        in_memory = final_client_state(MemoryTier, memory.strategy)
+    finally:
+        memory_tier.release(root)
+        remove_client_state(memory.strategy)
+    assert [r.round for r in memory.rounds] == [r.round for r in files.rounds]
+    assert all(kit.identical(a.x, b.x) for a, b in zip(memory.rounds, files.rounds, strict=True))
+    assert kit.identical(memory.x, files.x) and any(in_files.values())
+    assert kit.identical(in_memory, in_files)
