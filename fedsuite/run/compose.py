@@ -15,7 +15,7 @@ fit_round_for and nowhere else:
 | secagg=true | Flower's messaging | SecAggPlusRound: Flower's SecAgg+ workflow (fedsuite/server/secure.py) |
 | secagg=true | in process | SecureSumRound: SecAgg+'s arithmetic (fedsuite/run/secagg_arithmetic.py) |
 | batch-clients=true, shares | Flower's, or in process with messages | SharedRound (fedsuite/batched/server.py) |
-| batch-clients=true | in process | BatchedRound: the batched dispatcher (fedsuite/batched/server.py) |
+| batch-clients=true | in process, no messages | BatchedRound: the batched dispatcher (fedsuite/batched/server.py) |
 | anything else | any | FitRound: Flower's own (fedsuite/server/loop.py) |
 
 "Shares" is the plan's: batch-clients=true with nothing that keeps the clients apart (fedsuite.batched.notice,
