@@ -49,7 +49,7 @@ def run_in_process(overrides: dict, quiet: bool = True, group: str | None = None
     try:
         with deferring():
             run_inprocess(cfg, record=True, observers=[*trackers, LastRound(settings.run_control.num_rounds)])
-    except Exception as err:  # the recorder has written the status (RecordingServer, RunAborted)
+    except Exception as err:  # the recorder has written the status (RoundLoop, RunAborted)
         status = run_status(folder)
         status = status if status != "running" else "failed"
         close_all(trackers, status)
