@@ -24,7 +24,7 @@ from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.testing.kit import PARTIAL, check_checkpoint_round_trip
 
 dp_accounting = pytest.importorskip("dp_accounting")
-PRIVATE = [name for name, algo in ALGORITHMS.items() if not algo.dp_refusal]
+PRIVATE = [name for name, algo in ALGORITHMS.items() if not algo.refusal("dp")]
 
 
 class Releases(RoundObserver):
@@ -229,18 +229,24 @@ def test_the_privacy_pages_say_what_each_algorithm_releases():
         state = [spec.name for spec in costs.client_state(name)]
         if "block table" not in kept:
             assert re.findall(r"`([^`]+)`", kept) == state, name
-        assert allowed.startswith("no" if algo.dp_refusal else "yes"), name
-        assert dp_sgd.startswith("no" if algo.dp_sgd_refusal else "yes"), name
-        assert secagg.startswith("no" if algo.secagg_refusal else "yes"), name
+        assert allowed.startswith("no" if algo.refusal("dp") else "yes"), name
+        assert dp_sgd.startswith("no" if algo.refusal("dp-sgd") else "yes"), name
+        assert secagg.startswith("no" if algo.refusal("secagg") else "yes"), name
         page = Path(algo.section).read_text()
         section = page.split("## Privacy", 1)[1].split("\n## ", 1)[0]
-        assert all(f"`{array}`" in section for array in uplink + some) or algo.dp_refusal, name
+        assert all(f"`{array}`" in section for array in uplink + some) or algo.refusal("dp"), name
         said = " ".join(section.split())  # the page's DP-SGD and SecAgg+ sentences, unwrapped
         dp_sgd_said = said.split("[DP-SGD](../privacy-dp-sgd.md)", 1)[1].split("[SecAgg+]", 1)[0]
         secagg_said = said.split("[SecAgg+](../privacy-secagg.md)", 1)[1]
-        assert ("refused: " + algo.dp_sgd_refusal in dp_sgd_said) if algo.dp_sgd_refusal else "accepted" in dp_sgd_said
         assert (
-            ("refused: it " + algo.secagg_refusal in secagg_said) if algo.secagg_refusal else "accepted" in secagg_said
+            ("refused: " + algo.refusal("dp-sgd") in dp_sgd_said)
+            if algo.refusal("dp-sgd")
+            else "accepted" in dp_sgd_said
+        )
+        assert (
+            ("refused: it " + algo.refusal("secagg") in secagg_said)
+            if algo.refusal("secagg")
+            else "accepted" in secagg_said
         )
 
 

@@ -1,6 +1,6 @@
 """The run-config refusals of DP-SGD (sample-level privacy, docs/privacy-dp-sgd.md), one line each, before any
 training. No torch here: the registry (fedsuite/registry/known.py) runs them while a run config is resolved, with the
-chosen algorithm's declared refusal (its entry's `dp_sgd_refusal`).
+chosen algorithm's declared refusal (its entry's `refuses['dp-sgd']`).
 
 What the accounting assumes, and so what is refused:
 - every local step trains on a batch of B distinct records drawn uniformly without replacement from the client's n
@@ -25,7 +25,7 @@ INSTALL = "pip install 'fedsuite[privacy]' (the dp-accounting library)"
 
 def config_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
     """One line per setting DP-SGD cannot account for (module docstring); none when dp-sgd is off. `refusal`: why
-    the chosen algorithm cannot run under DP-SGD (its registry entry's dp_sgd_refusal; '' = it can); a refusal
+    the chosen algorithm cannot run under DP-SGD (its registry entry's refuses['dp-sgd']; '' = it can); a refusal
     that depends on the config is one of the algorithm's own checks (SCAFFOLD's scaffold-option=1)."""
     if v.get("dp-sgd") is not True:
         return []

@@ -8,6 +8,7 @@ them. Only the schema is imported here, so reading entries stays light (no torch
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,15 +30,32 @@ class Algorithm:
     # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (docs/algorithms/losac.md)
     sum_scale: bool = False
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
-    # why client-level DP (run-config key dp) cannot cover what this algorithm uploads; '' = it can (docs/privacy.md)
+    # the round-stage mechanisms this algorithm cannot run under: a mechanism's run-config key (dp, dp-sgd, secagg)
+    # -> why, in one line; each mechanism's config check reads its own entry (fedsuite/stages/refusals.py)
+    refuses: Mapping[str, str] = field(default_factory=dict)
+    # deprecated for one release, read into `refuses`: dp_refusal (key dp), dp_sgd_refusal (dp-sgd), secagg_refusal
+    # (secagg)
     dp_refusal: str = ""
-    # why DP-SGD (run-config key dp-sgd) cannot account for this algorithm: its clients release gradients of their
-    # records outside the private local steps, or train on fixed blocks; '' = it can (docs/privacy-dp-sgd.md)
     dp_sgd_refusal: str = ""
-    # why secure aggregation (run-config key secagg) cannot serve this algorithm: its server needs more than the
-    # cohort's sums of the uploads; '' = it can (docs/privacy-secagg.md). Config-dependent refusals are `checks`.
     secagg_refusal: str = ""
     keys: tuple[Key, ...] = ()  # run-config keys the algorithm adds to the schema (its hyper-parameters)
     # what simulation.tune searches: run-config key -> LogRange or a tuple of values (fedsuite.config.tunable); every
     # algorithm declares at least `lr`, and every value lies inside its key's schema range
     tunable: Mapping[str, Search] = field(default_factory=dict)
+
+    def __post_init__(self):
+        refuses = dict(self.refuses)
+        for name, key in _OLD_REFUSAL_FIELDS.items():
+            if (reason := getattr(self, name)) and self.refuses.get(key) != reason:  # given the old way
+                warnings.warn(f"Algorithm {self.name!r}: {name}= is deprecated, give refuses={{{key!r}: ...}}",
+                              DeprecationWarning, stacklevel=3)  # fmt: skip
+                refuses.setdefault(key, reason)
+            object.__setattr__(self, name, refuses.get(key, ""))  # the old field reads the same for one release
+        object.__setattr__(self, "refuses", refuses)
+
+    def refusal(self, mechanism: str) -> str:
+        """Why this algorithm cannot run under the mechanism with run-config key `mechanism`; '' = it can."""
+        return self.refuses.get(mechanism, "")
+
+
+_OLD_REFUSAL_FIELDS = {"dp_refusal": "dp", "dp_sgd_refusal": "dp-sgd", "secagg_refusal": "secagg"}

@@ -19,12 +19,10 @@ from typing import Any
 
 from fedsuite.config.import_paths import load_import_path
 from fedsuite.config.schema import COMMON_KEYS, ConfigError, Key, float_list
-from fedsuite.privacy.checks import budget_errors, privacy_errors
-from fedsuite.privacy.dp_sgd_checks import config_errors as dp_sgd_errors
-from fedsuite.privacy.secagg import secagg_errors
 from fedsuite.registry.builtin import BUILT_IN, KEYS
 from fedsuite.registry.entry import Algorithm
 from fedsuite.registry.plugins import AlgorithmRegistry
+from fedsuite.stages.refusals import mechanism_errors
 
 __all__ = ["ALGORITHMS", "Algorithm", "active_schema", "algorithm_errors", "build_client", "build_rule", "register"]
 
@@ -71,9 +69,7 @@ def algorithm_errors(values: Mapping[str, Any]) -> list[str]:
     if values.get("agg-scale") == "1/N" and not algo.sum_scale:
         allowed = ", ".join(name for name, a in ALGORITHMS.items() if a.sum_scale)
         errors.append(f"agg-scale='1/N': defined for {allowed} (the LoSAC suite); algorithm={algo.name!r} allows mean")
-    errors += privacy_errors(values, algo.dp_refusal) + dp_sgd_errors(values, algo.dp_sgd_refusal)
-    errors += budget_errors(values)
-    errors += secagg_errors(values, algo.secagg_refusal)
+    errors += mechanism_errors(values, algo)
     return errors + [problem for check in algo.checks if (problem := check(values)) is not None]
 
 
