@@ -19,7 +19,7 @@ from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server import compose
 from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.privacy import BUDGET_SPENT
-from fedsuite.server.stages import server_stages, strategy_stages
+from fedsuite.server.stages import server_stages
 from fedsuite.stages.model_buffers import ModelBuffers
 from fedsuite.stages.server import STOPPED, ServerStage
 from fedsuite.testing.kit import PARTIAL
@@ -168,11 +168,10 @@ def test_the_averaged_buffers_stage_is_built_exactly_when_the_server_averages_bu
     assert isinstance(averaged, AveragedBuffers) and averaged.weighting == "samples"
     assert averaged.state_name == "buffers" and averaged.vector.tobytes() == initial.tobytes()
     assert list(averaged.downlink(1)) == ["buffers"] and averaged.evaluation_args()[0] is averaged.vector
-    # the strategy's stages: the composition root's, the averaged buffers first when it hands their initial values
-    assert strategy_stages(cfg, [], None) == []
-    (bridged,) = strategy_stages(cfg, [], initial, "samples")
-    assert isinstance(bridged, AveragedBuffers) and bridged.weighting == "samples"
-    assert strategy_stages(cfg, [averaged], initial) == [averaged]  # never twice
+    # the averaged buffers come first, before the stages the run config switches on
+    with_dp_target = resolve({**PARTIAL, "algorithm": "fedavg", "dp-sgd": True, "dp-sgd-noise": 1.0})
+    first, *rest = server_stages(with_dp_target, None, initial)
+    assert isinstance(first, AveragedBuffers) and rest and not any(isinstance(s, AveragedBuffers) for s in rest)
 
 
 def gray_images() -> LoadedData:

@@ -184,7 +184,7 @@ def test_the_scan_finds_a_raw_read(tmp_path):
 OTHER_COLONS = {
     "fedsuite/config/import_paths.py": "the parser itself",
     "fedsuite/server/pruning.py": "prune-at's 'round:value' marks",
-    "fedsuite/state/store.py": "a client-state key's 'previous:' prefix",
+    "fedsuite/state/tier.py": "a client-state key's 'prev:' prefix",
     "fedsuite/results/tracking.py": "imports a tracker's package by module name",
     "fedsuite/moved.py": "imports a moved module by its new name",
 }

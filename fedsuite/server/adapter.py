@@ -63,7 +63,7 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
-from fedsuite.server.stages import StageViews, arrays_beside, strategy_stages, take_arrays
+from fedsuite.server.stages import StageViews, arrays_beside, server_stages, take_arrays
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
 from fedsuite.stages.server import STOPPED, ServerStage
@@ -73,11 +73,10 @@ ACCEPTED = Counter("accepted")  # partition → last round its reply was aggrega
 
 
 class RuleStrategy(StageViews, EvaluationCalls, Strategy):
-    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (), *inputs: Any,
-                 stages: Iterable[ServerStage] | None = None, **named_inputs: Any):  # fmt: skip
-        """`stages`: the run's round stages (fedsuite/stages/server.py), by default those its run config switches
-        on; `inputs` and `named_inputs`: what the composition root knows for them beside the run config, as
-        fedsuite.server.stages.strategy_stages takes it."""
+    def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (),
+                 stages: Iterable[ServerStage] | None = None):  # fmt: skip
+        """`stages`: the run's round stages (fedsuite/stages/server.py; the composition root builds them with
+        fedsuite.server.stages.server_stages), by default those its run config alone switches on."""
         super().__init__()
         self.rule, self.plan = rule, plan
         self.observers = list(observers)
@@ -86,7 +85,7 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
         self.guard = RunGuard(plan.min_replies, plan.divergence_factor)
         self.rounds = RoundLog()
         self._wide = WideCopies()  # the replies' float64 copies, in arrays reused round after round
-        self.stages = strategy_stages(plan.run_config, stages, *inputs, **named_inputs)
+        self.stages = list(server_stages(plan.run_config) if stages is None else stages)
         self.accepted: dict[int, int] = ACCEPTED.initial(rule.dim)
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round

@@ -97,8 +97,7 @@ def compose_strategy(
     warn_if_seeded(cfg)  # reproducible DP noise is not private: said once per run (docs/privacy.md)
     buffers = averaged_buffers(cfg, plan)
     privacy = server_privacy(cfg, rule, buffers)
-    strategy = strategy_class(rule, plan, observers, buffers, cfg.aggregation.weighting, privacy=privacy,
-                              stages=server_stages(cfg, privacy), **strategy_args)  # fmt: skip
+    strategy = strategy_class(rule, plan, observers, stages=server_stages(cfg, privacy, buffers), **strategy_args)
     if plan.resume is not None:
         checkpoint.restore(strategy, plan.resume, plan.client_state_root)
     return strategy

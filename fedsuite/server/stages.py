@@ -13,6 +13,7 @@ import numpy as np
 from flwr.common import FitRes, Parameters
 
 from fedsuite.codec.payload import ARRAYS_KEY
+from fedsuite.config.settings import value_of
 from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.server.pruning import Pruning
@@ -26,24 +27,12 @@ def server_stages(run_config: Mapping[str, Any], privacy: ServerPrivacy | None =
                   buffers: np.ndarray | None = None) -> list[ServerStage]:  # fmt: skip
     """The run's stages; `privacy`: the server's half of client-level DP (built with the rule, which it checks);
     `buffers`: the model's initial buffers when the server averages them (buffers='average'), else None."""
-    found = [AveragedBuffers.of_model(buffers, str(run_config.get("weighting", "uniform")))]
+    found = [AveragedBuffers.of_model(buffers, str(value_of(run_config, "weighting")))]
     found += [privacy, SampleLevelBudget.of_run(run_config), SystemsStage.of_run(run_config)]
     pruning = Pruning.from_run_config(run_config)
     found.append(pruning if pruning.marks else None)
     found.append(SecureSum.of_run(run_config))
     return [stage for stage in found if stage is not None]
-
-
-def strategy_stages(run_config: Mapping[str, Any], stages: Iterable[ServerStage] | None = None,
-                    buffers: np.ndarray | None = None, weighting: str = "uniform",
-                    privacy: ServerPrivacy | None = None) -> list[ServerStage]:  # fmt: skip
-    """The stages a strategy runs: `stages` as given (by default those the run switches on, `server_stages`), the
-    averaged buffers first when `buffers` holds the model's initial ones and no given stage averages them yet
-    (`weighting`: the rule's cohort weights, used for them too)."""
-    found = list(server_stages(run_config, privacy) if stages is None else stages)
-    if buffers is not None and _first(found, AveragedBuffers) is None:
-        found.insert(0, AveragedBuffers(buffers, weighting))
-    return found
 
 
 def arrays_beside(stages: Iterable[ServerStage], server_round: int) -> dict[str, np.ndarray]:
