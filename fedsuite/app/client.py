@@ -91,9 +91,7 @@ def client(algorithm: str, model: torch.nn.Module, train: Data, *, partition_id:
         raise ConfigError(f"device={device!r}: allowed values are {', '.join(DEVICES)}, or a torch.device")
     where = device if isinstance(device, torch.device) else pick_device(device)
     node = OwnNode.build(cfg, partition_id, num_partitions, where, model, train, loss_fn, None, test)
-    if (
-        specs
-    ):  # the state in the user's folder, in the tier the run's plan chooses (the files tier: fedsuite.state.plan)
+    if specs:  # the state goes to the user's folder, in the tier the run's plan chooses (fedsuite.state.plan)
         plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()))
         node.store = plan.open_store(Path(state_dir).expanduser(), partition_id)
     if test is not None:
