@@ -20,12 +20,11 @@ keeps that status and has no score; it is never chosen.
 
 Outputs in --out: search/<algorithm>.csv and .md (every trial: its values, per-seed scores, mean, status),
 search/runs/… (the trial runs), tuned.toml (the chosen values; fedsuite.config.tuned reads it), final/ (the chosen
-values
-on --final-seeds with validation-fraction=0: final/sweep.md, sweep.csv, sweep.png in simulation.sweep's format, with
-the paired differences against --baseline (fedavg by default, when it is tuned) in sweep-paired.csv)
-and tune.md (chosen values, validation scores, the final table). Every run goes through simulation.experiment: a
-stopped tuning resumes where it stopped (completed and diverged runs are reused), --parallel K runs K at once.
-Exit 0 when every algorithm got tuned values and every final run completed, 1 otherwise, 2 for bad settings.
+values on --final-seeds with validation-fraction=0: final/sweep.md, sweep.csv, sweep.png in simulation.sweep's format,
+with the paired differences against --baseline (fedavg by default, when it is tuned) in sweep-paired.csv) and tune.md
+(chosen values, validation scores, the final table). Every run goes through simulation.experiment: a stopped tuning
+resumes where it stopped (completed and diverged runs are reused), --parallel K runs K at once. Exit 0 when every
+algorithm got tuned values and every final run completed, 1 otherwise, 2 for bad settings.
 """
 
 from __future__ import annotations

@@ -363,8 +363,7 @@ def test_where_no_engine_batches_the_key_is_ignored_in_one_line(caplog):
 @pytest.mark.parametrize("n,batch,pad", [(30, 8, 0), (30, 8, 2), (6, 8, 2), (6, 6, 0)])
 def test_a_round_drawn_at_once_is_the_minibatches_drawn_step_by_step(n, batch, pad):
     """fedsuite/batched/draws.py: the same samples, crops and flips as fedsuite.local.loop.minibatches, and the
-    generator
-    left where the step-by-step draws leave it."""
+    generator left where the step-by-step draws leave it."""
     import torch
 
     from fedsuite.batched.draws import drawn_round

@@ -1,7 +1,6 @@
 """Nothing half-written: a full out-dir at any write leaves the previous complete files, a true status and no
 temporary file; a checkpoint's files are checked against its manifest (fedsuite.results.checkpoint_files) and a corrupt
-one
-is named before anything starts; resuming with a changed key is refused before anything starts; client state that
+one is named before anything starts; resuming with a changed key is refused before anything starts; client state that
 cannot fit where it would live is refused by the pre-run check.
 
 The full-disk cases mount a small tmpfs (the tests run as root; skipped with the reason where mounting is not

@@ -1,8 +1,7 @@
 """Plug-in algorithms (fedsuite.registry.plugins): the out-of-tree example examples/fedavgm (fedavgm-nesterov, which
-extends the
-built-in FedAvgM), installed like any package, passes its own kit tests and runs through simulation.compare like a
-built-in; a bad value of its key is named with the
-allowed range; an entry point that fails to import is named in one warning; a name or key clash is refused.
+extends the built-in FedAvgM), installed like any package, passes its own kit tests and runs through simulation.compare
+like a built-in; a bad value of its key is named with the allowed range; an entry point that fails to import is named in
+one warning; a name or key clash is refused.
 
 The example is installed from a temporary copy into a temporary folder (`pip install --target`), put on the path of
 the child processes only: this venv and this process's registry stay plain for every other test."""

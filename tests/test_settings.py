@@ -1,6 +1,5 @@
 """The typed settings objects on Config (fedsuite/config/run_config.py): real Python types, values equal to the
-Config's keys,
-frozen, built once per Config."""
+Config's keys, frozen, built once per Config."""
 
 import dataclasses
 import pickle

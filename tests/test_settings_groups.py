@@ -1,7 +1,6 @@
 """The typed settings groups of the system models, pruning, secure aggregation, privacy and batching
 (fedsuite/config/settings.py): each reads its values from a resolved config and its defaults from the schema, the
-objects
-a config without the keys builds decide nothing, no module reads a run-config key with a default written again
+objects a config without the keys builds decide nothing, no module reads a run-config key with a default written again
 (`.get("<key>", <default>)`), and one parser reads 'module:callable' (fedsuite/config/import_paths.py)."""
 
 from __future__ import annotations

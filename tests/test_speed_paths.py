@@ -308,8 +308,7 @@ def test_the_blockwise_reply_checks_and_copies_agree_with_one_pass(threads, monk
 
 def test_a_forked_child_makes_its_own_block_pool(monkeypatch):
     """fedsuite/server/blockwise.py: a child forked after the pool started (a process pool of the benchmarks) must not
-    wait
-    on threads it does not have."""
+    wait on threads it does not have."""
     import multiprocessing
 
     from fedsuite.server import blockwise

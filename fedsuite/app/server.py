@@ -102,12 +102,11 @@ def strategy(algorithm: str, model: torch.nn.Module, *, evaluate: Evaluate | Non
 
     `settings`: run-config keys as keywords (`lr=0.05`, `clients_per_round=5` is 'clients-per-round'), checked by
     fedsuite.config.run_config.resolve; `num_clients` (the number of SuperNodes, one partition each) is required.
-    `evaluate`:
-    optional `evaluate(module) -> {'loss': …, 'accuracy': …}` called on the global model every `eval_every` rounds
-    and after the last (evaluation='central', the default, or 'both'); with evaluation='federated' or 'both' the
+    `evaluate`: optional `evaluate(module) -> {'loss': …, 'accuracy': …}` called on the global model every `eval_every`
+    rounds and after the last (evaluation='central', the default, or 'both'); with evaluation='federated' or 'both' the
     clients evaluate on their client(test=...) data in those rounds (the round's cohort, or `eval_clients` drawn by
-    seed); `results`: optional folder for the run's rounds.jsonl, rounds.csv and summary.json (an existing run there
-    is refused unless overwrite=True); `observers`: fedsuite round observers (tracking, checks)."""
+    seed); `results`: optional folder for the run's rounds.jsonl, rounds.csv and summary.json (an existing run there is
+    refused unless overwrite=True); `observers`: fedsuite round observers (tracking, checks)."""
     if "num_clients" not in settings and "num-clients" not in settings:
         raise ConfigError("num_clients: give the number of partitions, one per SuperNode (their --node-config "
                           "num-partitions)")  # fmt: skip

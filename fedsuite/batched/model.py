@@ -3,8 +3,7 @@ losses (C,) and gradients (C, d) from torch.func (`functional_call`, `vmap`, `gr
 
 It offers what the loop's gradient points use of a FlatModel (`x`, `grad`, `loss_and_grad`), so the same point
 stages (fedsuite/local/loop.py, fedsuite/local/adaptive.py) run on it. A model with buffers (BatchNorm statistics) is
-not
-batchable: its statistics are per client and updated by the forward pass.
+not batchable: its statistics are per client and updated by the forward pass.
 """
 
 from __future__ import annotations

@@ -294,10 +294,9 @@ class RuleClient(NumPyClient):
     # ---- the wire ------------------------------------------------------------------------------------
     def _downlink(self, parameters, names) -> dict[str, torch.Tensor]:
         """The message's arrays by their names (fedsuite.codec.payload), as tensors on the node's device: a writable
-        array
-        is this message's own copy (Flower's decoding) and becomes the tensor, on the CPU without a copy more; a
-        read-only one is a view of the message's bytes (the in-process engines, READ_ONLY_ARRAYS) and is copied,
-        by the move to the device, or on the CPU into the client's own tensor."""
+        array is this message's own copy (Flower's decoding) and becomes the tensor, on the CPU without a copy more; a
+        read-only one is a view of the message's bytes (the in-process engines, READ_ONLY_ARRAYS) and is copied, by the
+        move to the device, or on the CPU into the client's own tensor."""
         device = self.node.device
         return {k: _tensor(v, device) for k, v in unpack(parameters, str(names)).items()}
 

@@ -15,10 +15,8 @@ neighbours). The library composes them as `SelfComposedDpEvent(GaussianDpEvent, 
 `SampledWithoutReplacementDpEvent`, which its Rényi accountant reduces to one Gaussian of multiplier σ_s/√k; the
 client's ledger hands the run accountant that multiplier (tests/test_dp_sgd.py checks it against the library's
 composed event). A client's ledger is its rounds: the rounds r ≤ t whose cohort drew it (fedsuite.server.sampling, a
-pure
-function of the run seed, as the server draws them), each K steps of this round's kind, so it needs no client state
-and survives rebuilt client objects and resumed runs; a drawn client whose reply was lost still counts (an upper
-bound).
+pure function of the run seed, as the server draws them), each K steps of this round's kind, so it needs no client state
+and survives rebuilt client objects and resumed runs; a drawn client whose reply was lost still counts (an upper bound).
 
 The noise has a random stream of its own (fedsuite/privacy/noise.py), so the minibatches are those of the plain run
 with the same seed: keyed by secret bits from the OS by default, or with dp-noise-source='seeded' seeded from the

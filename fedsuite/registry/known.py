@@ -1,7 +1,6 @@
 """The algorithms a process knows: the built-ins (fedsuite/registry/builtin.py), the plug-ins installed under the
 entry-point group `fedsuite.algorithms`, and those added with `register(...)` (fedsuite/registry/plugins.py says how),
-with
-what the rest of the suite asks of them: the schema they make (`active_schema`), their own config checks
+with what the rest of the suite asks of them: the schema they make (`active_schema`), their own config checks
 (`algorithm_errors`) and their built halves (`build_rule`, `build_client`).
 
 Rule and client classes are imported only when an algorithm is built, so config validation stays light. What an

@@ -175,10 +175,9 @@ class AlgorithmRegistry(Mapping[str, "Algorithm"]):
 def class_refusal(algorithm: Algorithm) -> str | None:
     """Why `algorithm`'s classes cannot be used, in one line, or None: `strategy` must import as a subclass of
     fedsuite.rules.server_rule.ServerRule that defines `aggregate` and `client` as one of
-    fedsuite.rules.client_rule.ClientRule, and each
-    constructor must accept
-    the arguments its `strategy_args` / `client_args` declare and need no other. Imports both (torch included), so
-    `register` runs it and entry points, read by light config validation, do not."""
+    fedsuite.rules.client_rule.ClientRule, and each constructor must accept the arguments its `strategy_args` /
+    `client_args` declare and need no other. Imports both (torch included), so `register` runs it and entry points, read
+    by light config validation, do not."""
     from fedsuite.rules.client_rule import ClientRule
     from fedsuite.rules.server_rule import ServerRule
 

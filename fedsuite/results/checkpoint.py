@@ -15,10 +15,9 @@ whole checkpoint, and a resume from it is as exact as from any other.
 
 The state saved is what the strategy declares (`RuleStrategy.state_dict`: the rule's declared state with the
 global model, the acceptance ledger, the run guard's initial loss; fedsuite.rules.declared), so an algorithm added
-later is
-covered by its declaration, and a resumed strategy checks the loaded state against the same declaration. A value of a
-type this module cannot write exactly is an error, never silently dropped. The sampler needs no position: cohorts
-are a function of (seed, round).
+later is covered by its declaration, and a resumed strategy checks the loaded state against the same declaration. A
+value of a type this module cannot write exactly is an error, never silently dropped. The sampler needs no position:
+cohorts are a function of (seed, round).
 
 Client state a SuperNode keeps in its own client-state-dir is not in the snapshot: the nodes keep it under the
 state key (`server.json`'s "state-key", the first run's id), which a resumed run sends again, and undo their one

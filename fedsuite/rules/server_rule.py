@@ -143,8 +143,7 @@ class ServerRule:
         w = self.cohort_weights(replies)
         out = np.zeros(self.dim, np.float64)
         # out += w_i·v_i in reply order, each block of coordinates on its own (fedsuite/server/blockwise.py): every
-        # element
-        # gets the operations of one whole-vector pass, in the same order, so the sum is the same bit for bit
+        # element gets the operations of one whole-vector pass, in the same order, so the sum is the same bit for bit
         if isinstance(value, str):  # the vectors are there already: each block takes all of them at once
             _add_weighted(out, list(zip(w, (r.arrays[value] for r in replies), strict=True)))
         else:  # one computed vector at a time

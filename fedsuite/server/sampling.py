@@ -40,9 +40,8 @@ class Sampler:
     @classmethod
     def of_run(cls, cfg: Any) -> Sampler:
         """The sampler of a resolved run config (a fedsuite.config.run_config.Config): its sampling settings, and true
-        Poisson
-        sampling when the run uses client-level DP, and the run's client availability. Server and clients (DP-SGD's
-        ledger) build it here."""
+        Poisson sampling when the run uses client-level DP, and the run's client availability. Server and clients
+        (DP-SGD's ledger) build it here."""
         return cls.from_settings(cfg.sampling, redraw_empty=not cfg.privacy.on,
                                  availability=Availability.from_values(cfg))  # fmt: skip
 

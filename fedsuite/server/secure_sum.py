@@ -2,8 +2,7 @@
 docs/privacy-secagg.md): every reply holds the cohort's mean, so a reply the server or an observer rejects is inside
 the sum and cannot be taken out (the whole round is rejected), and no row figure is computed from single replies'
 arrays (local consistency). The exchange itself is fedsuite/server/secure.py's (under Flower) or
-fedsuite.run.inprocess's
-arithmetic (in process)."""
+fedsuite.run.inprocess's arithmetic (in process)."""
 
 from __future__ import annotations
 

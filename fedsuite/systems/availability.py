@@ -8,8 +8,7 @@
 - cycle:  every `availability-period` rounds, each client is available for ⌈fraction·period⌉ consecutive rounds
           (`availability-fraction`), from a phase drawn once per client from the seed.
 The sampler (fedsuite/server/sampling.py) draws each round's cohort from the available clients only. Everything is a
-pure
-function of the seed and the round, so every engine, every algorithm and a resumed run see the same clients.
+pure function of the seed and the round, so every engine, every algorithm and a resumed run see the same clients.
 """
 
 from __future__ import annotations

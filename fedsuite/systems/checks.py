@@ -1,6 +1,5 @@
 """The run-config rules of the system keys (docs/running/systems.md), one line each; read by
-fedsuite/config/run_config.py
-after every key passed its own check (`system_errors`). No torch, no Flower.
+fedsuite/config/run_config.py after every key passed its own check (`system_errors`). No torch, no Flower.
 
 The drop policy's check and availability's check draw the run's speeds and availability from the seed, as the run
 will: a deadline no client can meet, or a round without any available client, is refused before training."""

@@ -33,8 +33,7 @@ class SystemModel:
     @classmethod
     def from_run_config(cls, values: Mapping[str, Any]) -> SystemModel:
         """The model of a resolved run config (a fedsuite.config.run_config.Config or its dict); a config without the
-        system
-        keys (e.g. a plan built by hand) is the model that decides nothing."""
+        system keys (e.g. a plan built by hand) is the model that decides nothing."""
         return cls(LocalWork.from_values(values), Dropouts.from_values(values), Deadline.from_values(values),
                    Availability.from_values(values))  # fmt: skip
 

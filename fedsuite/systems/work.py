@@ -25,8 +25,7 @@ _STREAM = 0x574F524B  # "WORK": the K_i draws' stream, apart from every other dr
 @dataclass(frozen=True)
 class LocalWork(Settings):
     """The local-work plan, typed settings (fedsuite/config/settings.py): `LocalWork.from_values(values)` reads a
-    resolved
-    run config (or its dict); a config without the keys is equal work (the schema's defaults).
+    resolved run config (or its dict); a config without the keys is equal work (the schema's defaults).
 
     mode (local-work): 'equal', 'uniform' or 'per-round'.
     low (local-steps-min): K_min, the smallest K_i drawn.

@@ -8,8 +8,7 @@ on the same data, cohorts and minibatches: plain; client-level DP with the noise
 with the noise shared out among the clients (dp='clients'); with adaptive clipping; DP-SGD (per-record gradients,
 dp-sgd=true). Round 1 (first data loads) and the last round (test evaluation) are left out: "steady" is the median
 of the other rounds' `round_seconds` (fedsuite.results.folder.steady_seconds). The last lines, `<option>_ratio x`, are
-the
-option's steady round over the plain run's: 1.00 = free. Run it on a quiet machine; the ratios are one run each.
+the option's steady round over the plain run's: 1.00 = free. Run it on a quiet machine; the ratios are one run each.
 """
 
 from __future__ import annotations

@@ -7,11 +7,10 @@ run to their last round on every seed (a pruned, diverged or failed trial gives 
 over its seeds) give one mark per evaluated round r from WARMUP of the run on (the last round excluded), the median
 of the values at r, once STARTUP completed trials have one. The marks go into the batch's runs as the run-config
 key `prune-at` (fedsuite/server/pruning.py), and each run checks its own value at the end of every marked round and
-stops
-itself (status `pruned`) when it is worse. So the marks depend only on finished runs: the same command (--parallel
-included: it sets the batches) prunes the same runs at the same rounds with any engine and any timing, and a
-tuning that was stopped resumes with the same marks and reuses its pruned runs. A trial with a pruned seed has no
-score and is never chosen; Optuna is told it was pruned, with its curve as its intermediate values.
+stops itself (status `pruned`) when it is worse. So the marks depend only on finished runs: the same command (--parallel
+included: it sets the batches) prunes the same runs at the same rounds with any engine and any timing, and a tuning that
+was stopped resumes with the same marks and reuses its pruned runs. A trial with a pruned seed has no score and is never
+chosen; Optuna is told it was pruned, with its curve as its intermediate values.
 """
 
 from __future__ import annotations
