@@ -117,7 +117,8 @@ class MemoryTier(StateTier):
 
     @classmethod
     def check_owner(cls, root: Path, state_key: int | str | None, key: str = "client-state-dir") -> None:
-        held = shelf(root)
+        with _LOCK:
+            held = _SHELVES.get(str(Path(root))) or Shelf()  # a check leaves no shelf behind
         refuse_foreign(held.owner, any(held.partitions.values()), state_key, str(root), key)
 
     @classmethod
