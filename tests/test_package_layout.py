@@ -120,3 +120,16 @@ def test_the_verification_kit_is_its_folder_without_a_warning():
         from fedsuite import testing as kit
 
         assert callable(kit.check_reduction) and "check_reduction" in kit.__all__
+
+
+def test_the_message_keys_did_not_move_with_the_modules():
+    """A SuperNode of the release before the layout reads these fit-config and metrics keys: they are wire format,
+    not module names, and stay as they were."""
+    from fedsuite.app.settings import SETTINGS_KEY
+    from fedsuite.batched.shares import SHARE_KEY
+    from fedsuite.codec import payload
+
+    keys = (payload.ARRAYS_KEY, payload.STATE_ACCEPTED, payload.PARTITION_KEY, payload.STATE_KEY, payload.ALGORITHM_KEY)
+    assert keys == ("fedsuite.arrays", "fedsuite.state-accepted", "fedsuite.partition-id", "fedsuite.state-key",
+                    "fedsuite.algorithm")  # fmt: skip
+    assert (SETTINGS_KEY, SHARE_KEY) == ("fedsuite.app-settings", "fedsuite.share")

@@ -3,6 +3,8 @@
 Downlink: FitIns.parameters = [model, extra_1, …], FitIns.config[ARRAYS_KEY] = "model,extra_1,…".
 Uplink:   FitRes.parameters = [delta, extra_1, …], FitRes.metrics[ARRAYS_KEY] = "delta,extra_1,…".
 Arrays are stripped by name, never by position, so an algorithm adds an extra without touching anyone else.
+Every array travels as float32, except bytes: a uint8 array (a compressed vector, docs/running/compression.md)
+travels as it is.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import numpy as np
 
 ARRAYS_KEY = "fedsuite.arrays"
 # Fit config: the last round in which the server accepted this client's reply (0: never), fedsuite.state.store.
-STATE_ACCEPTED = "fedsuite.state.store-accepted"
+STATE_ACCEPTED = "fedsuite.state-accepted"
 # Fit config: the partition (logical client) this message is for; a SuperNode trains whichever it is told.
 PARTITION_KEY = "fedsuite.partition-id"
 # Fit/evaluate config: the run id of the run that started the experiment (kept across resumes); a SuperNode's
 # node-held client state lives in `client-state-dir/run-<key>`, so a resumed run (a new Flower run id) finds it.
 # A string: Flower's run ids are unsigned 64-bit, config integers signed.
-STATE_KEY = "fedsuite.state.store-key"
-ALGORITHM_KEY = "fedsuite.registry.entry"  # fit config: the server's algorithm, checked by the client
+STATE_KEY = "fedsuite.state-key"
+ALGORITHM_KEY = "fedsuite.algorithm"  # fit config: the server's algorithm, checked by the client
 T = TypeVar("T")
 
 
@@ -33,7 +35,13 @@ def pack(named: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
     for name in named:
         if not name or "," in name:
             raise PayloadError(f"array name {name!r}: must be non-empty and contain no comma")
-    return [np.ascontiguousarray(a, dtype=np.float32).reshape(-1) for a in named.values()], ",".join(named)
+    return [_wire(a) for a in named.values()], ",".join(named)
+
+
+def _wire(array: np.ndarray) -> np.ndarray:
+    """A flat float32 array, or a flat uint8 one for bytes."""
+    dtype = np.uint8 if np.asarray(array).dtype == np.uint8 else np.float32
+    return np.ascontiguousarray(array, dtype=dtype).reshape(-1)
 
 
 def unpack(arrays: Sequence[np.ndarray], names: str) -> dict[str, np.ndarray]:
