@@ -36,7 +36,7 @@ from fedsuite.server import direct_calls
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.app import build_plan
 from fedsuite.server.observers import RoundObserver
-from fedsuite.state.store import DiskStore
+from fedsuite.state.file_tier import FileTier
 
 
 class LostClient(RuntimeError):
@@ -89,9 +89,9 @@ def new_run_id() -> int:
     return random.SystemRandom().getrandbits(48)
 
 
-def client_store(strategy, partition_id: int) -> DiskStore:
+def client_store(strategy, partition_id: int) -> FileTier:
     """A fresh view of one partition's client-state file of the run `strategy` belongs to."""
-    return DiskStore(strategy.plan.client_state_root, partition_id)
+    return FileTier(strategy.plan.client_state_root, partition_id)
 
 
 def remove_client_state(strategy) -> None:

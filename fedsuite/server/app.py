@@ -104,7 +104,7 @@ def claim_client_state(root: Path, state_key: int, results: Path | None) -> None
     """Refuse a client-state folder holding another run's vectors (a ConfigError naming it), before training and
     before a resume restores any file; then record this run as its owner, with its results folder, where the server
     can write there (a deployment's folder may exist on the nodes only: the clients check it, and record the owner
-    with their first write, fedsuite.state.store.DiskStore)."""
+    with their first write, fedsuite.state.file_tier.FileTier)."""
     try:
         try:
             state.claim(root, state_key, str(results) if results else None)
