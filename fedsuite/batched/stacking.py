@@ -5,9 +5,8 @@ c − c_i, FedDyn's duals, FedMIM's shift, the Adam moments …) are stacked int
 own stages are untouched while the group trains. After the loop, `StackedRule.write_back` copies each row of the
 stages that end with something the uplink reads (the Adam moments, FAdamGT's gradient sum) into that client's own
 stage. The stages themselves are fedsuite.local.loop's, fedsuite.local.adaptive's and fedsuite.local.variance's soft
-threshold, which
-work on (d,) and (C, d) alike, and `StackedBlockTable`, LoSAC's and FedSaga's block table for a cohort (each client
-trains on its own block j at a step); the nuclear-norm prox (an SVD per matrix) is not stacked.
+threshold, which work on (d,) and (C, d) alike, and `StackedBlockTable`, LoSAC's and FedSaga's block table for a cohort
+(each client trains on its own block j at a step); the nuclear-norm prox (an SVD per matrix) is not stacked.
 
 `rule_signature(rule)` is what must be equal for two clients to stack (types and scalar settings), or a one-line
 reason why the rule cannot be stacked at all (a stage this module does not know, such as a plug-in's own).

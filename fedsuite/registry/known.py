@@ -74,8 +74,7 @@ def algorithm_errors(values: Mapping[str, Any]) -> list[str]:
 
 def register(algorithm: Algorithm) -> Algorithm:
     """Add a plug-in algorithm to this process's registry (fedsuite.registry.plugins); raises PluginError saying why
-    not.
-    Packages that want every process (the apps, simulation.*) to see it declare an entry point instead."""
+    not. Packages that want every process (the apps, simulation.*) to see it declare an entry point instead."""
     return ALGORITHMS.register(algorithm)
 
 

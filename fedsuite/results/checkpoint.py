@@ -52,9 +52,8 @@ CLIENT_STATE = "client-state"
 
 def resumable_keys() -> frozenset[str]:
     """Run-config keys that may differ between a run and its resumption (their `resumable` tag,
-    fedsuite.config.run_config):
-    they change where things go, how long the run is or how it is checked, never the numbers of the rounds already
-    done or to come."""
+    fedsuite.config.run_config): they change where things go, how long the run is or how it is checked, never the
+    numbers of the rounds already done or to come."""
     from fedsuite.config.run_config import active_schema
 
     return frozenset(name for name, key in active_schema().items() if key.resumable)

@@ -18,8 +18,7 @@ A link is a member kept in another file of the same folder (`file`, named as LIN
 A member is read straight into a new array (one copy, from the file system). The file's length must be what its
 header says, so a truncated file is refused, naming it; a file damaged in place without changing its length is not
 detected here (a checkpoint's copies carry digests: fedsuite.results.checkpoint_files). Only numeric and boolean arrays
-are
-stored: nothing in a state file is ever unpickled.
+are stored: nothing in a state file is ever unpickled.
 """
 
 from __future__ import annotations
