@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedsuite.config.keys import float_list, int_list
-from fedsuite.config.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting, value_of
 
 
 @dataclass(frozen=True)
@@ -283,3 +283,32 @@ class Batching(Settings):
     clients: bool = setting("batch-clients")
     messages: int = setting("batch-messages")
     cuda_graphs: bool = setting("cuda-graphs")
+
+
+@dataclass(frozen=True)
+class Compression(Settings):
+    """Compressed uplinks and downlinks (docs/running/compression.md; fedsuite/compression).
+
+    uplink (compress-up): the compressor of every uploaded vector ('none': no compression stage at all).
+    k (compress-up-k): top-k / random-k: coordinates kept per uploaded vector (0 = unset).
+    levels (compress-up-levels): QSGD's quantization levels s.
+    feedback (compress-feedback): 'none', 'ef' (classic error feedback) or 'ef21'.
+    downlink (compress-down): the compressor of the broadcast model update (only 'none' is available).
+    """
+
+    uplink: str = setting("compress-up")  # as given; `uplink_compressor` says what a run compresses with
+    k: int = setting("compress-up-k")
+    levels: int = setting("compress-up-levels")
+    feedback: str = setting("compress-feedback")
+    downlink: str = setting("compress-down")
+
+
+# Quantized-uplink baselines: the compressor an algorithm runs with when compress-up is left at none
+# (docs/algorithms/fedpaq.md).
+BASELINE_UPLINKS = {"fedpaq": "qsgd"}
+
+
+def uplink_compressor(values) -> str:
+    """The uplink compressor of run-config `values`: compress-up, or a quantized baseline's own when it is none."""
+    name = str(value_of(values, "compress-up"))
+    return BASELINE_UPLINKS.get(str(values.get("algorithm", "")), name) if name == "none" else name

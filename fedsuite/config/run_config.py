@@ -27,6 +27,7 @@ from fedsuite.config.groups import (
     Batching,
     ClientSampling,
     ClientStateSettings,
+    Compression,
     DataSource,
     Evaluation,
     LocalLoop,
@@ -77,9 +78,9 @@ class Config(Mapping):
     `cfg["lr"]` reads one key; the typed settings objects group what the code reads together: `cfg.data`,
     `cfg.synthetic`, `cfg.partitioning`, `cfg.sampling`, `cfg.local`, `cfg.aggregation`, `cfg.privacy`,
     `cfg.evaluation`, `cfg.run_control`, `cfg.output`, `cfg.client_state`, `cfg.sample_privacy`, `cfg.secagg`,
-    `cfg.pruning`, `cfg.batching` and the system models `cfg.systems` (fedsuite/systems); `cfg.algorithm`,
-    `cfg.dataset`, `cfg.preset`, `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's identity. Everything is
-    built once, here.
+    `cfg.pruning`, `cfg.batching`, `cfg.compression` and the system models `cfg.systems` (fedsuite/systems);
+    `cfg.algorithm`, `cfg.dataset`, `cfg.preset`, `cfg.num_clients`, `cfg.seed` and `cfg.model` are the run's
+    identity. Everything is built once, here.
     """
 
     def __init__(self, values: Mapping[str, Scalar], explicit: frozenset[str] = frozenset()):
@@ -101,6 +102,7 @@ class Config(Mapping):
         self._secagg = SecAggSettings.from_values(v)
         self._pruning = PruneSettings.from_values(v)
         self._batching = Batching.from_values(v)
+        self._compression = Compression.from_values(v)
         self._systems = SystemModel.from_run_config(v)
 
     def __getitem__(self, key: str) -> Scalar:
@@ -174,6 +176,10 @@ class Config(Mapping):
     @property
     def batching(self) -> Batching:
         return self._batching
+
+    @property
+    def compression(self) -> Compression:
+        return self._compression
 
     @property
     def systems(self) -> SystemModel:

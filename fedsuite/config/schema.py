@@ -40,6 +40,7 @@ DATASETS = (
 MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear", "matrix")
 # Own data in a standard layout (fedsuite/data/own.py); any other own data is `dataset='package.module:loader'`.
 DATA_FORMATS = ("imagefolder", "table", "hf")
+COMPRESSORS = ("none", "topk", "randk", "qsgd", "sign")  # fedsuite/compression/registry.py's names
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture", "natural")
 BUFFERS = ("average", "local")
 EVALUATIONS = ("central", "federated", "both")
@@ -318,6 +319,19 @@ COMMON_KEYS: tuple[Key, ...] = (
         low=0.0, low_open=True, tunable=False, app=APP_SECAGG),
     Key("secagg-quantization", 4194304, "SecAgg+: integer levels over [−r, r] (2**22); the masks live modulo 2**32, "
         "so clients-per-round × this must stay below 2**32", low=2, tunable=False, app=APP_SECAGG),
+    # --- compressed uplinks and downlinks (docs/running/compression.md)
+    Key("compress-up", "none", "compressor of every vector a client uploads: none; topk = the k largest magnitudes; "
+        "randk = k coordinates from a seed both sides derive (only the values travel); qsgd = unbiased s-level "
+        "quantization; sign = one bit per coordinate and the mean magnitude", COMPRESSORS, client=True),
+    Key("compress-up-k", 0, "topk / randk: coordinates kept of each uploaded vector, 1 ≤ k ≤ d (0 = unset, refused "
+        "with topk and randk)", low=0, client=True),
+    Key("compress-up-levels", 15, "qsgd: quantization levels s per coordinate (1 + ceil(log2(s + 1)) bits each)",
+        low=1, high=65535, client=True),
+    Key("compress-feedback", "none", "error feedback of a biased uplink compressor, kept as client state: none; ef = "
+        "classic (send C(e + x), keep the error); ef21 = send C(x − g_i), client and server keep the estimates",
+        ("none", "ef", "ef21"), client=True),
+    Key("compress-down", "none", "compressor of the model update the server broadcasts (only none is available: "
+        "docs/running/compression.md#downlink)", COMPRESSORS, client=True, tunable=False),
 )  # fmt: skip
 # The common keys by name: where a typed settings group (fedsuite/config/settings.py) reads a default.
 COMMON_SCHEMA: dict[str, Key] = {key.name: key for key in COMMON_KEYS}

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsuite.config.groups import uplink_compressor
 from fedsuite.config.settings import Settings, setting
 
 MAX_WEIGHT = 1.0  # every client reports one example (weighting='uniform'): w_i = 1, no scaling before quantisation
@@ -80,6 +81,9 @@ def secagg_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     errors = []
     if refusal:
         errors.append(f"secagg=true: algorithm={v['algorithm']!r} {refusal}")
+    if (compressor := uplink_compressor(v)) != "none":
+        errors.append(f"compress-up={compressor!r} with secagg=true: SecAgg+ sums dense masked vectors and no "
+                      "compressor is summed exactly inside it yet; use compress-up='none'")  # fmt: skip
     if v.get("client-mapping") != "fixed":
         errors.append("secagg=true needs client-mapping='fixed': a SuperNode takes part in SecAgg+ once per round, "
                       "so it cannot carry several partitions")  # fmt: skip

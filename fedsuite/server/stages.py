@@ -1,6 +1,7 @@
-"""The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): the model's averaged
-buffers, client-level DP, DP-SGD's target ε, the system models, pruning, secure aggregation's rules. Each is left out
-when the run does not switch it on, so a run without them calls no stage at all. The composition root
+"""The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): the decoding of
+compressed uploads (docs/running/compression.md), the model's averaged buffers, client-level DP, DP-SGD's target ε,
+the system models, pruning, secure aggregation's rules. Each is left out when the run does not switch it on, so a
+run without them calls no stage at all. The composition root
 (fedsuite/server/compose.py) builds them. `StageViews` is what a strategy shows of its stages; `arrays_beside` and
 `take_arrays` carry the stages' arrays beside the model (ServerStage.downlink, take)."""
 
@@ -15,6 +16,7 @@ from flwr.common import FitRes, Parameters
 from fedsuite.codec.payload import ARRAYS_KEY
 from fedsuite.config.settings import value_of
 from fedsuite.server.buffers import AveragedBuffers
+from fedsuite.server.compressed_uploads import DecodedUploads
 from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.server.pruning import Pruning
 from fedsuite.server.sample_budget import SampleLevelBudget
@@ -27,7 +29,10 @@ def server_stages(run_config: Mapping[str, Any], privacy: ServerPrivacy | None =
                   buffers: np.ndarray | None = None) -> list[ServerStage]:  # fmt: skip
     """The run's stages; `privacy`: the server's half of client-level DP (built with the rule, which it checks);
     `buffers`: the model's initial buffers when the server averages them (buffers='average'), else None."""
-    found = [AveragedBuffers.of_model(buffers, str(value_of(run_config, "weighting")))]
+    found = [
+        DecodedUploads.of_run(run_config),
+        AveragedBuffers.of_model(buffers, str(value_of(run_config, "weighting"))),
+    ]
     found += [privacy, SampleLevelBudget.of_run(run_config), SystemsStage.of_run(run_config)]
     pruning = Pruning.from_run_config(run_config)
     found.append(pruning if pruning.marks else None)
@@ -49,7 +54,10 @@ def take_arrays(stages: list[ServerStage], server_round: int, res: FitRes) -> tu
         return res, []
     tensors, names, taken = res.parameters.tensors, str(metrics.get(ARRAYS_KEY, "")), []
     for stage in stages:
-        tensors, names, arrays = stage.take(server_round, tensors, names)
+        if isinstance(stage, DecodedUploads):  # its decoding reads the reply's partition and d
+            tensors, names, arrays = stage.take_for(server_round, metrics, tensors, names)
+        else:
+            tensors, names, arrays = stage.take(server_round, tensors, names)
         taken.append((stage, arrays))
     if tensors is res.parameters.tensors:
         return res, taken

@@ -4,9 +4,10 @@ own app and the client rules, so they never disagree (docs/running/scale.md#wher
 
 The state is the algorithm's declaration (its client's `state_specs`) plus the model's own (buffers='local': the
 model's floating-point buffers, kept per client; relaxed-init: the client's last local model;
-fedsuite.rules.declared.model_state), put together by `client_specs` and nowhere else. Its size is
-N × (d × vectors + buffer floats) × 4 B × 2 (fedsuite.state.sizing), and the backend follows from it: memory while it
-fits the budget, else disk (client-state='auto'), or as the run config says. The tier that holds it
+fedsuite.rules.declared.model_state) plus the round stages' (error feedback of compressed uploads, one vector per
+upload vector: fedsuite.stages.compression.feedback_specs), put together by `client_specs` and nowhere else.
+Its size is N × (d × vectors + buffer floats) × 4 B × 2 (fedsuite.state.sizing), and the backend follows from it:
+memory while it fits the budget, else disk (client-state='auto'), or as the run config says. The tier that holds it
 (fedsuite.state.tier) is chosen by `StatePlan.tier` and opened by `StatePlan.open_store`.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedsuite.config.run_config import Config
+from fedsuite.config.run_config import Config, ConfigError
 from fedsuite.rules.declared import BUFFERS, StateSpec, model_state, units
 from fedsuite.state import folders, sizing
 from fedsuite.state.file_tier import FileTier
@@ -38,7 +39,16 @@ def client_specs(cfg: Config, client: Any = None) -> tuple[StateSpec, ...]:
         declared = costs.client_state(cfg.algorithm, cfg)
     else:
         declared = client.state_specs(cfg)
-    return tuple(declared) + model_state(cfg.buffers, cfg.local.relaxed_init)
+    return tuple(declared) + model_state(cfg.buffers, cfg.local.relaxed_init) + stage_specs(cfg)
+
+
+def stage_specs(cfg: Config) -> tuple[StateSpec, ...]:
+    """The client state the run's client stages keep (compressed uploads' error feedback); none when they keep none."""
+    if cfg.compression.feedback == "none":
+        return ()
+    from fedsuite.stages.compression import feedback_specs  # builds the rule to learn its upload vectors
+
+    return feedback_specs(cfg)
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,10 @@ def state_plan(cfg: Config, dim: int, buffer_floats: int, one_process: bool = Fa
     """The plan of a run with `cfg` for a model of `dim` trainable parameters and `buffer_floats` buffer floats.
     `one_process`: the caller runs the whole federation in this process (the in-process engine); the plan keeps
     memory state in the process only where the run neither writes nor resumes a checkpoint (they copy state files)."""
+    from fedsuite.stages.compression import dimension_problem  # k ≤ d needs the model: refused here
+
+    if (problem := dimension_problem(cfg, dim)) is not None:
+        raise ConfigError(problem)
     held, control = cfg.client_state, cfg.run_control
     files_read = bool(control.checkpoint_every) or bool(control.resume_from)
     return StatePlan(client_specs(cfg), cfg.num_clients, dim, buffer_floats, held.mode, held.budget_mb, held.dir,

@@ -1,0 +1,105 @@
+"""What a run's compression of uploads is (docs/running/compression.md), read once from its config and shared by the
+client stage (fedsuite/stages/compressed_upload.py) and the server stage (fedsuite/server/compressed_uploads.py):
+the uplink compressor (fedsuite/compression), the error feedback, the names of the vectors an algorithm uploads,
+the client state error feedback keeps (declared like every client state, fedsuite.state.plan.client_specs), the
+seed of each compression draw, the wire name of a compressed array, and the refusal of k > d (the other refusals
+are fedsuite.config.cross_checks.compression_errors and secure aggregation's check).
+
+The draws of a compressor (random-k's coordinates, QSGD's rounding) come from a CPU generator seeded by (run seed,
+round, partition, vector name); the server seeds the same generator, so random-k's seed is never sent.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import torch
+
+from fedsuite.compression.base import Compressor
+from fedsuite.compression.feedback import ERROR, ESTIMATE
+from fedsuite.compression.randk import RandK
+from fedsuite.compression.registry import CompressionSettings, build_compressor
+from fedsuite.config.groups import uplink_compressor
+from fedsuite.rules.declared import StateSpec, Vector
+
+SUFFIX = "@compressed"  # a compressed array travels as `<vector>@compressed`, its Encoded bytes as uint8
+DIM_KEY = "compressed-dim"  # reply metric: d of the compressed vectors (validation holds it to the model's)
+FEEDBACK_STATE = {"ef": ERROR, "ef21": ESTIMATE}  # compress-feedback -> the client state it keeps per vector
+_DRAWS = 0xC0  # keeps the compression draws apart from every other stream keyed by (seed, round, partition)
+
+
+@dataclass(frozen=True)
+class UplinkCompression:
+    """A run's uplink compression: the compressor, the feedback ('none', 'ef', 'ef21'), the run seed and the
+    federation's size N (EF21's server divides by it)."""
+
+    compressor: Compressor
+    feedback: str
+    seed: int
+    num_clients: int
+
+    @classmethod
+    def of_run(cls, cfg) -> UplinkCompression | None:
+        """The compression of a resolved run config, or None when uploads are not compressed."""
+        name = uplink_compressor(cfg)
+        if name == "none":
+            return None
+        return cls(build_uplink(cfg, name), cfg.compression.feedback, cfg.seed, cfg.num_clients)
+
+    def generator(self, server_round: int, partition_id: int, vector: str) -> torch.Generator:
+        """The CPU generator of one vector's compression draws in one round, the same on both sides."""
+        words = [int(self.seed) % 2**32, int(self.seed) // 2**32 % 2**32, server_round, partition_id,
+                 zlib.crc32(vector.encode()), _DRAWS]  # fmt: skip
+        state = np.random.SeedSequence(words).generate_state(1, np.uint64)[0]
+        return torch.Generator().manual_seed(int(state) % 2**63)
+
+    def state_name(self, vector: str) -> str:
+        """The client state error feedback keeps for upload vector `vector`."""
+        return f"{FEEDBACK_STATE[self.feedback]}_{vector}"
+
+
+def build_uplink(cfg, name: str) -> Compressor:
+    """The uplink compressor; random-k under error feedback keeps its values unscaled (the contractive form)."""
+    group = cfg.compression
+    if name == "randk" and group.feedback != "none":
+        return RandK(group.k, scaled=False)
+    return build_compressor(CompressionSettings(name, group.k, group.levels))
+
+
+@cache
+def _uploads(algorithm: str, items: tuple) -> tuple[str, ...]:
+    from fedsuite.config.run_config import Config  # the rule is built as the registry's costs build it
+    from fedsuite.registry import known as registry
+    from fedsuite.rules.server_rule import RuleSettings
+    from fedsuite.server.sampling import Sampler
+
+    cfg = Config(dict(items))
+    settings = RuleSettings(initial_x=np.zeros(1, np.float32), sampler=Sampler(cfg.num_clients, "fixed", 1), lr=1.0,
+                            relaxed_init=cfg.local.relaxed_init)  # fmt: skip
+    rule = registry.build_rule(cfg, settings)
+    return tuple(dict.fromkeys((*rule.uplink, *rule.uplink_some)))
+
+
+def upload_vectors(cfg) -> tuple[str, ...]:
+    """The d-vectors the algorithm's clients upload under `cfg` (its server rule's `uplink` and `uplink_some`): the
+    vectors that are compressed. The model's buffers, which travel beside them, stay exact."""
+    return _uploads(cfg.algorithm, tuple(sorted(dict(cfg).items())))
+
+
+def feedback_specs(cfg) -> tuple[StateSpec, ...]:
+    """The client state error feedback keeps: one float32 d-vector per upload vector (none without feedback)."""
+    compression = UplinkCompression.of_run(cfg)
+    if compression is None or compression.feedback == "none":
+        return ()
+    return tuple(Vector(compression.state_name(name), "float32") for name in upload_vectors(cfg))
+
+
+def dimension_problem(cfg, dim: int) -> str | None:
+    """Why the run's compressor cannot take the model's d-vectors (k > d), in one line naming the key; else None."""
+    if uplink_compressor(cfg) in ("topk", "randk") and cfg.compression.k > dim:
+        return (f"compress-up-k={cfg.compression.k}: more coordinates than the model's d = {dim:,}; give "
+                f"1 ≤ compress-up-k ≤ {dim:,}")  # fmt: skip
+    return None
