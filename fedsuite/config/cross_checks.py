@@ -195,7 +195,8 @@ def compression_errors(v: dict[str, Scalar]) -> list[str]:
                       "uploaded vector; give 1 ≤ compress-up-k ≤ d")  # fmt: skip
     if name == "none" and feedback != "none":
         errors.append(f"compress-feedback={feedback!r}: there is no compressor to feed back (compress-up='none')")
-    if name != "none" and value_of(v, "dp") == "server":
+    within_clip = name in ("topk", "sign") and feedback == "none"  # ‖C(v)‖ ≤ ‖v‖: the server's noise still covers it
+    if name != "none" and value_of(v, "dp") == "server" and not within_clip:
         errors.append(f"compress-up={name!r} with dp='server': the server's noise is sized to the clip, which a "
                       "decoded upload may exceed; use dp='clients' (noise added before compression)")  # fmt: skip
     return errors

@@ -311,4 +311,4 @@ BASELINE_UPLINKS = {"fedpaq": "qsgd"}
 def uplink_compressor(values) -> str:
     """The uplink compressor of run-config `values`: compress-up, or a quantized baseline's own when it is none."""
     name = str(value_of(values, "compress-up"))
-    return BASELINE_UPLINKS.get(str(values.get("algorithm", "")), name) if name == "none" else name
+    return BASELINE_UPLINKS.get(str(value_of(values, "algorithm")), name) if name == "none" else name

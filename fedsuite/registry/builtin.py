@@ -260,6 +260,9 @@ _PROX_TUNED = {**_SGD, "prox-lambda": (0.001, 0.01, 0.1)}  # λ: the LoSAC paper
 _FEDAVGM_TUNED = {**_SGD, "fedavgm-beta": (0.5, 0.7, 0.9, 0.95)}  # β: Hsu et al. sweep β up to 0.997; 0.9 usual
 _FEDEXP_TUNED = {**_SGD, "fedexp-eps": (1e-3, 1e-2, 1e-1)}  # ε: the authors use 1e-3 (CIFAR) and 1e-1 (EMNIST)
 _FEDEXP_NORMS = "computes its server step size from each client's ‖Δ_i‖²"
+_FEDPAQ_REFUSES = {"dp": "its quantized uploads may be longer than the clip the server's noise is sized to; run fedavg "
+                         "with compress-up='qsgd' and dp='clients' instead", "secagg": "uploads QSGD's bytes, which "
+                   "SecAgg+'s sum of dense masked vectors cannot carry"}  # fmt: skip
 
 
 BUILT_IN: tuple[Algorithm, ...] = (
@@ -390,4 +393,8 @@ BUILT_IN: tuple[Algorithm, ...] = (
            refuses={"secagg": f"{_FEDEXP_NORMS}, which a secure sum of the uploads cannot give",
                     "dp": f"{_FEDEXP_NORMS}, a statistic of the single uploads outside the noisy sum the accountant "
                           "covers"}),
+    _entry("fedpaq", "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient",
+           "docs/algorithms/fedpaq.md",  # quantized by the compression stage (fedsuite.config.groups.BASELINE_UPLINKS)
+           "FedAvg with QSGD-quantized uploads of Δ_i (s = compress-up-levels), periodic averaging",
+           {"server_lr": "server-lr"}, tunable=_SGD, refuses=_FEDPAQ_REFUSES),
 )  # fmt: skip
