@@ -6,6 +6,7 @@ round with a top-k uplink; SCAFFOLD's c = mean c_i holds only up to the error fe
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -172,3 +173,10 @@ def test_batched_clients_compress_as_one_at_a_time_clients_do(messages):
     batched = kit.run_algorithm("fedavg", {**keys, "batch-clients": True}, messages=messages)
     assert kit.identical(alone.x, batched.x)
     assert [r.row["bytes_up_per_client"] for r in batched.rounds] == [RandK(2).encoded_bytes(lsq_dim())] * 3
+
+
+def test_the_summary_counts_the_compressed_bytes_toward_its_communication(tmp_path):
+    keys = {"compress-up": "qsgd", "compress-up-levels": 3, "num-server-rounds": 2}
+    kit.run_algorithm("fedavg", {**keys, "out-dir": str(tmp_path), "run-name": "q"}, record=True)
+    summary = json.loads((tmp_path / "q" / "summary.json").read_text())
+    assert summary["communication_bytes_per_client"] == 2 * (4 * lsq_dim() + QSGD(3).encoded_bytes(lsq_dim()))
