@@ -233,28 +233,36 @@ def final_client_state(tier, strategy) -> dict[int, dict[str, np.ndarray]]:
 
 
 @pytest.mark.parametrize("settings", [{"algorithm": "scaffold"}, {"algorithm": "feddyn", "batch-clients": True}])
-def test_a_run_with_its_state_in_process_memory_equals_the_run_with_state_files(settings, monkeypatch):
-    """The same in-process run with the clients' state in the files tier and in the memory tier (the plan told that
-    the federation runs in one process): the same model after every round and the same client state at the end."""
+def test_a_run_with_its_state_in_process_memory_equals_the_run_with_state_files(settings):
+    """The in-process engine keeps memory state in the process (the memory tier: the plan is told the federation
+    runs in one process); kept for inspection, the same run's state goes to files. Both give the same model after
+    every round and the same client state at the end, and the memory run leaves nothing behind."""
     from fedsuite import testing as kit
-    from fedsuite.node import app as client_app
-    from fedsuite.run.inprocess import remove_client_state
+    from fedsuite.run.inprocess import remove_client_state, run_inprocess
+    from fedsuite.server.observers import RoundObserver
 
     cfg = {**kit.PARTIAL, **settings}
     files = kit.run_algorithm(cfg["algorithm"], cfg, keep_client_state=True, run_id=4101)
     in_files = final_client_state(FileTier, files.strategy)
     remove_client_state(files.strategy)
-    real_plan = client_app.state_plan
-    monkeypatch.setattr(client_app, "state_plan", lambda *args: real_plan(*args, one_process=True))
-    memory = kit.run_algorithm(cfg["algorithm"], cfg, keep_client_state=True, run_id=4102)
-    root = memory.strategy.plan.client_state_root
-    try:
-        assert not [p for p in root.glob("partition-*")]  # nothing went to files
-        in_memory = final_client_state(MemoryTier, memory.strategy)
-    finally:
-        memory_tier.release(root)
-        remove_client_state(memory.strategy)
-    assert [r.round for r in memory.rounds] == [r.round for r in files.rounds]
-    assert all(kit.identical(a.x, b.x) for a, b in zip(memory.rounds, files.rounds, strict=True))
-    assert kit.identical(memory.x, files.x) and any(in_files.values())
-    assert kit.identical(in_memory, in_files)
+
+    class AtTheEnd(RoundObserver):
+        models, seen = [], {}
+
+        def aggregated(self, server_round, strategy, x_before, replies):
+            self.models.append(np.array(strategy.x, copy=True))
+            self.strategy = strategy
+
+        def ended(self, status, reason):  # before the run's client state is removed
+            root = self.strategy.plan.client_state_root
+            self.seen = {"shelf": memory_tier.holds(root), "files": sorted(p.name for p in root.glob("partition-*")),
+                         "state": final_client_state(MemoryTier, self.strategy)}  # fmt: skip
+
+    watch = AtTheEnd()
+    strategy = run_inprocess({**kit.LSQ, **cfg}, observers=[watch], run_id=4102)
+    assert watch.seen["shelf"] and watch.seen["files"] == []  # held in the process, nothing went to files
+    assert not memory_tier.holds(strategy.plan.client_state_root)  # released with the run
+    assert len(watch.models) == len(files.rounds)
+    assert all(kit.identical(m, r.x) for m, r in zip(watch.models, files.rounds, strict=True))
+    assert kit.identical(np.asarray(strategy.x, dtype=np.float32), files.x) and any(in_files.values())
+    assert kit.identical(watch.seen["state"], in_files)

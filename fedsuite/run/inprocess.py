@@ -3,8 +3,10 @@ objects and Flower's own `Server` round loop that `flwr run` uses, minus Ray and
 are encoded and decoded as Flower's wrapper does it, in fewer copies: fedsuite/server/direct_calls.py). For tests and
 debugging. As in a simulation, a few nodes (2 by default, Flower's default federation) carry the cohort's
 messages, each naming its partition; with client-mapping='fixed' there is one node per partition. Client state is
-in the run's per-partition files (`client_store` reads them); `keep_client_state` keeps a per-run folder after the
-run for inspection (the caller removes it, e.g. with `remove_client_state`).
+kept as the run's client-state plan says (fedsuite/state/plan.py): memory state of a run that writes no checkpoint
+stays in this process (the memory tier), anything else in the run's per-partition files; `client_store` reads
+either. `keep_client_state` keeps a per-run folder of files after the run for inspection (the caller removes it,
+e.g. with `remove_client_state`).
 
 Clients run one after the other (Flower's thread pool with one worker), or with batch-clients=true as stacked
 groups (fedsuite/batched/), so a run is deterministic, and a client
@@ -21,7 +23,6 @@ of this engine. With secagg=true the rounds run SecAgg+'s arithmetic without its
 from __future__ import annotations
 
 import random
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 
 from flwr.app import RecordDict
@@ -30,13 +31,14 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedsuite.config.run_config import resolve
 from fedsuite.data import with_data_clients
-from fedsuite.node.app import client_fn
+from fedsuite.node.app import ONE_PROCESS_KEY, client_fn
 from fedsuite.run.compose import Engine, compose_run
 from fedsuite.server import direct_calls
 from fedsuite.server.adapter import RuleStrategy
 from fedsuite.server.app import build_plan
 from fedsuite.server.observers import RoundObserver
-from fedsuite.state.file_tier import FileTier
+from fedsuite.state import run_state
+from fedsuite.state.tier import StateTier
 
 
 class LostClient(RuntimeError):
@@ -89,14 +91,14 @@ def new_run_id() -> int:
     return random.SystemRandom().getrandbits(48)
 
 
-def client_store(strategy, partition_id: int) -> FileTier:
-    """A fresh view of one partition's client-state file of the run `strategy` belongs to."""
-    return FileTier(strategy.plan.client_state_root, partition_id)
+def client_store(strategy, partition_id: int) -> StateTier:
+    """A fresh view of one partition's client state of the run `strategy` belongs to, in the tier that holds it."""
+    return run_state.reopen(strategy.plan.client_state_root, partition_id)
 
 
 def remove_client_state(strategy) -> None:
     if strategy.plan.client_state_root is not None:
-        shutil.rmtree(strategy.plan.client_state_root, ignore_errors=True)
+        run_state.remove(strategy.plan.client_state_root)
 
 
 def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable[RoundObserver] = (),
@@ -117,6 +119,8 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     if cfg.run_control.client_mapping == "fixed":
         num_nodes = cfg.num_clients
     for context in node_contexts(run_config, num_nodes, run_id, node_configs):
+        if not keep_client_state:  # kept state is read as files afterwards; else memory state may stay in process
+            context.node_config[ONE_PROCESS_KEY] = True
         loop.client_manager().register(InProcessProxy(str(context.node_id), context))
     loop.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
     return run.strategy

@@ -19,7 +19,6 @@ StopAwareRecorder reads before it records a failure that the stop itself caused.
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
 import threading
 import time
@@ -35,7 +34,8 @@ from fedsuite.run.stop_note import stop_note
 from fedsuite.server.guard import RunAborted
 from fedsuite.server.privacy import BUDGET_SPENT
 from fedsuite.server.pruning import PRUNED
-from fedsuite.state import store as state
+from fedsuite.state import run_state
+from fedsuite.state.folders import is_run_scoped
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -113,12 +113,12 @@ class RoundLoop(Server):
                 log.warning("fedsuite │ observer %s failed at the end of the run: %s", type(observer).__name__, err)
 
     def _remove_run_state(self) -> None:
-        """A per-run client-state folder (in RAM for client-state memory) goes with the run; checkpoints hold
-        their own copies. A configured client-state-dir is the user's and stays."""
+        """A run's own client state (a per-run folder, in RAM for client-state memory, or the memory tier's shelf)
+        goes with the run; checkpoints hold their own copies. A configured client-state-dir is the user's and stays."""
         plan = self.strategy.plan
         root = plan.client_state_root
-        if self.remove_client_state and root is not None and state.is_run_scoped(root, plan.run_id):
-            shutil.rmtree(root, ignore_errors=True)
+        if self.remove_client_state and root is not None and is_run_scoped(root, plan.run_id):
+            run_state.remove(root)
 
     def _rounds(self, num_rounds: int, timeout: float | None):
         """Flower's round loop: fit, the strategy's central evaluation, the clients' federated evaluation (in due

@@ -44,6 +44,12 @@ def shelf(root: Path) -> Shelf:
         return _SHELVES.setdefault(str(Path(root)), Shelf())
 
 
+def holds(root: Path) -> bool:
+    """Whether `root` has a shelf in this process (a run whose state the memory tier keeps)."""
+    with _LOCK:
+        return str(Path(root)) in _SHELVES
+
+
 def release(root: Path) -> None:
     """Forget `root`'s client state (the end of its run, as removing a per-run folder)."""
     with _LOCK:
