@@ -113,15 +113,6 @@ class FileTier(StateTier):
         self._links.pop(key, None)
         self._held.pop(key, None)
 
-    def __contains__(self, key):  # without reading the member (Mapping's own asks for the value)
-        return key in self._load()
-
-    def __iter__(self):
-        return iter(self._load())
-
-    def __len__(self):
-        return len(self._load())
-
     def keep_previous(self, name: str, key: str) -> bool:
         """Make `key` the current value of `name` without copying it, where that value is still the file's own
         member: the next flush keeps the file and links to it. False where it is not (then copy it)."""

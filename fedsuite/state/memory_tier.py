@@ -94,15 +94,6 @@ class MemoryTier(StateTier):
     def __delitem__(self, key):
         del self._load()[key]
 
-    def __contains__(self, key):
-        return key in self._load()
-
-    def __iter__(self):
-        return iter(self._load())
-
-    def __len__(self):
-        return len(self._load())
-
     def keep_previous(self, name: str, key: str) -> bool:
         """`key` becomes the shelf's own array of `name` (no copy: flushed arrays are read-only); False where the
         value of `name` is not one the shelf holds."""

@@ -47,6 +47,19 @@ class StateTier(MutableMapping):
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None): ...
 
     @abstractmethod
+    def _load(self) -> dict[str, np.ndarray]:
+        """The partition's current arrays by name (read from the tier once, then held)."""
+
+    def __contains__(self, key):  # without reading the member (Mapping's own asks for the value)
+        return key in self._load()
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self):
+        return len(self._load())
+
+    @abstractmethod
     def keep_previous(self, name: str, key: str) -> bool:
         """Make `key` hold the current value of `name` without a copy where the tier can; False: copy it."""
 
