@@ -48,7 +48,9 @@ def arrays_beside(stages: Iterable[ServerStage], server_round: int) -> dict[str,
 def take_arrays(stages: list[ServerStage], server_round: int, res: FitRes) -> tuple[FitRes, list[tuple[Any, Any]]]:
     """The reply without the arrays the stages take out before it is validated (ServerStage.take), and each stage
     with what it took; an error reply carries no arrays and is left as it is, and so is a reply no stage takes from
-    (its arrays' bytes stay as they came: a reply is never encoded again)."""
+    (its arrays' bytes stay as they came: a reply is never encoded again, except a compressed array, which the
+    compression stage decodes into a float32 one; its `take_for` also reads the reply's metrics: the partition and
+    d its decoding needs)."""
     metrics = dict(res.metrics or {})
     if "error" in metrics or not stages:
         return res, []

@@ -46,7 +46,7 @@ class CompressedUpload(ClientStage):
         """The bytes of one vector this round, through the error feedback's step and state when there is one."""
         compression = self.compression
         x = value.detach().reshape(-1).to(torch.float32)
-        generator = compression.generator(server_round, partition_id, name)
+        generator = compression.generator(server_round, partition_id, name, x.device)
         if compression.feedback == "none":
             return compression.compressor.compress(x, generator).data
         step, key = STEPS[compression.feedback]

@@ -5,8 +5,8 @@ the client state error feedback keeps (declared like every client state, fedsuit
 seed of each compression draw, the wire name of a compressed array, and the refusal of k > d (the other refusals
 are fedsuite.config.cross_checks.compression_errors and secure aggregation's check).
 
-The draws of a compressor (random-k's coordinates, QSGD's rounding) come from a CPU generator seeded by (run seed,
-round, partition, vector name); the server seeds the same generator, so random-k's seed is never sent.
+The draws of a compressor (random-k's coordinates, QSGD's rounding) come from a generator seeded by (run seed,
+round, partition, vector name); the server seeds random-k's the same way, so its seed is never sent.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 
 from fedsuite.compression.base import Compressor
 from fedsuite.compression.feedback import ERROR, ESTIMATE
+from fedsuite.compression.qsgd import QSGD
 from fedsuite.compression.randk import RandK
 from fedsuite.compression.registry import CompressionSettings, build_compressor
 from fedsuite.config.groups import uplink_compressor
@@ -49,12 +50,16 @@ class UplinkCompression:
             return None
         return cls(build_uplink(cfg, name), cfg.compression.feedback, cfg.seed, cfg.num_clients)
 
-    def generator(self, server_round: int, partition_id: int, vector: str) -> torch.Generator:
-        """The CPU generator of one vector's compression draws in one round, the same on both sides."""
+    def generator(self, server_round: int, partition_id: int, vector: str,
+                  device: torch.device | str = "cpu") -> torch.Generator:  # fmt: skip
+        """The generator of one vector's compression draws in one round, seeded the same on both sides. Random-k's
+        is a CPU generator (its seed is read on the host, and the server draws it again); QSGD's per-coordinate
+        draws come from a generator on the vector's `device`, which only the client needs."""
         words = [int(self.seed) % 2**32, int(self.seed) // 2**32 % 2**32, server_round, partition_id,
                  zlib.crc32(vector.encode()), _DRAWS]  # fmt: skip
         state = np.random.SeedSequence(words).generate_state(1, np.uint64)[0]
-        return torch.Generator().manual_seed(int(state) % 2**63)
+        on = torch.device(device) if isinstance(self.compressor, QSGD) else torch.device("cpu")
+        return torch.Generator(device=on).manual_seed(int(state) % 2**63)
 
     def state_name(self, vector: str) -> str:
         """The client state error feedback keeps for upload vector `vector`."""
