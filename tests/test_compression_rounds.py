@@ -91,6 +91,15 @@ def test_a_compressed_run_with_error_feedback_resumes_exactly(tmp_path, feedback
     kit.check_checkpoint_round_trip("scaffold", tmp_path, keys, stop_after=2, rounds=4)
 
 
+@pytest.mark.parametrize(("algorithm", "keys", "held"), [
+    ("scaffold", {"compress-up": "topk", "compress-up-k": 2, "compress-feedback": "ef21"},
+     ("c_i", "compression_estimate_delta", "compression_estimate_delta_c")),
+    ("fedavg", {"compress-up": "sign", "compress-feedback": "ef"}, ("compression_error_delta",)),
+])  # fmt: skip
+def test_error_feedback_is_client_state_saved_changed_and_read_back(algorithm, keys, held):
+    assert kit.check_client_state(algorithm, keys) == held
+
+
 def test_random_k_resumes_exactly(tmp_path):
     kit.check_checkpoint_round_trip("fedavg", tmp_path, {"compress-up": "randk", "compress-up-k": 2}, 2, 4)
 
