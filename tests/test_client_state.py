@@ -366,7 +366,7 @@ SUMMARY_TABLE = {  # docs/algorithms/index.md: (vectors down, vectors up) per pa
     "fedspeed": (1, 1), "fedspeed-ing": (2, 1), "fedmim": (3, 1), "localadam": (1, 1), "fadamet": (2, 1),
     "fadamgt": (2, 1), "fedlada": (3, 2), "mimesvrg": (3, 2), "losac": (2, 2), "fedsaga": (1, 1),
     "losac-prox": (2, 2), "scaffold-prox": (2, 2), "fednova": (1, 1), "fedavgm": (1, 1), "fedexp": (1, 1),
-    "fedsmoo": (2, 2), "fedgamma": (2, 2),
+    "fedsmoo": (2, 2), "fedgamma": (2, 2), "fedpaq": (1, 1),
 }  # fmt: skip
 # The server-mirror protocol sends each client its dual: +1 down (docs/algorithms/index.md). FAdamET/GT's uplink depends
 # on the tracking subset: checked in tests/test_adaptive_family.py.
@@ -388,7 +388,15 @@ def test_communication_counters_match_the_summary_table(name):
     trained = [r for r in rows.rows if r["round"] > 0]
     assert [r["vectors_down_per_client"] for r in trained] == [down, down]
     assert [r["vectors_up_per_client"] for r in trained] == [up, up]
-    assert trained[0]["bytes_up_per_client"] == up * strategy.dim * 4
+    config = resolve(cfg)
+    if config.compression.on:  # a quantized baseline (FedPAQ): each vector up as its compressor's bytes
+        from fedsuite.compression.registry import CompressionSettings, build_compressor
+
+        group = config.compression
+        compressor = build_compressor(CompressionSettings(group.uplink, group.k, group.levels))
+        assert trained[0]["bytes_up_per_client"] == up * compressor.encoded_bytes(strategy.dim)
+    else:
+        assert trained[0]["bytes_up_per_client"] == up * strategy.dim * 4
 
 
 def test_scaffold_option_one_stores_the_full_local_gradient_at_the_round_start():

@@ -67,3 +67,14 @@ def test_the_old_field_still_refuses_with_a_deprecation_warning(plugged):
     plugged.register(old)
     with pytest.raises(ConfigError, match="secagg=true: algorithm='old-style' needs each client's vector"):
         resolve({**SECAGG, "algorithm": "old-style"})
+
+
+def test_an_algorithm_has_its_own_default_of_a_common_key(plugged):
+    """FedPAQ quantizes its uploads unless told otherwise (its entry's key_defaults); other algorithms keep the
+    schema's default, and a run that sets the key keeps its value. A plug-in's own default works the same way."""
+    assert resolve({"algorithm": "fedpaq", "dataset": "synthetic-lsq"})["compress-up"] == "qsgd"
+    assert resolve({"algorithm": "fedavg", "dataset": "synthetic-lsq"})["compress-up"] == "none"
+    given = {"algorithm": "fedpaq", "dataset": "synthetic-lsq", "compress-up": "topk", "compress-up-k": 2}
+    assert resolve(given)["compress-up"] == "topk"
+    plugged.register(entry("signed", key_defaults={"compress-up": "sign"}))
+    assert resolve({"algorithm": "signed", "dataset": "synthetic-lsq"}).compression.uplink == "sign"

@@ -139,6 +139,7 @@ class OwnNode:
     # the suite's own seeding and client state, unchanged: (seed, round, partition) → minibatch order
     generator = ClientNode.generator
     client_state = ClientNode.client_state
+    state_of = ClientNode.state_of
 
 
 def evaluation_copy(module: torch.nn.Module) -> FlatModel:

@@ -296,19 +296,19 @@ class Compression(Settings):
     downlink (compress-down): the compressor of the broadcast model update (only 'none' is available).
     """
 
-    uplink: str = setting("compress-up")  # as given; `uplink_compressor` says what a run compresses with
+    uplink: str = setting("compress-up")
     k: int = setting("compress-up-k")
     levels: int = setting("compress-up-levels")
     feedback: str = setting("compress-feedback")
     downlink: str = setting("compress-down")
 
-
-# Quantized-uplink baselines: the compressor an algorithm runs with when compress-up is left at none
-# (docs/algorithms/fedpaq.md).
-BASELINE_UPLINKS = {"fedpaq": "qsgd"}
+    @property
+    def on(self) -> bool:
+        """Whether uploads are compressed (a compression stage on both sides)."""
+        return self.uplink != "none"
 
 
 def uplink_compressor(values) -> str:
-    """The uplink compressor of run-config `values`: compress-up, or a quantized baseline's own when it is none."""
-    name = str(value_of(values, "compress-up"))
-    return BASELINE_UPLINKS.get(str(value_of(values, "algorithm")), name) if name == "none" else name
+    """The uplink compressor of run-config `values` (compress-up; a quantized baseline such as FedPAQ has its own
+    default, its registry entry's key_defaults)."""
+    return str(value_of(values, "compress-up"))

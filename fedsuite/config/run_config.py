@@ -61,6 +61,7 @@ from fedsuite.config.schema import (  # noqa: F401
 from fedsuite.config.settings import Settings, setting, value_of  # noqa: F401
 from fedsuite.privacy.secagg import SecAggSettings
 from fedsuite.privacy.settings import ClientPrivacy, SampleLevelPrivacy
+from fedsuite.registry import known as registry_known
 from fedsuite.registry.known import ALGORITHMS as ALGORITHMS_REGISTRY
 from fedsuite.registry.known import BUILT_IN_SCHEMA, active_schema, algorithm_errors  # noqa: F401
 from fedsuite.results.run_folder import run_name_problem  # noqa: F401
@@ -249,8 +250,10 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
         close = similar_keys(name, schema)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         errors.append(f"{name}: unknown key{hint}")
+    own = algorithm_defaults(run_config, schema)
     for name, key in schema.items():
-        value, err = key.check(run_config.get(name, key.default))
+        given = run_config.get(name, key.default)
+        value, err = key.check(own[name] if name in own and given == key.default else given)
         if err:
             errors.append(err)
         else:
@@ -260,6 +263,13 @@ def resolve(run_config: Mapping[str, Any] | None = None) -> Config:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(errors))
     explicit = frozenset(k for k in run_config if k in schema and run_config[k] != schema[k].default)
     return Config(values, explicit)
+
+
+def algorithm_defaults(run_config: Mapping[str, Any], schema: Mapping[str, Key]) -> Mapping[str, Any]:
+    """The chosen algorithm's own defaults of common keys (its registry entry's `key_defaults`; none for a name the
+    registry does not know, which the `algorithm` key's check refuses)."""
+    algorithm = registry_known.ALGORITHMS.get(str(value_of(run_config, "algorithm")))
+    return {} if algorithm is None else algorithm.key_defaults
 
 
 _RESOLVED: dict[tuple, Config] = {}  # run config (and the registry it was resolved against) → its Config

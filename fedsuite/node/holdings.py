@@ -24,6 +24,7 @@ from fedsuite.local.device import pick_device
 from fedsuite.local.loop import LocalData
 from fedsuite.models.networks import FlatModel, loss_function, seeded_model, seeded_start
 from fedsuite.rules.declared import StateSpec
+from fedsuite.state.plan import client_specs
 from fedsuite.state.store import ClientState
 
 _MODELS: dict[tuple, FlatModel] = {}
@@ -131,6 +132,12 @@ class ClientNode:
         """The model's floating-point buffers at start (BatchNorm statistics; empty for buffer-free models), the
         same in every process: where buffers='local' clients start from before their first round."""
         return self._start()[1].to(self.device, copy=True)
+
+    def state_of(self, client: type) -> ClientState | None:
+        """The persistent vectors a client of class `client` keeps on this node, as the run's client-state plan puts
+        them together (fedsuite.state.plan.client_specs: its declaration, the model's own, the stages'); None: none."""
+        specs = client_specs(self.cfg, client)
+        return self.client_state(specs) if specs else None
 
     def client_state(self, specs: Sequence[StateSpec]) -> ClientState:
         """This partition's declared persistent vectors (fedsuite.rules.declared), from the node's store."""

@@ -394,7 +394,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
                     "dp": f"{_FEDEXP_NORMS}, a statistic of the single uploads outside the noisy sum the accountant "
                           "covers"}),
     _entry("fedpaq", "fedsuite.strategies.fedavg:FedAvg", "fedsuite.clients.fedavg:FedAvgClient",
-           "docs/algorithms/fedpaq.md",  # quantized by the compression stage (fedsuite.config.groups.BASELINE_UPLINKS)
+           "docs/algorithms/fedpaq.md",
            "FedAvg with QSGD-quantized uploads of Δ_i (s = compress-up-levels), periodic averaging",
-           {"server_lr": "server-lr"}, tunable=_SGD, refuses=_FEDPAQ_REFUSES),
+           {"server_lr": "server-lr"}, tunable=_SGD, refuses=_FEDPAQ_REFUSES, key_defaults={"compress-up": "qsgd"}),
 )  # fmt: skip

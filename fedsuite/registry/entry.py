@@ -39,6 +39,9 @@ class Algorithm:
     dp_sgd_refusal: str = ""
     secagg_refusal: str = ""
     keys: tuple[Key, ...] = ()  # run-config keys the algorithm adds to the schema (its hyper-parameters)
+    # common run-config keys whose default differs for this algorithm (FedPAQ: compress-up='qsgd'); a run that gives
+    # the key a value other than the schema's default keeps its own
+    key_defaults: Mapping[str, Any] = field(default_factory=dict)
     # what simulation.tune searches: run-config key -> LogRange or a tuple of values (fedsuite.config.tunable); every
     # algorithm declares at least `lr`, and every value lies inside its key's schema range
     tunable: Mapping[str, Search] = field(default_factory=dict)

@@ -27,7 +27,6 @@ from fedsuite.config.schema import Scalar
 from fedsuite.local.loop import LocalResult, Transform, UpdateRule, prox_terms
 from fedsuite.local.variance import FixedBlocks
 from fedsuite.rules.declared import StateSpec
-from fedsuite.state.plan import client_specs
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,7 @@ class ClientRule:
 
     def __init__(self, node: Any):  # a fedsuite.node.holdings.ClientNode (fedsuite.app: its own node of the same shape)
         self.node = node
-        specs = client_specs(node.cfg, type(self))  # its declaration and the model's own (fedsuite.state.plan)
-        self.state = node.client_state(specs) if specs else None
+        self.state = node.state_of(type(self))  # its declared state with the run's own, from the run's state plan
 
     # ---- algorithm hooks -------------------------------------------------------------------------
     @classmethod

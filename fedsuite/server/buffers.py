@@ -12,7 +12,7 @@ client keeps its own) or a buffer-free model there is no such stage.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,8 @@ class AveragedBuffers(ServerStage):
         self._start(server_round)
         return {BUFFERS.name: self.vector}
 
-    def take(self, server_round: int, tensors: list[bytes], names: str) -> tuple[list[bytes], str, Any]:
+    def take(self, server_round: int, tensors: list[bytes], names: str,
+             metrics: Mapping[str, Any]) -> tuple[list[bytes], str, Any]:  # fmt: skip
         """The reply's arrays without `buffers` (their bytes as they came: the reply is not encoded again), and that
         array as a writable float32 copy."""
         self._start(server_round)

@@ -1,6 +1,6 @@
 """`DecodedUploads`: the server stage (fedsuite/stages/server.py) of compressed uplinks. It takes each compressed
 array (`<vector>@compressed`, uint8 bytes) out of a reply before the reply is validated and puts the decoded float32
-d-vector back under the vector's name (`take_for`: the decoding needs the reply's partition, which seeds random-k's
+d-vector back under the vector's name (`take`: the decoding needs the reply's partition, which seeds random-k's
 coordinates, and d, the reply's metric `DIM_KEY`, which validation then holds to the model's), so validation, the
 rule and every other stage see plain vectors. It records the bytes that really travelled, which the round's row
 reports (`screen`). With EF21 it keeps the server's estimate g of each upload
@@ -44,9 +44,9 @@ class DecodedUploads(ServerStage):
         self.sent_bytes = {}
         return {}
 
-    def take_for(self, server_round: int, metrics: Mapping[str, Any], tensors: list[bytes], names: str):
-        """`take` for a reply with `metrics` (its partition, d): every compressed array decoded in its place (a
-        float32 `.npy`), the others as they came; what it took: the reply's bytes as sent."""
+    def take(self, server_round: int, tensors: list[bytes], names: str, metrics: Mapping[str, Any]):
+        """Every compressed array decoded in its place (a float32 `.npy`; the reply's `metrics` give its partition
+        and d), the others as they came; what it took: the reply's bytes as sent."""
         try:
             named = unpack(tensors, names)
             partition_id, dim = int(metrics.get("partition-id", -1)), int(metrics.get(DIM_KEY, 0))

@@ -49,17 +49,13 @@ def take_arrays(stages: list[ServerStage], server_round: int, res: FitRes) -> tu
     """The reply without the arrays the stages take out before it is validated (ServerStage.take), and each stage
     with what it took; an error reply carries no arrays and is left as it is, and so is a reply no stage takes from
     (its arrays' bytes stay as they came: a reply is never encoded again, except a compressed array, which the
-    compression stage decodes into a float32 one; its `take_for` also reads the reply's metrics: the partition and
-    d its decoding needs)."""
+    compression stage decodes into a float32 one)."""
     metrics = dict(res.metrics or {})
     if "error" in metrics or not stages:
         return res, []
     tensors, names, taken = res.parameters.tensors, str(metrics.get(ARRAYS_KEY, "")), []
     for stage in stages:
-        if isinstance(stage, DecodedUploads):  # its decoding reads the reply's partition and d
-            tensors, names, arrays = stage.take_for(server_round, metrics, tensors, names)
-        else:
-            tensors, names, arrays = stage.take(server_round, tensors, names)
+        tensors, names, arrays = stage.take(server_round, tensors, names, metrics)
         taken.append((stage, arrays))
     if tensors is res.parameters.tensors:
         return res, taken

@@ -81,9 +81,11 @@ class ServerStage:
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
         return {}
 
-    def take(self, server_round: int, tensors: list[bytes], names: str) -> tuple[list[bytes], str, Any]:
-        """The reply's arrays (`tensors`, named by `names`, fedsuite.codec.payload) without this stage's, and what it
-        took (None: nothing); raising RejectedReply (fedsuite.server.replies) rejects the reply."""
+    def take(self, server_round: int, tensors: list[bytes], names: str,
+             metrics: Mapping[str, Any]) -> tuple[list[bytes], str, Any]:  # fmt: skip
+        """The reply's arrays (`tensors`, named by `names`, fedsuite.codec.payload) without this stage's (or with them
+        replaced: a decoded upload), and what it took (None: nothing); `metrics`: the reply's, as sent. Raising
+        RejectedReply (fedsuite.server.replies) rejects the reply."""
         return tensors, names, None
 
     def keep(self, server_round: int, partition_id: int, taken: Any) -> None:
