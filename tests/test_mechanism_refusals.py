@@ -38,7 +38,7 @@ def plugged(monkeypatch):
 
 
 def test_every_built_in_refusal_names_a_mechanism():
-    assert MECHANISMS == ("dp", "dp-sgd", "secagg")
+    assert MECHANISMS == ("dp", "dp-sgd", "secagg", "compress-up")
     named = {key for algo in registry.ALGORITHMS.values() for key in algo.refuses}
     assert named and named <= set(MECHANISMS)
     assert registry.ALGORITHMS["mimesvrg"].refusal("secagg") and not registry.ALGORITHMS["fedavg"].refuses
@@ -78,3 +78,11 @@ def test_an_algorithm_has_its_own_default_of_a_common_key(plugged):
     assert resolve(given)["compress-up"] == "topk"
     plugged.register(entry("signed", key_defaults={"compress-up": "sign"}))
     assert resolve({"algorithm": "signed", "dataset": "synthetic-lsq"}).compression.uplink == "sign"
+
+
+def test_an_algorithm_may_refuse_compressed_uploads(plugged):
+    plugged.register(entry("exact-only", refuses={"compress-up": "needs its uploads exact"}))
+    topk = {"algorithm": "exact-only", "dataset": "synthetic-lsq", "compress-up": "topk", "compress-up-k": 2}
+    with pytest.raises(ConfigError, match="compress-up='topk': algorithm='exact-only' needs its uploads exact"):
+        resolve(topk)
+    assert resolve({"algorithm": "exact-only", "dataset": "synthetic-lsq"}).compression.uplink == "none"

@@ -7,7 +7,6 @@ when they passed their own checks.
 
 from __future__ import annotations
 
-from fedsuite.config.groups import uplink_compressor
 from fedsuite.config.import_paths import is_import_path
 from fedsuite.config.keys import Scalar, int_list
 from fedsuite.config.schema import (
@@ -35,7 +34,6 @@ def cross_checks(v: dict[str, Scalar]) -> list[str]:
         errors += algorithm_errors(v)
     if v.get("agg-scale") == "1/N" and v.get("weighting") == "samples":
         errors.append("agg-scale='1/N' is the uniform sum Σ_S Δ_i / N; use weighting='uniform' with it")
-    errors += compression_errors(v)  # compressed uplinks (docs/running/compression.md)
     errors += system_errors(v)  # local work, deadline, availability, and client-level DP with them
     if "run-name" in v and (problem := run_name_problem(str(v["run-name"]))) is not None:
         errors.append(problem)  # one folder inside out-dir: nothing is written or removed outside it
@@ -172,31 +170,4 @@ def pruning_errors(v: dict[str, Scalar]) -> list[str]:
             f"prune-at: a mark at round {last} is not before the last round (num-server-rounds="
             f"{v['num-server-rounds']}), where it would call a finished run pruned"
         )
-    return errors
-
-
-DOWNLINK_REFUSAL = ("compress-down={name!r}: compressed downlinks are not available: the server's estimate of the "
-                    "model is rebuilt from every broadcast, which a client that missed rounds does not have; use "
-                    "compress-down='none' (docs/running/compression.md#downlink)")  # fmt: skip
-
-
-def compression_errors(v: dict[str, Scalar]) -> list[str]:
-    """The refusals of the compression keys (docs/running/compression.md), one line each naming the key. k > d needs
-    the model: refused with the client-state plan (fedsuite.stages.compression.dimension_problem); SecAgg+'s
-    refusal is secure aggregation's own check (fedsuite/privacy/secagg.py)."""
-    if any(key not in v for key in ("compress-up", "compress-up-k", "compress-feedback", "compress-down")):
-        return []
-    errors = []
-    if (down := str(v["compress-down"])) != "none":
-        errors.append(DOWNLINK_REFUSAL.format(name=down))
-    name, feedback = uplink_compressor(v), str(v["compress-feedback"])
-    if name in ("topk", "randk") and int(v["compress-up-k"]) <= 0:
-        errors.append(f"compress-up-k={v['compress-up-k']}: compress-up={name!r} keeps k coordinates of each "
-                      "uploaded vector; give 1 ≤ compress-up-k ≤ d")  # fmt: skip
-    if name == "none" and feedback != "none":
-        errors.append(f"compress-feedback={feedback!r}: there is no compressor to feed back (compress-up='none')")
-    within_clip = name in ("topk", "sign") and feedback == "none"  # ‖C(v)‖ ≤ ‖v‖: the server's noise still covers it
-    if name != "none" and value_of(v, "dp") == "server" and not within_clip:
-        errors.append(f"compress-up={name!r} with dp='server': the server's noise is sized to the clip, which a "
-                      "decoded upload may exceed; use dp='clients' (noise added before compression)")  # fmt: skip
     return errors

@@ -30,7 +30,8 @@ class Algorithm:
     # server moves x by η_g·(aggregate of Δ_i), so that a comparison uses it for all of them (docs/algorithms/losac.md)
     sum_scale: bool = False
     checks: tuple[Callable[[Mapping[str, Any]], str | None], ...] = ()  # the algorithm's own config rules
-    # the round-stage mechanisms this algorithm cannot run under: a mechanism's run-config key (dp, dp-sgd, secagg)
+    # the round-stage mechanisms this algorithm cannot run under: a mechanism's run-config key (dp, dp-sgd, secagg,
+    # compress-up)
     # -> why, in one line; each mechanism's config check reads its own entry (fedsuite/stages/refusals.py)
     refuses: Mapping[str, str] = field(default_factory=dict)
     # deprecated for one release, read into `refuses`: dp_refusal (key dp), dp_sgd_refusal (dp-sgd), secagg_refusal

@@ -3,7 +3,7 @@ client stage (fedsuite/stages/compressed_upload.py) and the server stage (fedsui
 the uplink compressor (fedsuite/compression), the error feedback, the names of the vectors an algorithm uploads,
 the client state error feedback keeps (declared like every client state, fedsuite.state.plan.client_specs), the
 seed of each compression draw, the wire name of a compressed array, and the refusal of k > d (the other refusals
-are fedsuite.config.cross_checks.compression_errors and secure aggregation's check).
+are fedsuite.stages.compression_checks.compression_errors and secure aggregation's check).
 
 The draws of a compressor (random-k's coordinates, QSGD's rounding) come from a generator seeded by (run seed,
 round, partition, vector name); the server seeds random-k's the same way, so its seed is never sent.

@@ -1,6 +1,7 @@
 """Each round-stage mechanism's check of a run config, and the chosen algorithm's refusal of it, in one list.
 
-A mechanism that an algorithm may be unable to run under (client-level DP, DP-SGD, secure aggregation) checks the
+A mechanism that an algorithm may be unable to run under (client-level DP, DP-SGD, secure aggregation, compressed
+uploads) checks the
 run config with its own function, given the algorithm's refusal of it: the registry entry's `refuses`, keyed by the
 mechanism's run-config key ('' = it can). `fedsuite.registry.known.algorithm_errors` runs every check here, so a new
 mechanism adds its check in one line below and an algorithm refuses it in its entry, with no field of its own
@@ -15,6 +16,7 @@ from typing import Any
 from fedsuite.privacy.checks import budget_errors, privacy_errors
 from fedsuite.privacy.dp_sgd_checks import config_errors as dp_sgd_errors
 from fedsuite.privacy.secagg import secagg_errors
+from fedsuite.stages.compression_checks import compression_errors
 
 Check = Callable[[Mapping[str, Any], str], list[str]]
 
@@ -24,6 +26,7 @@ MECHANISM_CHECKS: tuple[tuple[str | None, Check], ...] = (
     ("dp-sgd", dp_sgd_errors),
     (None, lambda values, _refusal: budget_errors(values)),
     ("secagg", secagg_errors),
+    ("compress-up", compression_errors),
 )
 MECHANISMS = tuple(key for key, _ in MECHANISM_CHECKS if key is not None)
 

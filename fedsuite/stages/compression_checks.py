@@ -1,0 +1,39 @@
+"""Compressed uploads' refusals of run configs (docs/running/compression.md), one line each naming the key, and an
+algorithm's refusal of compression (its entry's `refuses["compress-up"]`); run with every mechanism's check
+(fedsuite/stages/refusals.py). k > d needs the model: refused with the client-state plan
+(fedsuite.stages.compression.dimension_problem); SecAgg+'s refusal is secure aggregation's own check."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedsuite.config.groups import uplink_compressor
+from fedsuite.config.settings import value_of
+
+DOWNLINK_REFUSAL = ("compress-down={name!r}: compressed downlinks are not available: the server's estimate of the "
+                    "model is rebuilt from every broadcast, which a client that missed rounds does not have; use "
+                    "compress-down='none' (docs/running/compression.md#downlink)")  # fmt: skip
+
+
+def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
+    """The problems of the compression keys of `v` (validated run-config values), and `refusal`: why the chosen
+    algorithm cannot take compressed uploads ('' = it can)."""
+    if any(key not in v for key in ("compress-up", "compress-up-k", "compress-feedback", "compress-down")):
+        return []
+    errors = []
+    if (down := str(v["compress-down"])) != "none":
+        errors.append(DOWNLINK_REFUSAL.format(name=down))
+    name, feedback = uplink_compressor(v), str(v["compress-feedback"])
+    if name in ("topk", "randk") and int(v["compress-up-k"]) <= 0:
+        errors.append(f"compress-up-k={v['compress-up-k']}: compress-up={name!r} keeps k coordinates of each "
+                      "uploaded vector; give 1 ≤ compress-up-k ≤ d")  # fmt: skip
+    if name != "none" and refusal:
+        errors.append(f"compress-up={name!r}: algorithm={v['algorithm']!r} {refusal}")
+    if name == "none" and feedback != "none":
+        errors.append(f"compress-feedback={feedback!r}: there is no compressor to feed back (compress-up='none')")
+    within_clip = name in ("topk", "sign") and feedback == "none"  # ‖C(v)‖ ≤ ‖v‖: the server's noise still covers it
+    if name != "none" and value_of(v, "dp") == "server" and not within_clip:
+        errors.append(f"compress-up={name!r} with dp='server': the server's noise is sized to the clip, which a "
+                      "decoded upload may exceed; use dp='clients' (noise added before compression)")  # fmt: skip
+    return errors
