@@ -117,8 +117,9 @@ def _row(k: Key, extra: str | None = None) -> str:
 def _users(key: str) -> str:
     """The built-in algorithms whose registry entry declares run-config key `key`, or whose tuning searches it,
     linked to their pages (a common key read through the typed settings names its users in its meaning)."""
-    names = [n for n in ALGORITHMS.built_in
-             if key in {k.name for k in ALGORITHMS[n].keys} or key in ALGORITHMS[n].tunable]  # fmt: skip
+    names = [
+        n for n in ALGORITHMS.built_in if key in {k.name for k in ALGORITHMS[n].keys} or key in ALGORITHMS[n].tunable
+    ]
     return ", ".join(f"[{n}](../algorithms/{n}.md)" for n in names) or "as its meaning says"
 
 

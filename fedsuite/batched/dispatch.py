@@ -150,7 +150,7 @@ class BatchedDispatcher:
                 cuda_graphs=bool(first.node.cfg["cuda-graphs"]),
                 on_graph_failure=lambda why: self.say(
                     f"a group's step could not be recorded as a CUDA graph ({why}); it ran step by step"
-                ),  # fmt: skip
+                ),
                 on_not_recorded=lambda why: self.note(f"{first.node.cfg['algorithm']}'s steps run one by one: {why}"),
             )
         except Exception as err:

@@ -19,8 +19,9 @@ FIXED_MAPPING = "client-mapping='fixed' keeps each client on its own node"
 def say_unbatched(cfg, where: str) -> None:
     """One warning line when batch-clients=true is set where no engine batches (`where` says why)."""
     if cfg.batching.clients:
-        log.warning("fedsuite │ batch-clients=true is ignored: %s; clients train one at a time "
-                    "(docs/running/batched.md)", where)  # fmt: skip
+        log.warning(
+            "fedsuite │ batch-clients=true is ignored: %s; clients train one at a time (docs/running/batched.md)", where
+        )
 
 
 def why_not_shared(cfg, has_buffers: bool) -> str | None:

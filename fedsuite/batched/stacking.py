@@ -139,8 +139,9 @@ class _Kind:
 
 KINDS: dict[type, _Kind] = {
     AtIterate: _Kind(lambda s: (), lambda ss: (AtIterate(), None)),
-    SharpnessAware: _Kind(lambda s: (s.rho, s.mix, s.eps), lambda ss: (SharpnessAware(ss[0].rho, ss[0].mix, ss[0].eps),
-                                                                       None)),
+    SharpnessAware: _Kind(
+        lambda s: (s.rho, s.mix, s.eps), lambda ss: (SharpnessAware(ss[0].rho, ss[0].mix, ss[0].eps), None)
+    ),
     DualRegularisedSharpness: _Kind(lambda s: (s.rho, s.eps), _stack_dual_sharpness),
     LookAhead: _Kind(lambda s: (), lambda ss: (LookAhead(_stack([s.shift for s in ss])), None)),
     ControlVariatePoint: _Kind(lambda s: (), lambda ss: (ControlVariatePoint(_stack([s.anchor for s in ss])), None)),
@@ -151,7 +152,7 @@ KINDS: dict[type, _Kind] = {
     AdamStep: _Kind(lambda s: (s.beta1, s.beta2, s.eps), _stack_adam),
     SoftThreshold: _Kind(lambda s: (s.lam,), lambda ss: (SoftThreshold(ss[0].lam), None)),
     BlockTable: _Kind(lambda s: (s.scale, len(s.table)), _stack_block_table),
-}  # fmt: skip
+}
 FUNCTIONS = (sgd_step,)  # plain functions that hold nothing: the same function serves the stack
 
 

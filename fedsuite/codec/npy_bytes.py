@@ -46,8 +46,9 @@ def npy_view(data: bytes) -> np.ndarray | None:
         return None
     count = int(np.prod(shape, dtype=np.int64))
     if len(data) - stream.tell() < count * dtype.itemsize:  # np.load's complaint about a truncated array
-        raise ValueError(f"EOF: reading array data, expected {count * dtype.itemsize} bytes got "
-                         f"{len(data) - stream.tell()}")  # fmt: skip
+        raise ValueError(
+            f"EOF: reading array data, expected {count * dtype.itemsize} bytes got {len(data) - stream.tell()}"
+        )
     return np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell()).reshape(shape)
 
 

@@ -33,8 +33,9 @@ def held_out_count(n: int, share: float, already: int = 0) -> int:
     return max(0, min(int(np.floor(share * n)), n - 1 - already))
 
 
-def local_splits(n: int, seed: int, partition_id: int, validation_fraction: float, test_fraction: float = 0.0
-                 ) -> LocalSplits:  # fmt: skip
+def local_splits(
+    n: int, seed: int, partition_id: int, validation_fraction: float, test_fraction: float = 0.0
+) -> LocalSplits:
     """Client `partition_id`'s n local rows split by (seed, partition id): validation share, then the local test
     share (0 when the client's test data comes from elsewhere), training the rest (module docstring)."""
     n_val = held_out_count(n, validation_fraction)

@@ -71,8 +71,9 @@ def frame_data(name: str, train, test, label: str, group: str, where: tuple[Path
             raise DataError(f"{path}: lacks the feature column(s) {missing[:5]}")
         bad = [c for c in features if not is_numeric_dtype(frame[c]) or is_bool_dtype(frame[c])]
         if bad:
-            raise DataError(f"{path}: column(s) {bad[:5]} are not numeric; every column but label-column="
-                            f"{label!r} must be a number")  # fmt: skip
+            raise DataError(
+                f"{path}: column(s) {bad[:5]} are not numeric; every column but label-column={label!r} must be a number"
+            )
     xs = [frame[features].to_numpy(np.float64) for frame, _ in frames]
     for x, (_, path) in zip(xs, frames, strict=True):
         if not np.isfinite(x).all():

@@ -82,8 +82,9 @@ class Observed(RoundObserver):
         delta, lr, steps = self.received[server_round]
         grad = pseudo_gradient(torch.from_numpy(delta.astype(np.float64)), lr, steps).numpy()
         cohort = sorted(r.partition_id for r in replies if r.partition_id >= 0)
-        self.seen[server_round] = Observation(server_round, np.asarray(x_before, np.float64).copy(), delta, grad,
-                                              cohort)  # fmt: skip
+        self.seen[server_round] = Observation(
+            server_round, np.asarray(x_before, np.float64).copy(), delta, grad, cohort
+        )
 
 
 def run_config_for(name: str, run_config: Mapping, rounds: int) -> dict:

@@ -48,8 +48,9 @@ def clip_jointly(arrays: Mapping[str, torch.Tensor], clip: float) -> tuple[dict[
     return {name: a * factor for name, a in arrays.items()}, norm
 
 
-def noise_generator(seed: int, server_round: int, partition_id: int, secret: int = 0,
-                    source: str = SECURE) -> np.random.Generator:  # fmt: skip
+def noise_generator(
+    seed: int, server_round: int, partition_id: int, secret: int = 0, source: str = SECURE
+) -> np.random.Generator:
     """The client's noise stream for a round (fedsuite/privacy/noise.py): keyed by fresh secret bits from the OS
     (`source='secure'`), or with `source='seeded'` from the run seed (reproducible studies, not private) and the
     node's secret (a deployment's node config `dp-noise-secret`, unknown to the server)."""
@@ -88,8 +89,9 @@ def client_release(
         metrics[BELOW_CLIP] = 1.0 if norm <= clip else 0.0
     if privacy.mode == "clients":
         share = 1.0 / math.sqrt(cohort)
-        released = add_noise_share(released, update_noise(privacy.noise, adaptive, count_noise) * clip * share,
-                                   generator)  # fmt: skip
+        released = add_noise_share(
+            released, update_noise(privacy.noise, adaptive, count_noise) * clip * share, generator
+        )
         if adaptive:
             metrics[BELOW_CLIP] += float(generator.normal(0.0, count_noise * share))
     return released, metrics
@@ -116,10 +118,12 @@ class ClientLevelRelease(ClientStage):
         noise stream; the model's buffers are refused, as they would leave without clip or noise."""
         if BUFFERS.name in uplink:
             raise ValueError(averaged_buffers_refusal(self.privacy.mode, node.cfg.model))
-        generator = noise_generator(self.seed, fit.ctx.round, node.partition_id, getattr(node, "noise_secret", 0),
-                                    self.privacy.noise_source)  # fmt: skip
-        return client_release(uplink, self.privacy, float(fit.config[CLIP_KEY]), int(fit.config[COHORT_KEY]),
-                              self.count_noise, generator)  # fmt: skip
+        generator = noise_generator(
+            self.seed, fit.ctx.round, node.partition_id, getattr(node, "noise_secret", 0), self.privacy.noise_source
+        )
+        return client_release(
+            uplink, self.privacy, float(fit.config[CLIP_KEY]), int(fit.config[COHORT_KEY]), self.count_noise, generator
+        )
 
     def metrics(self, metrics, fit):
         return without_losses(metrics)

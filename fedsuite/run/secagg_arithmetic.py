@@ -56,8 +56,9 @@ class SecureSumRound(FitRound):
                     continue
                 secret = noise_secret(proxy.context.node_config)
                 seed = rounding_seed(self.seed, server_round, int(res.metrics["partition-id"]), secret)
-                quantized.append(quantize_upload(parameters_to_ndarrays(res.parameters), res.num_examples,
-                                                 self.settings, seed))  # fmt: skip
+                quantized.append(
+                    quantize_upload(parameters_to_ndarrays(res.parameters), res.num_examples, self.settings, seed)
+                )
                 results.append((proxy, res))
         finally:
             np.random.set_state(saved)

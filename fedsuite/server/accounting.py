@@ -32,8 +32,9 @@ class RoundLog:
             "lr": lr,
         }
 
-    def received(self, server_round: int, replies: Sequence[Reply], rejected: int, failures: int,
-                 private: bool = False) -> dict[str, Any]:  # fmt: skip
+    def received(
+        self, server_round: int, replies: Sequence[Reply], rejected: int, failures: int, private: bool = False
+    ) -> dict[str, Any]:
         """The round's reply figures; `private` (client-level DP): no figure computed from single replies' arrays
         (local consistency), and no train loss, which private clients do not report."""
         replies = sorted(replies, key=lambda r: r.partition_id)  # float sums in a fixed order, not arrival order

@@ -47,8 +47,9 @@ class AveragedBuffers(ServerStage):
         self._start(server_round)
         return {BUFFERS.name: self.vector}
 
-    def take(self, server_round: int, tensors: list[bytes], names: str,
-             metrics: Mapping[str, Any]) -> tuple[list[bytes], str, Any]:  # fmt: skip
+    def take(
+        self, server_round: int, tensors: list[bytes], names: str, metrics: Mapping[str, Any]
+    ) -> tuple[list[bytes], str, Any]:
         """The reply's arrays without `buffers` (their bytes as they came: the reply is not encoded again), and that
         array as a writable float32 copy."""
         self._start(server_round)

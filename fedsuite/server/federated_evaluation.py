@@ -24,8 +24,9 @@ from fedsuite.server.replies import RejectedReply, metric_number
 WORST_SHARE = 0.1
 
 
-def eval_cohort(server_round: int, seed: int, num_clients: int, eval_clients: int, fit_clients: Collection[int]
-                ) -> list[int]:  # fmt: skip
+def eval_cohort(
+    server_round: int, seed: int, num_clients: int, eval_clients: int, fit_clients: Collection[int]
+) -> list[int]:
     """The partitions that evaluate `server_round`, sorted (module docstring)."""
     if eval_clients <= 0:
         return sorted(fit_clients)

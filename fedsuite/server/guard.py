@@ -81,8 +81,9 @@ class RunGuard:
         is set yet; without it, the first train loss seen)."""
         if self.initial_train_loss is None and start_loss is not None and math.isfinite(start_loss):
             self.initial_train_loss = abs(float(start_loss))
-        return self._loss(server_round, loss, "initial_train_loss", "cohort's train loss",
-                          "the initial model's train loss")  # fmt: skip
+        return self._loss(
+            server_round, loss, "initial_train_loss", "cohort's train loss", "the initial model's train loss"
+        )
 
     def _loss(self, server_round: int, loss: float | None, first: str, what: str, reference: str) -> Verdict:
         if loss is None:

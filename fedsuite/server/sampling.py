@@ -30,8 +30,9 @@ class Sampler:
     availability: Availability | None = None  # None: every client can be drawn in every round
 
     @classmethod
-    def from_settings(cls, sampling: Any, redraw_empty: bool = True,
-                      availability: Availability | None = None) -> Sampler:  # fmt: skip
+    def from_settings(
+        cls, sampling: Any, redraw_empty: bool = True, availability: Availability | None = None
+    ) -> Sampler:
         """The sampler of a run config's sampling settings (`Sampler.from_settings(cfg.sampling)`, a
         fedsuite.config.run_config.ClientSampling)."""
         s = sampling
@@ -42,8 +43,9 @@ class Sampler:
         """The sampler of a resolved run config (a fedsuite.config.run_config.Config): its sampling settings, and true
         Poisson sampling when the run uses client-level DP, and the run's client availability. Server and clients
         (DP-SGD's ledger) build it here."""
-        return cls.from_settings(cfg.sampling, redraw_empty=not cfg.privacy.on,
-                                 availability=Availability.from_values(cfg))  # fmt: skip
+        return cls.from_settings(
+            cfg.sampling, redraw_empty=not cfg.privacy.on, availability=Availability.from_values(cfg)
+        )
 
     def cohort(self, server_round: int) -> list[int]:
         """The round's cohort, ascending: S of the clients without replacement (fixed; under an availability
@@ -56,8 +58,9 @@ class Sampler:
                 picked = rng.choice(self.num_clients, size=self.clients_per_round, replace=False)
             else:
                 available = np.flatnonzero(mask)
-                picked = available[rng.choice(len(available), size=min(self.clients_per_round, len(available)),
-                                              replace=False)]  # fmt: skip
+                picked = available[
+                    rng.choice(len(available), size=min(self.clients_per_round, len(available)), replace=False)
+                ]
             return sorted(int(i) for i in picked)
         if self.mode == "bernoulli":
             for attempt in range(10_000):  # an empty draw is redrawn (reference codes reseed per attempt)

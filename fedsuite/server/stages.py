@@ -25,8 +25,9 @@ from fedsuite.stages.server import ServerStage
 from fedsuite.systems.stage import SystemsStage
 
 
-def server_stages(run_config: Mapping[str, Any], privacy: ServerPrivacy | None = None,
-                  buffers: np.ndarray | None = None) -> list[ServerStage]:  # fmt: skip
+def server_stages(
+    run_config: Mapping[str, Any], privacy: ServerPrivacy | None = None, buffers: np.ndarray | None = None
+) -> list[ServerStage]:
     """The run's stages; `privacy`: the server's half of client-level DP (built with the rule, which it checks);
     `buffers`: the model's initial buffers when the server averages them (buffers='average'), else None."""
     found = [

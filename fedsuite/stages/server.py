@@ -81,8 +81,9 @@ class ServerStage:
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
         return {}
 
-    def take(self, server_round: int, tensors: list[bytes], names: str,
-             metrics: Mapping[str, Any]) -> tuple[list[bytes], str, Any]:  # fmt: skip
+    def take(
+        self, server_round: int, tensors: list[bytes], names: str, metrics: Mapping[str, Any]
+    ) -> tuple[list[bytes], str, Any]:
         """The reply's arrays (`tensors`, named by `names`, fedsuite.codec.payload) without this stage's (or with them
         replaced: a decoded upload), and what it took (None: nothing); `metrics`: the reply's, as sent. Raising
         RejectedReply (fedsuite.server.replies) rejects the reply."""

@@ -66,8 +66,7 @@ class FileTier(StateTier):
         folders.check_owner(root, state_key, key)
 
     @classmethod
-    def claim(cls, root: Path, state_key: int | str, results: str | None = None,
-              key: str = "client-state-dir") -> None:  # fmt: skip
+    def claim(cls, root: Path, state_key: int | str, results: str | None = None, key: str = "client-state-dir") -> None:
         folders.claim(root, state_key, results, key)
 
     def _load(self) -> dict[str, np.ndarray]:

@@ -119,8 +119,7 @@ class MemoryTier(StateTier):
         refuse_foreign(held.owner, any(held.partitions.values()), state_key, str(root), key)
 
     @classmethod
-    def claim(cls, root: Path, state_key: int | str, results: str | None = None,
-              key: str = "client-state-dir") -> None:  # fmt: skip
+    def claim(cls, root: Path, state_key: int | str, results: str | None = None, key: str = "client-state-dir") -> None:
         with _LOCK:
             held = _SHELVES.setdefault(str(Path(root)), Shelf())
             refuse_foreign(held.owner, any(held.partitions.values()), state_key, str(root), key)

@@ -75,8 +75,7 @@ class StateTier(MutableMapping):
 
     @classmethod
     @abstractmethod
-    def claim(cls, root: Path, state_key: int | str, results: str | None = None,
-              key: str = "client-state-dir") -> None:  # fmt: skip
+    def claim(cls, root: Path, state_key: int | str, results: str | None = None, key: str = "client-state-dir") -> None:
         """check_owner, then record the run as the place's owner."""
 
 

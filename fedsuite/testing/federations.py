@@ -62,6 +62,7 @@ def least_squares(run_config: Mapping[str, Any] | None = None) -> LeastSquares:
 
     cfg = resolve({**LSQ, **(run_config or {})})
     fed = load_dataset(cfg)
-    clients = [(np.asarray(fed.features_x[p], np.float64), np.asarray(fed.targets[p], np.float64))
-               for p in fed.client_parts]  # fmt: skip
+    clients = [
+        (np.asarray(fed.features_x[p], np.float64), np.asarray(fed.targets[p], np.float64)) for p in fed.client_parts
+    ]
     return LeastSquares(clients, float(cfg["weight-decay"]))

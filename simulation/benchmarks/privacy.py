@@ -29,7 +29,7 @@ OPTIONS = {
         "dp-clip": 1.0,
         "dp-clip-mode": "adaptive",
         "dp-count-noise": 1.0,
-    },  # fmt: skip
+    },
     "dp_sgd": {"dp-sgd": True, "dp-sgd-noise": 1.0, "dp-sgd-clip": 1.0},
 }
 

@@ -36,14 +36,16 @@ def runs(folder: Path) -> list[dict]:
         rows = report.read_rows(run)
         epsilons = [r["dp_epsilon"] for r in rows if "dp_epsilon" in r]
         private = config.get("dp", "off") != "off"
-        out.append({
-            "algorithm": config["algorithm"],
-            "sigma": float(config["dp-noise"]) if private else None,
-            "seed": int(config["seed"]),
-            "status": summary.get("status"),
-            "accuracy": summary.get("final_accuracy"),
-            "epsilon": (math.inf if epsilons and epsilons[-1] is None else epsilons[-1]) if epsilons else None,
-        })  # fmt: skip
+        out.append(
+            {
+                "algorithm": config["algorithm"],
+                "sigma": float(config["dp-noise"]) if private else None,
+                "seed": int(config["seed"]),
+                "status": summary.get("status"),
+                "accuracy": summary.get("final_accuracy"),
+                "epsilon": (math.inf if epsilons and epsilons[-1] is None else epsilons[-1]) if epsilons else None,
+            }
+        )
     return out
 
 
@@ -60,8 +62,9 @@ def table(records: list[dict]) -> tuple[list[str], list[dict], list[str]]:
     for s in settings:
         spent = {r["epsilon"] for r in records if r["sigma"] == s and r["status"] == "completed"}
         epsilon[s] = spent.pop() if len(spent) == 1 else None
-    head = ["algorithm"] + [name if s is None else f"{name} (ε={_eps(epsilon[s])})" for s, name in
-                            zip(settings, names, strict=True)]  # fmt: skip
+    head = ["algorithm"] + [
+        name if s is None else f"{name} (ε={_eps(epsilon[s])})" for s, name in zip(settings, names, strict=True)
+    ]
     lines, rows = [], []
     for algorithm in sorted({r["algorithm"] for r in records}, key=_order):
         cells, row = [algorithm], {"algorithm": algorithm}
@@ -92,8 +95,7 @@ def gaps(records: list[dict]) -> list[str]:
             seeds = sorted(k[2] for k in by if k[:2] == (algorithm, s) and (BASELINE, s, k[2]) in by)
             diffs = [by[(algorithm, s, seed)]["accuracy"] - by[(BASELINE, s, seed)]["accuracy"] for seed in seeds]
             stats = report.mean_std(diffs)
-            verdict = ("helps" if diffs and min(diffs) > 0 else "hurts" if diffs and max(diffs) < 0 else
-                       "not shown")  # fmt: skip
+            verdict = "helps" if diffs and min(diffs) > 0 else "hurts" if diffs and max(diffs) < 0 else "not shown"
             shown = "–" if stats is None else f"{stats[0]:+.4f} ± {stats[1]:.4f}"
             cells.append(f"{shown} ({verdict}, {len(diffs)} seed{'' if len(diffs) == 1 else 's'})")
         lines.append(cells)
@@ -143,16 +145,19 @@ def _order(algorithm: str) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulation.studies.privacy_utility",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m simulation.studies.privacy_utility", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--plain", type=Path, required=True, help="the sweep folder without privacy")
     parser.add_argument("--dp", type=Path, required=True, help="the sweep folder with client-level DP")
     parser.add_argument("--out", type=Path, required=True, help="where the tables and the plot go")
     args = parser.parse_args(argv)
     for flag, folder in (("--plain", args.plain), ("--dp", args.dp)):
         if not (folder / "runs").is_dir():
-            print(f"{flag} {folder}: no runs/ folder (run the sweep of docs/privacy-study/index.md first)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{flag} {folder}: no runs/ folder (run the sweep of docs/privacy-study/index.md first)",
+                file=sys.stderr,
+            )
             return 2
     records = runs(args.plain) + runs(args.dp)
     args.out.mkdir(parents=True, exist_ok=True)
