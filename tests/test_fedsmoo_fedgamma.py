@@ -56,7 +56,7 @@ def setting():
 
 def _client(cls, algorithm: str, dim: int, scope: str, *args):
     cfg = resolve({"algorithm": algorithm, "clip-scope": scope})
-    node = types.SimpleNamespace(cfg=cfg, client_state=lambda specs: ClientState({}, dim))
+    node = types.SimpleNamespace(cfg=cfg, state_of=lambda client: ClientState({}, dim))  # a node's interface
     return cls(node, *args)
 
 

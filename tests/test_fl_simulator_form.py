@@ -34,7 +34,8 @@ def fedsuite_round(setting, clip: float, scope: str) -> torch.Tensor:
     net, data, x0, h_i = setting
     model = FlatModel(copy.deepcopy(net))
     cfg = resolve({"algorithm": "fedspeed", "dual-storage": "server", "clip-scope": scope})
-    client = FedSpeedClient(types.SimpleNamespace(cfg=cfg), MU, RHO, 1.0, dual_storage="server")
+    node = types.SimpleNamespace(cfg=cfg, state_of=lambda client: None)  # the server holds the duals: no client state
+    client = FedSpeedClient(node, MU, RHO, 1.0, dual_storage="server")
     rule = client.rule(RoundContext(round=1, lr=LR, down={"model": x0, "h_i": h_i}))
     result = train_local(model, x0, data, loss_function("classification"), rule, lr=LR, weight_decay=WD,
                          clip_norm=clip, epochs=EPOCHS, steps=0, batch_size=BATCH,
