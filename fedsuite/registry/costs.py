@@ -35,16 +35,26 @@ def client_state_vectors(algorithm: str, cfg: Config | None = None) -> int:
 def communication(algorithm: str, cfg: Config | None = None) -> tuple[int, int, int]:
     """(d-vectors down, d-vectors up) per participating client per round, and the extra d-vectors up from the
     clients that return `uplink_some` (FAdamET/GT's tracking subset), from the rule's declarations."""
-    cfg = _config(cfg, algorithm)
+    rule = declared_rule(_config(cfg, algorithm))
+    query = 1 if rule.query is not None else 0
+    return 1 + len(rule.sends) + len(rule.sends_each) + query, len(rule.uplink) + query, len(rule.uplink_some)
+
+
+def declared_rule(cfg: Config):
+    """`cfg`'s algorithm's server rule, built only to read its declarations (a 1-d model, one client a round)."""
     settings = RuleSettings(
         initial_x=np.zeros(1, np.float32),
         sampler=Sampler(cfg.num_clients, "fixed", 1),
         lr=1.0,
         relaxed_init=cfg.local.relaxed_init,
     )
-    rule = registry.build_rule(cfg, settings)
-    query = 1 if rule.query is not None else 0
-    return 1 + len(rule.sends) + len(rule.sends_each) + query, len(rule.uplink) + query, len(rule.uplink_some)
+    return registry.build_rule(cfg, settings)
+
+
+def upload_names(algorithm: str, cfg: Config | None = None) -> tuple[str, ...]:
+    """The d-vectors its clients upload under `cfg`: the rule's `uplink`, then `uplink_some`, each once."""
+    rule = declared_rule(_config(cfg, algorithm))
+    return tuple(dict.fromkeys((*rule.uplink, *rule.uplink_some)))
 
 
 def vectors(algorithm: str) -> tuple[int, int]:

@@ -76,16 +76,10 @@ def build_uplink(cfg, name: str) -> Compressor:
 
 @cache
 def _uploads(algorithm: str, items: tuple) -> tuple[str, ...]:
-    from fedsuite.config.run_config import Config  # the rule is built as the registry's costs build it
-    from fedsuite.registry import known as registry
-    from fedsuite.rules.server_rule import RuleSettings
-    from fedsuite.server.sampling import Sampler
+    from fedsuite.config.run_config import Config
+    from fedsuite.registry import costs  # the rule's declarations, read as the algorithm tables read them
 
-    cfg = Config(dict(items))
-    settings = RuleSettings(initial_x=np.zeros(1, np.float32), sampler=Sampler(cfg.num_clients, "fixed", 1), lr=1.0,
-                            relaxed_init=cfg.local.relaxed_init)  # fmt: skip
-    rule = registry.build_rule(cfg, settings)
-    return tuple(dict.fromkeys((*rule.uplink, *rule.uplink_some)))
+    return costs.upload_names(algorithm, Config(dict(items)))
 
 
 def upload_vectors(cfg) -> tuple[str, ...]:
