@@ -189,3 +189,22 @@ def test_the_summary_counts_the_compressed_bytes_toward_its_communication(tmp_pa
     kit.run_algorithm("fedavg", {**keys, "out-dir": str(tmp_path), "run-name": "q"}, record=True)
     summary = json.loads((tmp_path / "q" / "summary.json").read_text())
     assert summary["communication_bytes_per_client"] == 2 * (4 * lsq_dim() + QSGD(3).encoded_bytes(lsq_dim()))
+
+
+def test_ef21_hands_each_vector_the_mean_of_the_replies_that_carry_it():
+    """A vector only some replies carry (a rule's uplink_some, FAdamET's tracking subset) is scaled by how many carry
+    it: the mean the rule takes over those replies is the server's new estimate g + (1/N) Σ c_i, as for the rest."""
+    from fedsuite.compression.topk import TopK
+    from fedsuite.rules.rounds import Reply
+    from fedsuite.stages.compression import UplinkCompression
+
+    stage = DecodedUploads(UplinkCompression(TopK(1), "ef21", seed=0, num_clients=10))
+    rng = np.random.default_rng(3)
+    c = {pid: {"delta": rng.normal(size=4), **({"y_i": rng.normal(size=4)} if pid < 2 else {})} for pid in range(4)}
+    replies = [Reply(pid, 1, 1, 0.1, {k: v.copy() for k, v in arrays.items()}) for pid, arrays in c.items()]
+    stage.release(1, replies)
+    for vector, carriers in (("delta", range(4)), ("y_i", range(2))):
+        handed = np.mean([replies[pid].arrays[vector] for pid in carriers], axis=0)
+        expected = np.sum([c[pid][vector] for pid in carriers], axis=0) / 10
+        np.testing.assert_allclose(handed, expected, rtol=1e-12)
+        np.testing.assert_allclose(stage.estimates[vector], expected, rtol=1e-12)

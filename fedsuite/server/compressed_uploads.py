@@ -89,13 +89,15 @@ class DecodedUploads(ServerStage):
         return replies, rejected
 
     def release(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
-        """EF21: each reply's c_i handed to the rule as g + (|S|/N)·c_i; g moves to g + (1/N) Σ_S c_i."""
+        """EF21: each reply's c_i handed to the rule as g + (m/N)·c_i, m the number of replies that carry the vector
+        (all of the cohort's, or the subset a rule's `uplink_some` names), so that their mean is the new g; g moves to
+        g + (1/N) Σ c_i."""
         if self.compression.feedback != "ef21":
             return {}
         clients = [r for r in replies if r.partition_id >= 0]
-        share = len(clients) / self.compression.num_clients
         for vector in {name for r in clients for name in r.arrays}:
             sent = [r.arrays[vector] for r in clients if vector in r.arrays]
+            share = len(sent) / self.compression.num_clients
             g = self.estimates.get(vector, np.zeros_like(sent[0], np.float64))
             for reply in clients:
                 if vector in reply.arrays:
