@@ -41,9 +41,10 @@ from fedsuite.state.plan import TIERS, StatePlan, state_plan
 
 _STATE_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # what a state key may be: it names a folder
 NOISE_SECRET_KEY = "dp-noise-secret"  # node config: the node's secret for its DP noise shares
-# node config set only by the in-process engine (fedsuite/run/inprocess.py): the whole federation runs in this process,
-# so the client-state plan may keep memory state in the process (fedsuite.state.plan.StatePlan.tier)
-ONE_PROCESS_KEY = "fedsuite.one-process"
+# runs whose whole federation runs in this process (the in-process engine, fedsuite/run/inprocess.py, adds its run
+# while it trains), so the client-state plan may keep their memory state in the process (StatePlan.tier). Held in the
+# process, never in a node config: a SuperNode, whose ClientApp runs in other processes, can never be told so.
+ONE_PROCESS_RUNS: set[int] = set()
 
 
 def node_for(context: Context, partition_id: int | None = None, state_key: str | None = None) -> ClientNode:
@@ -66,7 +67,8 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
                          f"but was sent partition {partition_id}: run with client-mapping='fixed'")  # fmt: skip
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
     node.noise_secret = noise_secret(nc)
-    plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()), one_process=bool(nc.get(ONE_PROCESS_KEY)))
+    one_process = context.run_id in ONE_PROCESS_RUNS
+    plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()), one_process=one_process)
     if plan.holds:
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
         # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id

@@ -31,7 +31,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedsuite.config.run_config import resolve
 from fedsuite.data import with_data_clients
-from fedsuite.node.app import ONE_PROCESS_KEY, client_fn
+from fedsuite.node.app import ONE_PROCESS_RUNS, client_fn
 from fedsuite.run.compose import Engine, compose_run
 from fedsuite.server import direct_calls
 from fedsuite.server.adapter import RuleStrategy
@@ -119,8 +119,11 @@ def run_inprocess(run_config: Mapping, record: bool = False, observers: Iterable
     if cfg.run_control.client_mapping == "fixed":
         num_nodes = cfg.num_clients
     for context in node_contexts(run_config, num_nodes, run_id, node_configs):
-        if not keep_client_state:  # kept state is read as files afterwards; else memory state may stay in process
-            context.node_config[ONE_PROCESS_KEY] = True
         loop.client_manager().register(InProcessProxy(str(context.node_id), context))
-    loop.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
+    if not keep_client_state:  # kept state is read as files afterwards; else memory state may stay in the process
+        ONE_PROCESS_RUNS.add(run_id)
+    try:
+        loop.fit(num_rounds=cfg.run_control.num_rounds, timeout=None)
+    finally:
+        ONE_PROCESS_RUNS.discard(run_id)
     return run.strategy
