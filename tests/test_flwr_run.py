@@ -177,7 +177,9 @@ def test_default_experiment_learns(tmp_path, flwr_home):
     rounds."""
     folder = launch.run({"out-dir": str(tmp_path), "run-name": "default"}, quiet=True)
     summary = json.loads((folder / "summary.json").read_text())
-    assert summary["final_accuracy"] > 0.7 and summary["total_seconds"] < 180
+    # what happened, not how long it took (a loaded machine is slower; docs/performance.md measures speed)
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 20
+    assert summary["final_accuracy"] > 0.7
 
 
 def test_benchmark_short_run_prints_the_ratio_last(tmp_path, flwr_home, capsys):
