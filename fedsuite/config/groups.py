@@ -293,14 +293,18 @@ class Compression(Settings):
     k (compress-up-k): top-k / random-k: coordinates kept per uploaded vector (0 = unset).
     levels (compress-up-levels): QSGD's quantization levels s.
     feedback (compress-feedback): 'none', 'ef' (classic error feedback) or 'ef21'.
-    downlink (compress-down): the compressor of the broadcast model update (only 'none' is available).
+    mask (compress-up-mask): random-k's coordinates, 'own' per client or 'common' to a round's clients.
+    downlink (compress-down): the compressor of the broadcast vectors' change ('none': no downlink stage at all).
+    down_k (compress-down-k): its top-k / random-k coordinates per broadcast vector (0 = unset).
     """
 
     uplink: str = setting("compress-up")
     k: int = setting("compress-up-k")
     levels: int = setting("compress-up-levels")
     feedback: str = setting("compress-feedback")
+    mask: str = setting("compress-up-mask")
     downlink: str = setting("compress-down")
+    down_k: int = setting("compress-down-k")
 
     @property
     def on(self) -> bool:

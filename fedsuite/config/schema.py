@@ -41,6 +41,7 @@ MODELS = ("auto", "cnn", "2nn", "logreg", "resnet18-gn", "linear", "matrix")
 # Own data in a standard layout (fedsuite/data/own.py); any other own data is `dataset='package.module:loader'`.
 DATA_FORMATS = ("imagefolder", "table", "hf")
 COMPRESSORS = ("none", "topk", "randk", "qsgd", "sign")  # fedsuite/compression/registry.py's names
+DOWNLINK_COMPRESSORS = ("none", "topk", "randk", "sign")  # contractive ones: the downlink's accumulator needs one
 PARTITIONS = ("iid", "dirichlet", "shards", "mixture", "natural")
 BUFFERS = ("average", "local")
 EVALUATIONS = ("central", "federated", "both")
@@ -330,8 +331,14 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("compress-feedback", "none", "error feedback of a biased uplink compressor, kept as client state: none; ef = "
         "classic (send C(e + x), keep the error); ef21 = send C(x − g_i), client and server keep the estimates",
         ("none", "ef", "ef21"), client=True),
-    Key("compress-down", "none", "compressor of the model update the server broadcasts (only none is available: "
-        "docs/running/compression.md#downlink)", COMPRESSORS, client=True, tunable=False),
+    Key("compress-up-mask", "own", "randk: own = each client draws its coordinates from its own seed; common = every "
+        "client of a round draws the same coordinates (the only uplink compression SecAgg+ can sum)",
+        ("own", "common"), client=True, tunable=False),
+    Key("compress-down", "none", "compressor of what the server broadcasts: none; topk, randk or sign of the change "
+        "since the model the clients hold, with a server-side accumulator (docs/running/compression.md#downlink)",
+        DOWNLINK_COMPRESSORS, client=True, tunable=False),
+    Key("compress-down-k", 0, "compress-down topk / randk: coordinates kept of each broadcast vector, 1 ≤ k ≤ d "
+        "(0 = unset, refused with topk and randk)", low=0, client=True, tunable=False),
 )  # fmt: skip
 # The common keys by name: where a typed settings group (fedsuite/config/settings.py) reads a default.
 COMMON_SCHEMA: dict[str, Key] = {key.name: key for key in COMMON_KEYS}
