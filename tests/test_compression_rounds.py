@@ -114,6 +114,8 @@ def test_random_k_resumes_exactly(tmp_path):
         ({"compress-up": "lowrank"}, "compress-up='lowrank'"),
         ({"compress-feedback": "ef"}, "compress-feedback='ef'"),
         ({"compress-down": "topk"}, "compress-down='topk'"),
+        ({**TOPK, "compress-up-mask": "common"}, "compress-up-mask='common'"),
+        ({"compress-down": "qsgd"}, "compress-down='qsgd'"),
         ({"compress-up": "qsgd", "dp": "server"}, "compress-up='qsgd' with dp='server'"),
         ({**TOPK, "compress-feedback": "ef", "dp": "server"}, "compress-up='topk' with dp='server'"),
         ({**TOPK, "secagg": True, "client-mapping": "fixed"}, "compress-up='topk' with secagg=true"),

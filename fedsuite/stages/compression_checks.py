@@ -32,6 +32,9 @@ def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
         errors.append(f"compress-up={name!r}: algorithm={v['algorithm']!r} {refusal}")
     if name == "none" and feedback != "none":
         errors.append(f"compress-feedback={feedback!r}: there is no compressor to feed back (compress-up='none')")
+    if str(v.get("compress-up-mask", "own")) == "common" and name != "randk":
+        errors.append(f"compress-up-mask='common': only random-k draws coordinates (compress-up={name!r}); use "
+                      "compress-up='randk' or compress-up-mask='own'")  # fmt: skip
     within_clip = name in ("topk", "sign") and feedback == "none"  # ‖C(v)‖ ≤ ‖v‖: the server's noise still covers it
     if name != "none" and value_of(v, "dp") == "server" and not within_clip:
         errors.append(f"compress-up={name!r} with dp='server': the server's noise is sized to the clip, which a "
