@@ -57,6 +57,12 @@ def upload_names(algorithm: str, cfg: Config | None = None) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*rule.uplink, *rule.uplink_some)))
 
 
+def broadcast_names(algorithm: str, cfg: Config | None = None) -> tuple[str, ...]:
+    """The d-vectors its server broadcasts to every sampled client under `cfg`: the model, then the rule's `sends`."""
+    rule = declared_rule(_config(cfg, algorithm))
+    return tuple(dict.fromkeys(("model", *rule.sends)))
+
+
 def vectors(algorithm: str) -> tuple[int, int]:
     """d-vectors down / up per participating client per round, at the defaults."""
     return communication(algorithm)[:2]

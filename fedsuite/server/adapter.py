@@ -63,7 +63,7 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
-from fedsuite.server.stages import StageViews, arrays_beside, server_stages, take_arrays
+from fedsuite.server.stages import StageViews, addressed, arrays_beside, server_stages, take_arrays
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
 from fedsuite.stages.server import STOPPED, ServerStage
@@ -227,22 +227,28 @@ class RuleStrategy(StageViews, EvaluationCalls, Strategy):
         for observer in self.observers:
             observer.sent(server_round, rule.x, downlink)
         beside = arrays_beside(self.stages, server_round)
-        shared_arrays, shared_names = pack({"model": rule.x, **downlink, **beside})
+        shared = {"model": rule.x, **downlink}
+        shared_arrays, shared_names = pack({**shared, **beside})
         shared_params = to_parameters(shared_arrays)
         beside_bytes = nbytes(list(beside.values()))  # communication figures count the federated vectors only
         instructions, sizes = [], []
         for pid in sorted(self._sampled):
+            accepted = self.accepted.get(pid, 0)
+            mine, entries = addressed(self.stages, server_round, pid, accepted, shared)
             params, names, arrays = shared_params, shared_names, shared_arrays
+            if mine is not shared:  # a stage gave this client its own form of the shared vectors
+                arrays, names = pack({**mine, **beside})
+                params = to_parameters(arrays)
             own = rule.client_downlink(server_round, pid)
             if own:
                 own_arrays, own_names = pack(own)
-                arrays, names = shared_arrays + own_arrays, f"{shared_names},{own_names}"
+                arrays, names = arrays + own_arrays, f"{names},{own_names}"
                 params = to_parameters(arrays)
-            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: self.accepted.get(pid, 0), PARTITION_KEY: pid,
-                          STATE_KEY: str(self.plan.state_key),
-                          **self._client_config(server_round, pid)}  # fmt: skip
+            fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: accepted, PARTITION_KEY: pid,
+                          STATE_KEY: str(self.plan.state_key), **self._client_config(server_round, pid),
+                          **entries}  # fmt: skip
             instructions.append((nodes[pid], FitIns(params, fit_config)))
-            sizes.append((nbytes(arrays) - beside_bytes, len(arrays) - len(beside)))
+            sizes.append((nbytes(arrays) - beside_bytes, len(shared) + len(own)))
         return instructions, sizes
 
     def _valid_replies(self, server_round: int, results: list[tuple[ClientProxy, FitRes]]) -> tuple[list, int, int]:

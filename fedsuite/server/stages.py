@@ -1,9 +1,9 @@
-"""The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): the decoding of
-compressed uploads (docs/running/compression.md), the model's averaged buffers, client-level DP, DP-SGD's target ε,
-the system models, pruning, secure aggregation's rules. Each is left out when the run does not switch it on, so a
-run without them calls no stage at all. The composition root
-(fedsuite/server/compose.py) builds them. `StageViews` is what a strategy shows of its stages; `arrays_beside` and
-`take_arrays` carry the stages' arrays beside the model (ServerStage.downlink, take)."""
+"""The server stages of a run, in the order the strategy calls them (fedsuite/stages/server.py): compressed broadcasts,
+the decoding of compressed uploads (docs/running/compression.md), the model's averaged buffers, client-level DP,
+DP-SGD's target ε, the system models, pruning, secure aggregation's rules. Each is left out when the run does not switch
+it on, so a run without them calls no stage at all. The composition root (fedsuite/server/compose.py) builds them.
+`StageViews` is what a strategy shows of its stages; `arrays_beside`, `addressed` and `take_arrays` carry the stages'
+arrays (ServerStage.downlink, addressed, take)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from flwr.common import FitRes, Parameters
 from fedsuite.codec.payload import ARRAYS_KEY
 from fedsuite.config.settings import value_of
 from fedsuite.server.buffers import AveragedBuffers
+from fedsuite.server.compressed_downloads import CompressedBroadcast
 from fedsuite.server.compressed_uploads import DecodedUploads
 from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.server.pruning import Pruning
@@ -31,6 +32,7 @@ def server_stages(
     """The run's stages; `privacy`: the server's half of client-level DP (built with the rule, which it checks);
     `buffers`: the model's initial buffers when the server averages them (buffers='average'), else None."""
     found = [
+        CompressedBroadcast.of_run(run_config),
         DecodedUploads.of_run(run_config),
         AveragedBuffers.of_model(buffers, str(value_of(run_config, "weighting"))),
     ]
@@ -44,6 +46,17 @@ def server_stages(
 def arrays_beside(stages: Iterable[ServerStage], server_round: int) -> dict[str, np.ndarray]:
     """The stages' arrays every fit and evaluate message carries beside the model (ServerStage.downlink)."""
     return {k: v for stage in stages for k, v in stage.downlink(server_round).items()}
+
+
+def addressed(stages: Iterable[ServerStage], server_round: int, partition_id: int, accepted_round: int,
+              shared: Mapping[str, np.ndarray]) -> tuple[Mapping[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    """One client's arrays in place of the shared ones, and its fit-config entries, as the stages address them
+    (ServerStage.addressed); `shared` itself when no stage changes them."""
+    arrays, entries = shared, {}
+    for stage in stages:
+        arrays, more = stage.addressed(server_round, partition_id, accepted_round, arrays)
+        entries.update(more)
+    return arrays, entries
 
 
 def take_arrays(stages: list[ServerStage], server_round: int, res: FitRes) -> tuple[FitRes, list[tuple[Any, Any]]]:

@@ -1,5 +1,5 @@
-"""Compressed uploads' refusals of run configs (docs/running/compression.md), one line each naming the key, and an
-algorithm's refusal of compression (its entry's `refuses["compress-up"]`); run with every mechanism's check
+"""Compressed uploads' and broadcasts' refusals of run configs (docs/running/compression.md), one line each naming the
+key, and an algorithm's refusal of compression (its entry's `refuses["compress-up"]`); run with every mechanism's check
 (fedsuite/stages/refusals.py). k > d needs the model: refused with the client-state plan
 (fedsuite.stages.compression.dimension_problem); SecAgg+'s refusal is secure aggregation's own check."""
 
@@ -11,19 +11,13 @@ from typing import Any
 from fedsuite.config.groups import uplink_compressor
 from fedsuite.config.settings import value_of
 
-DOWNLINK_REFUSAL = ("compress-down={name!r}: compressed downlinks are not available: the server's estimate of the "
-                    "model is rebuilt from every broadcast, which a client that missed rounds does not have; use "
-                    "compress-down='none' (docs/running/compression.md#downlink)")  # fmt: skip
-
 
 def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
     """The problems of the compression keys of `v` (validated run-config values), and `refusal`: why the chosen
     algorithm cannot take compressed uploads ('' = it can)."""
     if any(key not in v for key in ("compress-up", "compress-up-k", "compress-feedback", "compress-down")):
         return []
-    errors = []
-    if (down := str(v["compress-down"])) != "none":
-        errors.append(DOWNLINK_REFUSAL.format(name=down))
+    errors = downlink_errors(v)
     name, feedback = uplink_compressor(v), str(v["compress-feedback"])
     if name in ("topk", "randk") and int(v["compress-up-k"]) <= 0:
         errors.append(f"compress-up-k={v['compress-up-k']}: compress-up={name!r} keeps k coordinates of each "
@@ -40,3 +34,12 @@ def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
         errors.append(f"compress-up={name!r} with dp='server': the server's noise is sized to the clip, which a "
                       "decoded upload may exceed; use dp='clients' (noise added before compression)")  # fmt: skip
     return errors
+
+
+def downlink_errors(v: Mapping[str, Any]) -> list[str]:
+    """The problems of compress-down and compress-down-k (k > d is refused with the client-state plan)."""
+    down = str(v["compress-down"])
+    if down in ("topk", "randk") and int(v.get("compress-down-k", 0)) <= 0:
+        return [f"compress-down-k={v.get('compress-down-k', 0)}: compress-down={down!r} keeps k coordinates of each "
+                "broadcast vector; give 1 ≤ compress-down-k ≤ d"]  # fmt: skip
+    return []

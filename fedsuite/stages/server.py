@@ -18,9 +18,10 @@ A round, as the stages see it:
 8. `applied(round, replies)`: after the rule's new model is in (the server's averaged model buffers follow it).
 9. `check_row(round, metrics)`: a (status, reason) verdict that ends the run once the round's metrics are in.
 Arrays beside the model: `downlink(round)` adds arrays to every fit and evaluate message (after the rule's own; the
-communication figures leave them out), `take(round, tensors, names)` takes a stage's arrays out of a reply before it
-is validated, and `keep(round, partition, taken)` hands them back once the reply is valid; `evaluation_args()` are
-what the central evaluation gets beside the model.
+communication figures leave them out), `addressed(round, pid, accepted, shared)` gives one client its own arrays in
+place of the shared model and downlink (compressed broadcasts), `take(round, tensors, names)` takes a stage's arrays out
+of a reply before it is validated, and `keep(round, partition, taken)` hands them back once the reply is valid;
+`evaluation_args()` are what the central evaluation gets beside the model.
 A stage with a `state_name` keeps state in the strategy's checkpoints (`state_dict` / `load_state_dict`), and
 `hides_replies` says that no figure may be computed from single replies (client-level DP); `row_labels()` are
 columns every row of the run gets (whether the DP noise is secret).
@@ -80,6 +81,13 @@ class ServerStage:
 
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
         return {}
+
+    def addressed(self, server_round: int, partition_id: int, accepted_round: int,
+                  shared: Mapping[str, np.ndarray]) -> tuple[Mapping[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+        """What one client gets in place of the arrays every client of the round shares (the model and the rule's
+        downlink; `accepted_round`: the last round whose reply from it was accepted, 0: none), and entries of its fit
+        config. Returning `shared` itself keeps the shared message."""
+        return shared, {}
 
     def take(
         self, server_round: int, tensors: list[bytes], names: str, metrics: Mapping[str, Any]

@@ -43,12 +43,18 @@ def client_specs(cfg: Config, client: Any = None) -> tuple[StateSpec, ...]:
 
 
 def stage_specs(cfg: Config) -> tuple[StateSpec, ...]:
-    """The client state the run's client stages keep (compressed uploads' error feedback); none when they keep none."""
-    if cfg.compression.feedback == "none":
-        return ()
-    from fedsuite.stages.compression import feedback_specs  # builds the rule to learn its upload vectors
+    """The client state the run's client stages keep (compressed uploads' error feedback, the copies of compressed
+    broadcasts); none when they keep none."""
+    specs: tuple[StateSpec, ...] = ()
+    if cfg.compression.feedback != "none":
+        from fedsuite.stages.compression import feedback_specs  # builds the rule to learn its upload vectors
 
-    return feedback_specs(cfg)
+        specs += feedback_specs(cfg)
+    if cfg.compression.downlink != "none":
+        from fedsuite.stages.downlink import downlink_specs  # builds the rule to learn its broadcast vectors
+
+        specs += downlink_specs(cfg)
+    return specs
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,11 @@ def state_plan(cfg: Config, dim: int, buffer_floats: int, one_process: bool = Fa
     `one_process`: the caller runs the whole federation in this process (the in-process engine); the plan keeps
     memory state in the process only where the run neither writes nor resumes a checkpoint (they copy state files)."""
     from fedsuite.stages.compression import dimension_problem  # k ≤ d needs the model: refused here
+    from fedsuite.stages.downlink import downlink_dimension_problem
 
-    if (problem := dimension_problem(cfg, dim)) is not None:
-        raise ConfigError(problem)
+    for problem in (dimension_problem(cfg, dim), downlink_dimension_problem(cfg, dim)):
+        if problem is not None:
+            raise ConfigError(problem)
     held, control = cfg.client_state, cfg.run_control
     files_read = bool(control.checkpoint_every) or bool(control.resume_from)
     return StatePlan(client_specs(cfg), cfg.num_clients, dim, buffer_floats, held.mode, held.budget_mb, held.dir,
