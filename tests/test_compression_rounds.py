@@ -116,6 +116,11 @@ def test_random_k_resumes_exactly(tmp_path):
         ({"compress-down": "topk"}, "compress-down-k=0"),
         ({**TOPK, "compress-up-mask": "common"}, "compress-up-mask='common'"),
         ({"compress-down": "qsgd"}, "compress-down='qsgd'"),
+        ({**TOPK, "compress-feedback": "ef21", "weighting": "samples"}, "'ef21' with weighting='samples'"),
+        (
+            {**TOPK, "compress-feedback": "ef21", "algorithm": "losac", "agg-scale": "1/N"},
+            "'ef21' with agg-scale='1/N'",
+        ),
         ({"compress-up": "qsgd", "dp": "server"}, "compress-up='qsgd' with dp='server'"),
         ({**TOPK, "compress-feedback": "ef", "dp": "server"}, "compress-up='topk' with dp='server'"),
         ({**TOPK, "secagg": True, "client-mapping": "fixed"}, "compress-up='topk' with secagg=true"),

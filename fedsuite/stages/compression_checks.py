@@ -19,6 +19,8 @@ def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
         return []
     errors = downlink_errors(v)
     name, feedback = uplink_compressor(v), str(v["compress-feedback"])
+    if feedback == "ef21" and name != "none":
+        errors += ef21_errors(v)
     if name in ("topk", "randk") and int(v["compress-up-k"]) <= 0:
         errors.append(f"compress-up-k={v['compress-up-k']}: compress-up={name!r} keeps k coordinates of each "
                       "uploaded vector; give 1 ≤ compress-up-k ≤ d")  # fmt: skip
@@ -43,3 +45,16 @@ def downlink_errors(v: Mapping[str, Any]) -> list[str]:
         return [f"compress-down-k={v.get('compress-down-k', 0)}: compress-down={down!r} keeps k coordinates of each "
                 "broadcast vector; give 1 ≤ compress-down-k ≤ d"]  # fmt: skip
     return []
+
+
+def ef21_errors(v: Mapping[str, Any]) -> list[str]:
+    """EF21's server hands the rule vectors whose uniform mean over the replies is its estimate g (docs/running/
+    compression.md#ef21): a rule that weights them by samples, or sums them and divides by N, would not get g."""
+    errors = []
+    if value_of(v, "weighting") == "samples":
+        errors.append("compress-feedback='ef21' with weighting='samples': EF21's server estimate is the uniform mean "
+                      "of the clients' estimates; use weighting='uniform' or compress-feedback='ef'")  # fmt: skip
+    if value_of(v, "agg-scale") == "1/N":
+        errors.append("compress-feedback='ef21' with agg-scale='1/N': EF21's server estimate is the mean of the "
+                      "replies, not their sum over N; use agg-scale='mean' or compress-feedback='ef'")  # fmt: skip
+    return errors
