@@ -137,7 +137,9 @@ def test_adaptive_clipping_follows_its_geometric_rule():
     for start, factor in ((1e6, math.exp(-0.2 * 0.5)), (1e-9, math.exp(0.2 * 0.5))):
         strategy = run_inprocess({**PARTIAL, "dp": "server", "dp-noise": 0.0, "dp-clip": start,
                                   "dp-clip-mode": "adaptive", "dp-count-noise": 1e-12})  # fmt: skip
-        assert strategy.privacy.clip == pytest.approx(start * factor ** PARTIAL["num-server-rounds"], rel=1e-9)
+        assert strategy.stage(ServerPrivacy).clip == pytest.approx(
+            start * factor ** PARTIAL["num-server-rounds"], rel=1e-9
+        )
 
 
 @pytest.mark.parametrize("mode", ["server", "clients"])
@@ -290,7 +292,7 @@ def test_poisson_sampling_divides_by_the_expected_cohort_and_releases_noise_in_e
     rows = [json.loads(line) for line in (tmp_path / "p" / "rounds.jsonl").read_text().splitlines()][1:]
     empty = [r["round"] for r in rows if r["replies"] == 0]
     assert empty and sorted(moves.norms) == empty and all(norm > 0 for norm in moves.norms.values())
-    assert noisy.privacy.accountant.rounds == {(1.0, 0.2, POISSON): 12}
+    assert noisy.stage(ServerPrivacy).accountant.rounds == {(1.0, 0.2, POISSON): 12}
     assert rows[-1]["dp_epsilon"] == pytest.approx(RunAccountant(1e-5, {(1.0, 0.2, POISSON): 12}).epsilon())
 
 

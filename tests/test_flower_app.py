@@ -31,6 +31,7 @@ from fedsuite.data import client_partition, load_dataset
 from fedsuite.registry import costs
 from fedsuite.registry import known as registry
 from fedsuite.run.inprocess import Strict, node_contexts, run_inprocess
+from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.guard import RunAborted
 from simulation.launcher import flower as sim
 from simulation.launcher.processes import new_token, stop_tagged, tagged_processes
@@ -168,8 +169,8 @@ def test_the_surface_runs_the_suites_algorithm_bit_for_bit(case, tmp_path, reque
     assert suite.rule.state_dict().keys() == surface.rule.state_dict().keys()
     for name, value in suite.rule.state_dict().items():
         assert kit.identical(np.asarray(surface.rule.state_dict()[name]), np.asarray(value)), name
-    if suite.buffers is not None:
-        assert surface.buffers is not None and kit.identical(surface.buffers, suite.buffers)
+    if (averaged := suite.stage(AveragedBuffers)) is not None:
+        assert kit.identical(surface.stage(AveragedBuffers).vector, averaged.vector)
     stateful = costs.client_state(algorithm) or extra.get("buffers") == "local"
     assert len(list((tmp_path / "state").glob("partition-*.state"))) == (run_config["num-clients"] if stateful else 0)
 

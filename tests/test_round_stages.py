@@ -197,12 +197,16 @@ def test_a_model_with_buffers_gets_its_stages_on_both_sides(monkeypatch, buffers
            "model": f"{HERE}:small_bn", "buffers": buffers}  # fmt: skip
     strategy = run_inprocess(cfg)
     averaged = [stage for stage in strategy.stages if isinstance(stage, AveragedBuffers)]
-    assert len(averaged) == (buffers == "average") and (strategy.buffers is not None) == (buffers == "average")
+    assert len(averaged) == (buffers == "average") and (strategy.stage(AveragedBuffers) is not None) == (
+        buffers == "average"
+    )
     assert built and all(len(stages) == 1 and isinstance(stages[0], ModelBuffers) for stages in built)
     assert {stages[0].mode for stages in built} == {buffers}
     built.clear()
     plain = run_inprocess({**PARTIAL, "algorithm": "fedavg"})  # a buffer-free model: no stage on either side
-    assert plain.stages == [] and plain.buffers is None and built and all(stages == [] for stages in built)
+    assert (
+        plain.stages == [] and plain.stage(AveragedBuffers) is None and built and all(stages == [] for stages in built)
+    )
 
 
 def test_a_stage_that_stops_the_run_gives_the_status_of_a_spent_budget():

@@ -28,6 +28,7 @@ from fedsuite.run.secagg_arithmetic import SecureSumRound
 from fedsuite.server.app import build_plan, build_strategy
 from fedsuite.server.loop import FitRound, RoundLoop
 from fedsuite.server.observers import RoundObserver
+from fedsuite.server.secure_sum import SecureSum
 
 LSQ = {"dataset": "synthetic-lsq", "num-clients": 4, "clients-per-round": 3, "num-server-rounds": 1,
        "local-steps": 5, "batch-size": 10, "lr": 0.02, "client-mapping": "fixed"}  # fmt: skip
@@ -152,10 +153,10 @@ def test_a_reply_rejected_inside_the_sum_rejects_the_round():
 
 def test_the_plain_path_is_untouched():
     plain = run_inprocess({**LSQ, "algorithm": "fedavg"})
-    assert plain.secure is False
+    assert plain.stage(SecureSum) is None
     secure_cfg = with_data_clients(resolve(SECURE))
     plan = build_plan(secure_cfg, record=False)
-    assert build_strategy(secure_cfg, plan).secure is True
+    assert build_strategy(secure_cfg, plan).stage(SecureSum) is not None
 
 
 # ---- the client ----------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 
 from fedsuite.privacy.noise import numpy_stream, torch_stream
 from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server.privacy import ServerPrivacy
 from fedsuite.testing.kit import PARTIAL
 
 pytest.importorskip("dp_accounting")
@@ -55,7 +56,7 @@ def test_adaptive_clippings_count_noise_is_secret_too():
     def clips(source: str) -> list[float]:
         run = run_inprocess({**PARTIAL, "algorithm": "fedavg", "dp": "server", **ADAPTIVE, "dp-noise": 0.0,
                              "dp-noise-source": source})  # fmt: skip
-        return [run.privacy.clip]
+        return [run.stage(ServerPrivacy).clip]
 
     assert clips("secure") != clips("secure")
     assert clips("seeded") == clips("seeded")

@@ -23,6 +23,7 @@ from flwr.common import (
 from fedsuite import testing as kit
 from fedsuite.codec.npy_bytes import member_names, read_member
 from fedsuite.run.inprocess import run_inprocess
+from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.consistency import LEAF, local_consistency
 from fedsuite.server.observers import RoundObserver
 from fedsuite.server.wire import arrays_of, to_parameters, writable_arrays_of
@@ -82,8 +83,8 @@ def run_digest(extra: dict) -> str:
     rows = Rows()
     strategy = run_inprocess({**kit.PARTIAL, **extra}, observers=[rows])
     digest = hashlib.sha256(np.ascontiguousarray(strategy.x, np.float32).tobytes())
-    if strategy.buffers is not None:
-        digest.update(np.ascontiguousarray(strategy.buffers, np.float32).tobytes())
+    if (averaged := strategy.stage(AveragedBuffers)) is not None:
+        digest.update(np.ascontiguousarray(averaged.vector, np.float32).tobytes())
     figures = [{k: v for k, v in sorted(row.items()) if "seconds" not in k} for row in rows.rows]
     digest.update(json.dumps(figures, sort_keys=True, default=repr).encode())
     return digest.hexdigest()

@@ -13,6 +13,7 @@ from fedsuite.data import LoadedData, load_dataset
 from fedsuite.models.networks import ModelError, initial_vector, seeded_model, trainable
 from fedsuite.run.inprocess import client_store, remove_client_state, run_inprocess
 from fedsuite.server.app import check_model
+from fedsuite.server.buffers import AveragedBuffers
 from fedsuite.server.observers import RoundObserver
 from fedsuite.state.files import read_arrays
 
@@ -27,6 +28,12 @@ def tiny_images(seed: int = 0) -> LoadedData:
     x, y = torch.randn(32, 3, 16, 16, generator=g), torch.randint(0, 3, (32,), generator=g)
     groups = np.array(["a"] * 12 + ["b"] * 8 + ["c"] * 4)
     return LoadedData(train=(x[:24], y[:24]), test=(x[24:], y[24:]), num_classes=3, columns={"site": groups})
+
+
+def averaged(strategy) -> np.ndarray | None:
+    """The server's averaged model buffers (buffers='average'), or None."""
+    stage = strategy.stage(AveragedBuffers)
+    return None if stage is None else stage.vector
 
 
 def gray_images() -> LoadedData:
@@ -113,7 +120,7 @@ def test_import_path_factory_of_the_builtin_cnn_gives_the_same_numbers():
     short = run_inprocess({**cfg, "model": "cnn"})
     path = run_inprocess({**cfg, "model": "fedsuite.models.networks:cnn"})
     assert np.array_equal(short.x, path.x) and not np.array_equal(short.x, short.plan.initial_x)
-    assert short.buffers is None  # the built-in CNN has no buffer: nothing travels beside x
+    assert averaged(short) is None  # the built-in CNN has no buffer: nothing travels beside x
 
 
 def test_factories_taking_kwargs_get_num_classes_only(monkeypatch):
@@ -152,15 +159,15 @@ def test_batchnorm_buffers_are_averaged_beside_the_rule_or_kept_per_client(algor
     assert avg.dim == sum(p.numel() for p in trainable(start))  # d counts parameters, never buffers
     sizes = {r.partition_id: r.num_examples for r in watch.replies}
     assert sizes == {0: 12, 1: 8, 2: 4}
-    own = [avg.round_buffers[pid] for pid in sorted(sizes)]
+    own = [avg.stage(AveragedBuffers).returned[pid] for pid in sorted(sizes)]
     assert not np.array_equal(own[0], own[1])
     expected = sum(sizes[pid] * own[pid].astype(np.float64) for pid in sizes) / 24
-    np.testing.assert_allclose(avg.buffers, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(averaged(avg), expected, rtol=1e-6, atol=1e-7)
     assert all(set(r.arrays) == set(avg.rule.uplink) for r in watch.replies)  # the rule never sees buffers
 
     local = run_inprocess({**cfg, "buffers": "local"}, keep_client_state=True)
     try:
-        assert local.buffers is None
+        assert averaged(local) is None
         assert np.array_equal(local.x, avg.x)  # running statistics never enter any algorithm's math
         for pid in range(3):
             kept = client_store(local, pid)["buffers"]
@@ -237,9 +244,9 @@ def test_a_resumed_run_with_buffers_equals_the_uninterrupted_one(buffers, tmp_pa
     resumed = run_inprocess({**cfg, "run-name": "x", "resume-from": str(tmp_path / "part")}, record=True)
     assert resumed.x.tobytes() == full.x.tobytes()
     if buffers == "average":
-        assert full.buffers is not None and resumed.buffers.tobytes() == full.buffers.tobytes()
+        assert averaged(full) is not None and averaged(resumed).tobytes() == averaged(full).tobytes()
     else:
-        assert full.buffers is None and resumed.buffers is None
+        assert averaged(full) is None and averaged(resumed) is None
         from fedsuite.results import checkpoint
 
         def kept(folder):

@@ -63,7 +63,7 @@ from fedsuite.server.replies import (
 )
 from fedsuite.server.routing import Router
 from fedsuite.server.rule_result import new_model
-from fedsuite.server.stages import StageViews, addressed, arrays_beside, server_stages, take_arrays
+from fedsuite.server.stages import StageLookup, addressed, arrays_beside, server_stages, take_arrays
 from fedsuite.server.wide_copies import WideCopies
 from fedsuite.server.wire import to_parameters
 from fedsuite.stages.server import STOPPED, ServerStage
@@ -72,7 +72,7 @@ log = logging.getLogger("flwr.fedsuite")
 ACCEPTED = Counter("accepted")  # partition → last round its reply was aggregated (fedsuite.state.store)
 
 
-class RuleStrategy(StageViews, EvaluationCalls, Strategy):
+class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
     def __init__(self, rule: ServerRule, plan: RunPlan, observers: Iterable[RoundObserver] = (),
                  stages: Iterable[ServerStage] | None = None):  # fmt: skip
         """`stages`: the run's round stages (fedsuite/stages/server.py; the composition root builds them with

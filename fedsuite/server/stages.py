@@ -2,13 +2,13 @@
 the decoding of compressed uploads (docs/running/compression.md), the model's averaged buffers, client-level DP,
 DP-SGD's target ε, the system models, pruning, secure aggregation's rules. Each is left out when the run does not switch
 it on, so a run without them calls no stage at all. The composition root (fedsuite/server/compose.py) builds them.
-`StageViews` is what a strategy shows of its stages; `arrays_beside`, `addressed` and `take_arrays` carry the stages'
+`StageLookup` finds a strategy's stage of a kind; `arrays_beside`, `addressed` and `take_arrays` carry the stages'
 arrays (ServerStage.downlink, addressed, take)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from flwr.common import FitRes, Parameters
@@ -77,33 +77,15 @@ def take_arrays(stages: list[ServerStage], server_round: int, res: FitRes) -> tu
     return FitRes(res.status, Parameters(list(tensors), res.parameters.tensor_type), res.num_examples, metrics), taken
 
 
-def _first(stages: Iterable[ServerStage], kind: type) -> Any:
-    return next((stage for stage in stages if isinstance(stage, kind)), None)
+S = TypeVar("S", bound=ServerStage)
 
 
-class StageViews:
-    """What a strategy shows of its stages (`self.stages`) as its own attributes, for its callers and tests."""
+class StageLookup:
+    """A strategy's stages found by their kind (`self.stages`): what a caller reads of a mechanism (client-level DP's
+    clip, the averaged buffers) it asks of that mechanism's stage, never of the strategy."""
 
     stages: list[ServerStage]
 
-    @property
-    def secure(self) -> bool:
-        """Whether every FitRes holds the cohort's mean (secagg=true: a SecureSum stage, fedsuite.server.secure_sum)."""
-        return _first(self.stages, SecureSum) is not None
-
-    @property
-    def privacy(self) -> ServerPrivacy | None:
-        """The server's half of client-level DP (its clip, its accountant), or None."""
-        return _first(self.stages, ServerPrivacy)
-
-    @property
-    def buffers(self) -> np.ndarray | None:
-        """The server's averaged model buffers (buffers='average'), or None."""
-        averaged = _first(self.stages, AveragedBuffers)
-        return None if averaged is None else averaged.vector
-
-    @property
-    def round_buffers(self) -> dict[int, np.ndarray]:
-        """This round's buffers as each client returned them (buffers='average')."""
-        averaged = _first(self.stages, AveragedBuffers)
-        return {} if averaged is None else averaged.returned
+    def stage(self, kind: type[S]) -> S | None:
+        """The run's stage of class `kind`, or None when the run does not switch that mechanism on."""
+        return next((stage for stage in self.stages if isinstance(stage, kind)), None)
