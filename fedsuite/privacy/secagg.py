@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedsuite.config.groups import uplink_compressor
-from fedsuite.config.settings import Settings, setting
+from fedsuite.config.settings import Settings, setting, value_of
 
 MAX_WEIGHT = 1.0  # every client reports one example (weighting='uniform'): w_i = 1, no scaling before quantisation
 MODULUS = 2**32  # Flower's default modulus range: the masks and the integer sum live modulo this
@@ -81,9 +81,7 @@ def secagg_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
     errors = []
     if refusal:
         errors.append(f"secagg=true: algorithm={v['algorithm']!r} {refusal}")
-    if (compressor := uplink_compressor(v)) != "none":
-        errors.append(f"compress-up={compressor!r} with secagg=true: SecAgg+ sums dense masked vectors and no "
-                      "compressor is summed exactly inside it yet; use compress-up='none'")  # fmt: skip
+    errors += _compression_errors(v)
     if v.get("client-mapping") != "fixed":
         errors.append("secagg=true needs client-mapping='fixed': a SuperNode takes part in SecAgg+ once per round, "
                       "so it cannot carry several partitions")  # fmt: skip
@@ -118,6 +116,21 @@ def secagg_errors(values: Mapping[str, Any], refusal: str = "") -> list[str]:
         errors.append(f"secagg-quantization={v['secagg-quantization']}: clients-per-round × levels must stay below "
                       f"2**32, the masks' modulus (at most {most} for {cohort} clients)")  # fmt: skip
     return errors
+
+
+def _compression_errors(v: Mapping[str, Any]) -> list[str]:
+    """The uplink compression SecAgg+ cannot sum: every compressor but random-k with a common mask, whose clients
+    all send the values of the same k coordinates (docs/privacy-secagg.md#compressed-uploads)."""
+    compressor = uplink_compressor(v)
+    if compressor not in ("none", "randk"):
+        return [f"compress-up={compressor!r} with secagg=true: SecAgg+ sums masked vectors of one layout, which only "
+                "random-k with a common mask keeps; use compress-up='none' or compress-up='randk' with "
+                "compress-up-mask='common'"]  # fmt: skip
+    if compressor == "randk" and (mask := str(value_of(v, "compress-up-mask"))) != "common":
+        return [f"compress-up-mask={mask!r} with compress-up='randk' and secagg=true: each client's own coordinates "
+                "cannot be summed inside SecAgg+; use compress-up-mask='common' (every client of a round sends the "
+                "same k coordinates)"]  # fmt: skip
+    return []
 
 
 def rounding_seed(seed: int, server_round: int, partition_id: int, secret: int = 0) -> list[int]:

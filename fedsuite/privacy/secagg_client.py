@@ -23,6 +23,7 @@ from fedsuite.config.settings import value_of
 from fedsuite.privacy.secagg import rounding_seed
 from fedsuite.rules.declared import BUFFERS
 from fedsuite.stages.client import TRAINING_LOSSES
+from fedsuite.stages.compression import SUFFIX
 
 log = logging.getLogger("flwr.fedsuite")
 
@@ -49,6 +50,14 @@ def secagg_mod(msg: Message, context: Context, call_next) -> Message:
         np.random.set_state(saved)
 
 
+def _size(node, name: str) -> int:
+    """The length of uploaded array `name`: the model's buffers, random-k's k values of a compressed vector
+    (compress-up-mask='common', fedsuite.stages.compression.SUFFIX), else d."""
+    if name == BUFFERS.name:
+        return int(node.model.buffers.numel())
+    return int(node.cfg.compression.k) if name.endswith(SUFFIX) else int(node.model.dim)
+
+
 def secure_reply(node, config: Mapping, arrays: list, num_examples: int, metrics: Mapping) -> tuple:
     """The fit reply as it goes into the secure sum: checked as the server would check it (raises
     SecureUploadRefused), with one example (SecAgg+ then gives every client the weight 1), and NumPy's global
@@ -63,8 +72,7 @@ def secure_reply(node, config: Mapping, arrays: list, num_examples: int, metrics
         raise SecureUploadRefused(str(err)) from None
     settings = node.cfg.secagg
     for name, array in named.items():
-        size = int(node.model.buffers.numel()) if name == BUFFERS.name else node.model.dim
-        if array.shape != (size,):
+        if array.shape != (size := _size(node, name),):
             raise SecureUploadRefused(f"array {name!r} has shape {array.shape}, expected ({size},)")
         if not np.all(np.isfinite(array)):
             raise SecureUploadRefused(f"array {name!r} has non-finite values")

@@ -3,7 +3,10 @@ array (`<vector>@compressed`, uint8 bytes) out of a reply before the reply is va
 d-vector back under the vector's name (`take`: the decoding needs the reply's partition, which seeds random-k's
 coordinates, and d, the reply's metric `DIM_KEY`, which validation then holds to the model's), so validation, the
 rule and every other stage see plain vectors. It records the bytes that really travelled, which the round's row
-reports (`screen`). With EF21 it keeps the server's estimate g of each upload
+reports (`screen`). Under SecAgg+ (random-k with compress-up-mask='common', docs/privacy-secagg.md) a compressed
+array holds the cohort's mean of the k values at the round's common coordinates: it is scattered back to them
+(scaled by d/k in the unbiased form, as random-k's decoding does), and the bytes counted are SecAgg+'s masked
+integers, 8 a value. With EF21 it keeps the server's estimate g of each upload
 vector as checkpointed state: a client sends c_i = C(x_i − g_i), and the rule is handed g + (|S|/N)·c_i from each
 of the |S| replies, whose uniform mean is g + (1/N) Σ_S c_i, the library's server step (fedsuite.compression.feedback
 .ef21_server_step), which g then becomes (docs/running/compression.md#ef21)."""
@@ -18,7 +21,7 @@ import torch
 
 from fedsuite.codec.payload import PayloadError, unpack
 from fedsuite.compression.base import Encoded
-from fedsuite.compression.randk import RandK, draw_seed
+from fedsuite.compression.randk import RandK, draw_seed, random_indices
 from fedsuite.rules.rounds import Reply
 from fedsuite.server.replies import RejectedReply
 from fedsuite.server.wire import array_bytes, array_view
@@ -26,6 +29,7 @@ from fedsuite.stages.compression import DIM_KEY, SUFFIX, UplinkCompression
 from fedsuite.stages.server import ServerStage
 
 EF21_STATE = "compression_estimates"  # the strategy's checkpointed state: upload vector -> the server's g
+MASKED_BYTES = np.dtype(np.int64).itemsize  # SecAgg+ sends each masked integer (mod 2**32) as an int64
 
 
 class DecodedUploads(ServerStage):
@@ -52,13 +56,14 @@ class DecodedUploads(ServerStage):
             partition_id, dim = int(metrics.get("partition-id", -1)), int(metrics.get(DIM_KEY, 0))
         except (PayloadError, TypeError, ValueError) as err:
             raise RejectedReply(str(err)) from err
-        out, sent = {}, 0
+        out, sent, summed = {}, 0, self.compression.summed
         for name, tensor in named.items():
             array = array_view(tensor)
-            sent += array.nbytes
+            sent += array.size * MASKED_BYTES if summed else array.nbytes
             if name.endswith(SUFFIX):
                 vector = name.removesuffix(SUFFIX)
-                out[vector] = array_bytes(self.decode(server_round, partition_id, vector, array, dim))
+                decode = self.scatter if summed else self.decode
+                out[vector] = array_bytes(decode(server_round, partition_id, vector, array, dim))
             else:
                 out[name] = tensor
         return list(out.values()), ",".join(out), sent
@@ -77,6 +82,21 @@ class DecodedUploads(ServerStage):
         except ValueError as err:
             raise RejectedReply(f"array {vector + SUFFIX!r}: {err}") from None
         return decoded.to(torch.float32).numpy()
+
+    def scatter(self, server_round: int, partition_id: int, vector: str, array: np.ndarray, dim: int) -> np.ndarray:
+        """Under SecAgg+: the cohort's mean of the k values back at the round's common coordinates, as float64 (the
+        precision of the secure mean), scaled by d/k for the unbiased random-k (RejectedReply for another shape)."""
+        compressor = self.compression.compressor
+        k = compressor.k
+        if not 0 < k <= dim or array.shape != (k,) or not np.issubdtype(array.dtype, np.floating):
+            raise RejectedReply(f"array {vector + SUFFIX!r}: expected the secure mean of {k} values of a ({dim},) "
+                                f"vector, got {array.dtype} {array.shape}")  # fmt: skip
+        seed = draw_seed(self.compression.generator(server_round, partition_id, vector))  # common: one per round
+        indices = random_indices(seed, dim, k, torch.device("cpu")).numpy()
+        values = np.asarray(array, np.float64)
+        dense = np.zeros(dim, np.float64)
+        dense[indices] = values * (dim / k) if compressor.scaled else values
+        return dense
 
     def keep(self, server_round: int, partition_id: int, taken: Any) -> None:
         if taken is not None:

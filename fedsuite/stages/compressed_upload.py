@@ -1,10 +1,11 @@
 """`CompressedUpload`: the client stage (fedsuite/stages/client.py) that compresses each vector the algorithm
 uploads, after every other stage released it (client-level DP's clip and noise come first, so compression is
 post-processing), on the vector's device. What travels is the compressor's bytes as a uint8 array named
-`<vector>@compressed` (fedsuite.stages.compression.SUFFIX); the model's buffers and anything else beside the
-algorithm's vectors stay exact. With error feedback the client keeps, per vector, its declared state (classic: the
-error not yet sent; EF21: its estimate g_i), read and written through the client's state, so checkpoints, resume
-and the accepted-round rule cover it (docs/running/compression.md)."""
+`<vector>@compressed` (fedsuite.stages.compression.SUFFIX), or under SecAgg+ (random-k with a common mask) its k
+values as float32, which the secure sum quantizes, masks and adds like any array (docs/privacy-secagg.md); the
+model's buffers and anything else beside the algorithm's vectors stay exact. With error feedback the client keeps,
+per vector, its declared state (classic: the error not yet sent; EF21: its estimate g_i), read and written through
+the client's state, so checkpoints, resume and the accepted-round rule cover it (docs/running/compression.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fedsuite.compression.bits import from_bytes
+from fedsuite.compression.bits import float32_values, from_bytes
 from fedsuite.compression.feedback import ERROR, ESTIMATE, ef21_step, ef_step
 from fedsuite.stages.client import ClientStage
 from fedsuite.stages.compression import DIM_KEY, SUFFIX, UplinkCompression, upload_vectors
@@ -33,11 +34,13 @@ class CompressedUpload(ClientStage):
         return None if compression is None else cls(compression, upload_vectors(cfg), client_rule)
 
     def release(self, uplink: dict, fit, node) -> tuple[dict, dict[str, Any]]:
-        """Every upload vector replaced by its compressed bytes, in place in the upload's order."""
+        """Every upload vector replaced by its compressed bytes, in place in the upload's order; under SecAgg+ by
+        random-k's k values as float32 (its bytes are exactly those values), so the secure sum adds them."""
+        wire = float32_values if self.compression.summed else from_bytes
         out = {}
         for name, value in uplink.items():
             if name in self.vectors:
-                out[name + SUFFIX] = from_bytes(self.encode(name, value, fit.ctx.round, node.partition_id))
+                out[name + SUFFIX] = wire(self.encode(name, value, fit.ctx.round, node.partition_id))
             else:
                 out[name] = value
         return out, {DIM_KEY: int(node.model.dim)}

@@ -6,7 +6,10 @@ seed of each compression draw, the wire name of a compressed array, and the refu
 are fedsuite.stages.compression_checks.compression_errors and secure aggregation's check).
 
 The draws of a compressor (random-k's coordinates, QSGD's rounding) come from a generator seeded by (run seed,
-round, partition, vector name); the server seeds random-k's the same way, so its seed is never sent.
+round, partition, vector name); the server seeds random-k's the same way, so its seed is never sent. With
+compress-up-mask='common' random-k's seed leaves the partition out: every client of a round keeps the same k
+coordinates of a vector, so the uploads can be summed, and under SecAgg+ (`summed`) a compressed vector travels as
+its k float32 values, which the secure sum masks and adds (docs/privacy-secagg.md).
 """
 
 from __future__ import annotations
@@ -34,13 +37,16 @@ _DRAWS = 0xC0  # keeps the compression draws apart from every other stream keyed
 
 @dataclass(frozen=True)
 class UplinkCompression:
-    """A run's uplink compression: the compressor, the feedback ('none', 'ef', 'ef21'), the run seed and the
-    federation's size N (EF21's server divides by it)."""
+    """A run's uplink compression: the compressor, the feedback ('none', 'ef', 'ef21'), the run seed, the
+    federation's size N (EF21's server divides by it), random-k's mask ('own' or 'common', compress-up-mask) and
+    whether the uploads go into SecAgg+'s sum (`summed`: each compressed vector travels as its k values)."""
 
     compressor: Compressor
     feedback: str
     seed: int
     num_clients: int
+    mask: str = "own"
+    summed: bool = False
 
     @classmethod
     def of_run(cls, cfg) -> UplinkCompression | None:
@@ -48,15 +54,19 @@ class UplinkCompression:
         name = uplink_compressor(cfg)
         if name == "none":
             return None
-        return cls(build_uplink(cfg, name), cfg.compression.feedback, cfg.seed, cfg.num_clients)
+        group = cfg.compression
+        return cls(build_uplink(cfg, name), group.feedback, cfg.seed, cfg.num_clients, group.mask, cfg.secagg.on)
 
     def generator(self, server_round: int, partition_id: int, vector: str,
                   device: torch.device | str = "cpu") -> torch.Generator:  # fmt: skip
         """The generator of one vector's compression draws in one round, seeded the same on both sides. Random-k's
         is a CPU generator (its seed is read on the host, and the server draws it again); QSGD's per-coordinate
-        draws come from a generator on the vector's `device`, which only the client needs."""
+        draws come from a generator on the vector's `device`, which only the client needs. With mask 'common' the
+        partition is left out of the seed, so every client of the round draws the same coordinates."""
         words = [int(self.seed) % 2**32, int(self.seed) // 2**32 % 2**32, server_round, partition_id,
                  zlib.crc32(vector.encode()), _DRAWS]  # fmt: skip
+        if self.mask == "common":
+            del words[3]
         state = np.random.SeedSequence(words).generate_state(1, np.uint64)[0]
         on = torch.device(device) if isinstance(self.compressor, QSGD) else torch.device("cpu")
         return torch.Generator(device=on).manual_seed(int(state) % 2**63)
