@@ -116,7 +116,7 @@ def forwarding(folder: str, warn: bool = True) -> Callable[[str], object]:
         value = getattr(importlib.import_module(new), name, _missing)
         if value is _missing:
             raise AttributeError(f"module {folder!r} has no attribute {name!r}")
-        if warn:
+        if warn and not _asked_by_import():  # `from folder import name` asks hasattr first, then reads it: warn once
             _warn(f"{folder}.{name}", f"{new}.{name}")
         return value
 
@@ -124,6 +124,13 @@ def forwarding(folder: str, warn: bool = True) -> Callable[[str], object]:
 
 
 _missing = object()
+
+
+def _asked_by_import() -> bool:
+    """Whether the import system's `from … import` check (importlib's _handle_fromlist) is asking for the name: the
+    read that follows it warns."""
+    caller = sys._getframe(2)
+    return caller.f_code.co_name == "_handle_fromlist" and "importlib" in caller.f_code.co_filename
 
 
 def _is_submodule(folder: str, name: str) -> bool:

@@ -28,7 +28,7 @@ def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
         errors.append(f"compress-up={name!r}: algorithm={v['algorithm']!r} {refusal}")
     if name == "none" and feedback != "none":
         errors.append(f"compress-feedback={feedback!r}: there is no compressor to feed back (compress-up='none')")
-    if str(v.get("compress-up-mask", "own")) == "common" and name != "randk":
+    if value_of(v, "compress-up-mask") == "common" and name != "randk":
         errors.append(f"compress-up-mask='common': only random-k draws coordinates (compress-up={name!r}); use "
                       "compress-up='randk' or compress-up-mask='own'")  # fmt: skip
     within_clip = name in ("topk", "sign") and feedback == "none"  # ‖C(v)‖ ≤ ‖v‖: the server's noise still covers it
@@ -41,8 +41,8 @@ def compression_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
 def downlink_errors(v: Mapping[str, Any]) -> list[str]:
     """The problems of compress-down and compress-down-k (k > d is refused with the client-state plan)."""
     down = str(v["compress-down"])
-    if down in ("topk", "randk") and int(v.get("compress-down-k", 0)) <= 0:
-        return [f"compress-down-k={v.get('compress-down-k', 0)}: compress-down={down!r} keeps k coordinates of each "
+    if down in ("topk", "randk") and int(value_of(v, "compress-down-k")) <= 0:
+        return [f"compress-down-k={value_of(v, 'compress-down-k')}: compress-down={down!r} keeps k coordinates of each "
                 "broadcast vector; give 1 ≤ compress-down-k ≤ d"]  # fmt: skip
     return []
 
