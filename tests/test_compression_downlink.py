@@ -166,6 +166,22 @@ def test_batched_clients_rebuild_their_copies_as_one_at_a_time_clients_do(messag
     ]
 
 
+def test_with_secagg_and_client_level_dp_the_broadcast_is_compressed_all_the_same():
+    """The broadcast is post-processing of the server's model: SecAgg+ sums the uploads as before and the accountant
+    spends what it spent without compressed broadcasts; the bytes down are the same as without either mechanism."""
+    keys = {**kit.PARTIAL, "num-server-rounds": 4, "compress-down": "topk", "compress-down-k": 2}
+    plain = kit.run_algorithm("fedavg", keys)
+    secure = kit.run_algorithm("fedavg", {**keys, "secagg": True, "client-mapping": "fixed"})
+    dp = {"dp": "clients", "dp-noise": 1.0, "dp-clip": 1.0, "dp-noise-source": "seeded"}
+    private = kit.run_algorithm("fedavg", {**keys, **dp})
+    without = kit.run_algorithm("fedavg", {**kit.PARTIAL, "num-server-rounds": 4, **dp})
+    down = [r.row["bytes_down_per_client"] for r in plain.rounds]
+    assert [r.row["bytes_down_per_client"] for r in secure.rounds] == down
+    assert [r.row["bytes_down_per_client"] for r in private.rounds] == down
+    np.testing.assert_allclose(secure.x, plain.x, atol=1e-5, rtol=0)  # SecAgg+'s quantisation only
+    assert [r.row["dp_epsilon"] for r in private.rounds] == [r.row["dp_epsilon"] for r in without.rounds]
+
+
 class _Rule:
     def __init__(self, store):
         self.state = ClientState(store, 5, names=("downlink_model",))
