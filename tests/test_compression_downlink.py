@@ -166,6 +166,23 @@ def test_batched_clients_rebuild_their_copies_as_one_at_a_time_clients_do(messag
     ]
 
 
+def test_scaffold_keeps_c_as_the_mean_of_the_client_c_i_under_a_compressed_downlink():
+    """The clients correct with the copy ĉ, but each uploads its exact Δc_i: c = mean c_i still holds (while the
+    copy ĉ differs from c by the server's accumulated error)."""
+    gaps = []
+
+    def c_is_the_mean_of_the_c_i(strategy):
+        clients = range(strategy.rule.num_clients)
+        c_i = np.mean([kit.client_vector(strategy, pid, "c_i") for pid in clients], axis=0)
+        assert np.abs(strategy.rule.c - c_i).max() < 1e-6
+        copy = next(s for s in strategy.stages if isinstance(s, CompressedBroadcast)).copies["c"]
+        gaps.append(np.abs(copy - strategy.rule.c).max())
+
+    keys = {**kit.PARTIAL, "compress-down": "topk", "compress-down-k": 1}
+    kit.run_algorithm("scaffold", keys, invariants=[c_is_the_mean_of_the_c_i])
+    assert max(gaps) > 1e-4
+
+
 def test_with_secagg_and_client_level_dp_the_broadcast_is_compressed_all_the_same():
     """The broadcast is post-processing of the server's model: SecAgg+ sums the uploads as before and the accountant
     spends what it spent without compressed broadcasts; the bytes down are the same as without either mechanism."""
