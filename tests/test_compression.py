@@ -16,18 +16,22 @@ import torch
 from fedsuite.compression import (
     QSGD,
     CompressionSettings,
+    Encoded,
     Identity,
     RandK,
     ScaledSign,
     TopK,
+    bits,
     build_compressor,
     ef21_server_step,
     ef21_state,
     ef21_step,
     ef_state,
     ef_step,
+    qsgd,
+    topk,
 )
-from fedsuite.compression.bits import from_bytes, pack_bits, packed_size, to_bytes, unpack_bits
+from fedsuite.compression.bits import MAX_WIDTH, from_bytes, pack_bits, packed_size, to_bytes, unpack_bits
 
 DRAWS = 2000  # draws per statistical check
 SIGMAS = 5  # a statistical check allows 5 standard errors of the estimate
@@ -80,6 +84,60 @@ def test_pack_bits_round_trips_in_the_stated_little_endian_layout(width, count):
 def test_pack_bits_refuses_widths_it_cannot_hold(width):
     with pytest.raises(ValueError, match="bit width"):
         pack_bits(torch.zeros(3, dtype=torch.int64), width)
+
+
+def reference_pack(values: list[int], width: int) -> bytes:
+    """The stream of bits.py's docstring, bit by bit: value i's bit j is stream bit i·w + j, stream bit p is bit
+    p mod 8 of byte p // 8."""
+    out = bytearray(packed_size(len(values), width))
+    for i, value in enumerate(values):
+        for j in range(width):
+            p = i * width + j
+            out[p // 8] |= ((value >> j) & 1) << (p % 8)
+    return bytes(out)
+
+
+def random_codes(count: int, width: int, seed: int) -> torch.Tensor:
+    """`count` random values below 2^width (int64), the extremes 0 and 2^width − 1 included when there is room."""
+    values = torch.from_numpy(np.random.default_rng(seed).integers(0, 2**width, count, dtype=np.int64))
+    values[: min(2, count)] = torch.tensor([0, 2**width - 1])[: min(2, count)]
+    return values
+
+
+@pytest.mark.parametrize("width", range(1, MAX_WIDTH + 1))
+def test_every_packing_path_writes_the_reference_bytes_and_reads_them_back(width, monkeypatch):
+    """The CPU path (numpy; blocks of 3 groups here so block edges are crossed), the device path (torch column
+    operations, run on the CPU) and the reference agree byte for byte on counts that are and are not multiples of 8,
+    from int64, int32, uint8 and bool values; unpacking either way returns the values."""
+    monkeypatch.setattr(bits, "BLOCK", 3)
+    for count in (1, 3, 8, 13, 24, 61, 64, 203):
+        values = random_codes(count, width, seed=width * 1000 + count)
+        expected = reference_pack(values.tolist(), width)
+        typed = [values] + [values.to(t) for t, bound in ((torch.int32, 31), (torch.uint8, 8)) if width <= bound]
+        typed += [values.bool()] if width == 1 else []
+        for given in typed:
+            assert to_bytes(pack_bits(given, width)) == expected, (count, given.dtype)
+            assert to_bytes(bits._pack_device(given, width)) == expected, (count, given.dtype)
+        packed = from_bytes(expected)
+        assert torch.equal(unpack_bits(packed, count, width), values), count
+        assert torch.equal(bits._unpack_device(packed, count, width).long(), values), count
+        if width <= 31:
+            assert torch.equal(unpack_bits(packed, count, width, torch.int32), values.int()), count
+        if width <= 8:
+            assert torch.equal(unpack_bits(packed, count, width, torch.uint8), values.to(torch.uint8)), count
+
+
+@pytest.mark.parametrize("width", [1, 4, 5, 8, 13, 24])
+def test_packing_a_long_vector_matches_a_bit_matrix_reference(width):
+    """Many blocks at the default block size: numpy's bit matrix of the values (one row per value, bit j in column
+    j), packed little-endian, is the stream."""
+    count = 8 * bits.BLOCK * 2 + 5
+    values = random_codes(count, width, seed=width)
+    matrix = (values.numpy()[:, None] >> np.arange(width)) & 1
+    expected = np.packbits(matrix.reshape(-1).astype(np.uint8), bitorder="little").tobytes()
+    packed = pack_bits(values, width)
+    assert to_bytes(packed) == expected
+    assert torch.equal(unpack_bits(packed, count, width), values)
 
 
 # --- unbiasedness and ω ------------------------------------------------------------------------------------------
@@ -158,6 +216,124 @@ def test_top_k_keeps_exactly_the_k_largest_and_breaks_ties_to_the_lowest_index(k
     assert torch.equal(compressor.apply(x), expected)
     assert torch.equal(compressor.decompress(compressor.compress(x), 30), expected)
     assert int((compressor.apply(x) != 0).sum()) == k
+
+
+def lexsort_top(magnitudes: np.ndarray, k: int) -> np.ndarray:
+    """The k largest entries, ties to the lowest index, by a full sort: by magnitude descending, then by index."""
+    return np.sort(np.lexsort((np.arange(magnitudes.size), -magnitudes))[:k])
+
+
+def hard_vectors(d: int, seed: int) -> dict[str, np.ndarray]:
+    """Magnitudes that test a selection: continuous, few distinct values (many ties), all equal, mostly zero, and
+    large values only where a stride of d // 8 looks (so a sample at that stride overestimates the threshold)."""
+    rng = np.random.default_rng(seed)
+    strided = np.zeros(d, np.float32)
+    strided[:: max(1, d // 8)] = 1.0
+    return {
+        "continuous": np.abs(rng.standard_normal(d)).astype(np.float32),
+        "ties": rng.integers(0, 4, d).astype(np.float32),
+        "equal": np.full(d, 0.5, np.float32),
+        "sparse": (rng.random(d) < 0.05).astype(np.float32) * rng.integers(1, 3, d).astype(np.float32),
+        "strided": strided,
+        "float64": np.abs(rng.standard_normal(d)),
+    }
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 9, 64, 1000, 5003])
+def test_the_sampled_top_k_picks_what_the_full_selection_picks(d):
+    """`sampled_top_indices` (with small samples) returns the full selection's indices, or None (then top_indices
+    falls back to the full selection) — for k = 1, k = d, k < d at several shares, on ties, equal and strided values."""
+    answered = 0
+    for name, magnitudes in hard_vectors(d, seed=d).items():
+        for k in sorted({min(k, d) for k in (1, 2, 3, d // 100, d // 16, d // 3, d - 1, d)} - {0}):
+            expected = lexsort_top(magnitudes, k)
+            full = topk.full_top_indices(torch.from_numpy(magnitudes), k)
+            assert np.array_equal(full.numpy(), expected), (name, k)
+            for sample in (1, 4, 64):
+                found = topk.sampled_top_indices(magnitudes, k, sample)
+                assert found is None or np.array_equal(found, expected), (name, k, sample)
+                answered += found is not None
+    assert answered > 0  # the sampled path itself was checked, not only its fallback
+
+
+@pytest.mark.parametrize("name", ["continuous", "ties", "equal", "sparse", "float64"])
+def test_the_sampled_top_k_answers_where_its_sample_represents_the_vector(name):
+    """With a sample of 256 from 20011 entries and k ≤ d/16 the threshold lets at least k entries through, so the
+    sampled path itself answers (ties at the k-th value broken among its candidates), with the k largest."""
+    magnitudes = hard_vectors(20011, seed=4)[name]
+    for k in (1, 7, 200, 1250):
+        found = topk.sampled_top_indices(magnitudes, k, 256)
+        assert found is not None and np.array_equal(found, lexsort_top(magnitudes, k)), k
+
+
+def test_a_threshold_the_sample_misplaces_falls_back_to_the_full_selection(monkeypatch):
+    """The stride sees only the 8 large values, so its threshold lets 8 entries through where k = 100: the sampled
+    path says so (None) and top_indices still returns the k largest."""
+    monkeypatch.setattr(topk, "SAMPLED_FROM", 16)
+    monkeypatch.setattr(topk, "SAMPLE", 8)
+    magnitudes = hard_vectors(4096, seed=1)["strided"]
+    assert topk.sampled_top_indices(magnitudes, 100, 8) is None
+    chosen = topk.top_indices(torch.from_numpy(magnitudes), 100)
+    assert np.array_equal(chosen.numpy(), lexsort_top(magnitudes, 100))
+
+
+def test_top_k_of_a_large_vector_takes_the_sampled_path_and_the_same_coordinates(monkeypatch):
+    """Above SAMPLED_FROM entries the CPU samples (checked by counting calls), and TopK's bytes and reconstruction
+    equal those of the full selection."""
+    d, k = topk.SAMPLED_FROM + 7, topk.SAMPLED_FROM // 100
+    x = vector(d, seed=5)
+    x[: d // 2 : 3] = 1.0  # many ties below the threshold
+    calls = []
+    sampled = topk.sampled_top_indices
+    monkeypatch.setattr(topk, "sampled_top_indices", lambda *a: calls.append(1) or sampled(*a))
+    encoded = TopK(k).compress(x)
+    assert calls and np.array_equal(topk.top_indices(x.abs(), k).numpy(), lexsort_top(x.abs().numpy(), k))
+    monkeypatch.setattr(topk, "SAMPLED_FROM", d + 1)
+    assert TopK(k).compress(x) == encoded
+    assert torch.equal(TopK(k).decompress(encoded, d), TopK(k).apply(x))
+
+
+@pytest.mark.parametrize("s", [1, 7, 15, 127, 255, 65535])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_qsgd_codes_and_values_are_the_same_on_the_cpu_path_and_the_device_path(s, dtype, monkeypatch):
+    """The CPU's numpy quantization (blocks of 7 here) gives the codes of the torch path other devices take, from
+    the same draws; the table lookup gives the values of the elementwise formula; a zero vector is all level 0."""
+    monkeypatch.setattr(qsgd, "BLOCK", 7)
+    for x in (vector(300, dtype=dtype), torch.zeros(20, dtype=dtype), vector(5, dtype=dtype) * 1e-30):
+        parts = qsgd.quantize(x, s, gen(3))
+        draws = torch.rand(x.numel(), generator=gen(3), dtype=dtype)
+        scale = (s / parts["norm"].clamp_min(torch.finfo(dtype).tiny)).clamp_max(torch.finfo(dtype).max)
+        device_codes = qsgd._device_codes(x, draws, scale, s)
+        assert parts["codes"].dtype == device_codes.dtype == qsgd.code_dtype(s)
+        assert torch.equal(parts["codes"], device_codes)
+        levels = parts["codes"].long() >> 1
+        assert int(levels.max()) <= s and torch.equal(parts["codes"].long() & 1, (x < 0).long())
+        elementwise = qsgd._values(parts["codes"], parts["norm"] / s)
+        assert torch.equal(qsgd.dequantize(parts, s), elementwise)
+        assert torch.equal(elementwise.abs(), levels.to(dtype) * (parts["norm"] / s))
+        if not x.any():
+            assert not levels.any()
+
+
+def test_qsgd_refuses_a_level_above_s():
+    """s = 10 codes in 5 bits, which can carry levels up to 15: a payload with a level 11 is refused."""
+    data = np.float32(1.0).tobytes() + to_bytes(pack_bits(torch.tensor([2 * 11, 3, 0]), 5))
+    with pytest.raises(ValueError, match="qsgd: a level 11 above s = 10"):
+        QSGD(10).decompress(Encoded(data), 3)
+
+
+def test_the_cpu_reconstructions_equal_their_torch_formulas():
+    """The sign's ±s, top-k's scatter and the identity's copy on the CPU (numpy memory) equal the torch
+    expressions, and none of them shares memory with the input."""
+    x = vector(100)
+    scale = x.abs().sum() / 100
+    assert torch.equal(ScaledSign().apply(x), torch.where(x < 0, -scale, scale))
+    indices = torch.tensor([3, 50, 99])
+    dense = torch.zeros(100)
+    dense[indices] = x[indices]
+    assert torch.equal(topk.scatter(indices, x[indices], 100), dense)
+    copy = Identity().apply(x)
+    assert torch.equal(copy, x) and copy.data_ptr() != x.data_ptr()
 
 
 def test_top_k_error_is_the_mass_it_drops():

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from fedsuite.compression.bits import float32_bytes, float32_values
+from fedsuite.compression.bits import float32_bytes, float32_values, on_host
 
 Parts = dict[str, Any]  # a message as tensors (and, for random-k, the seed), before packing / after unpacking
 
@@ -148,4 +148,5 @@ class Identity(Compressor):
         return {"values": float32_values(encoded.data, device)}
 
     def expand(self, parts: Parts, d: int) -> torch.Tensor:
-        return parts["values"].clone()
+        values = parts["values"]  # a copy, on the CPU in memory numpy allocates (fedsuite/compression/bits.py)
+        return torch.from_numpy(values.numpy().copy()) if on_host(values) else values.clone()

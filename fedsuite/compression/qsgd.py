@@ -5,12 +5,19 @@ level below with the probability of the distance to the level above). Encoding: 
 coordinate, c_i = 2·l_i + [x_i < 0], bit-packed at b = 1 + ceil(log2(s + 1)) bits (fedsuite/compression/bits.py):
 
     encoded_bytes(d) = 4 + ceil(d·b / 8)
+
+The message as tensors is the norm and the codes (uint8 where b ≤ 8). On the CPU (float32 and float64 vectors, a
+CPU generator) the codes are made in numpy a block at a time, from the same uniform draws (one `torch.rand` of d
+entries from the generator) and the same float operations as the torch path other devices take, so both give the
+same codes; the reconstruction looks each code up in a table of its 2s + 2 possible values, each computed as the
+elementwise formula computes it.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from fedsuite.compression.base import (
@@ -27,6 +34,8 @@ from fedsuite.compression.bits import (
     float32_bytes,
     float32_values,
     from_bytes,
+    host_empty,
+    on_host,
     pack_bits,
     packed_size,
     to_bytes,
@@ -36,6 +45,7 @@ from fedsuite.compression.bits import (
 
 LEVELS_KEY = "compress-levels"
 MAX_LEVELS = 2**16 - 1  # 17 bits per coordinate at most; levels are exact in float32
+BLOCK = 1 << 16  # coordinates quantized at a time on the CPU (a block's temporaries fit in cache)
 
 
 def code_width(levels: int) -> int:
@@ -43,21 +53,66 @@ def code_width(levels: int) -> int:
     return 1 + width_for(levels)
 
 
+def code_dtype(levels: int) -> torch.dtype:
+    """The codes' integer type: uint8 where they fit (s ≤ 127), else int32."""
+    return torch.uint8 if code_width(levels) <= 8 else torch.int32
+
+
 def quantize(x: torch.Tensor, levels: int, generator: torch.Generator) -> Parts:
-    """The norm, the levels l_i (int32) and the signs (True: negative) of x, on x's device (no synchronisation:
-    a zero vector gets level 0 everywhere through a clamped divisor)."""
+    """The norm and the codes c_i = 2·l_i + [x_i < 0] (`code_dtype`) of x, on x's device (no synchronisation: a zero
+    vector gets level 0 everywhere, its divisor clamped and the scale s/‖x‖ kept finite)."""
     norm = torch.linalg.vector_norm(x)
-    ratio = x.abs() * (levels / norm.clamp_min(torch.finfo(x.dtype).tiny))
+    limits = torch.finfo(x.dtype)
+    scale = (levels / norm.clamp_min(limits.tiny)).clamp_max(limits.max)
+    if x.device.type == generator.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        draws = host_empty(x.numel(), x.dtype)
+        torch.rand(x.numel(), generator=generator, dtype=x.dtype, out=draws)
+        codes = _host_codes(x.numpy(), draws.numpy(), scale.numpy(), levels)
+    else:
+        codes = _device_codes(x, uniform(generator, x.numel(), x.device, x.dtype), scale, levels)
+    return {"norm": norm, "codes": codes}
+
+
+def _device_codes(x: torch.Tensor, draws: torch.Tensor, scale: torch.Tensor, levels: int) -> torch.Tensor:
+    """The codes in torch: l_i = min(floor(r_i) + [u_i < r_i − floor(r_i)], s) with r_i = |x_i|·scale."""
+    ratio = x.abs().mul_(scale)
     lower = torch.floor(ratio)
-    up = uniform(generator, x.numel(), x.device, x.dtype) < (ratio - lower)
-    level = (lower + up.to(x.dtype)).clamp_(max=levels).to(torch.int32)
-    return {"norm": norm, "levels": level, "negative": x < 0}
+    up = draws < ratio.sub_(lower)
+    level = lower.add_(up).clamp_(max=levels).to(torch.int32)
+    return level.mul_(2).add_(x < 0).to(code_dtype(levels))
+
+
+def _host_codes(x: np.ndarray, draws: np.ndarray, scale: np.ndarray, levels: int) -> torch.Tensor:
+    """`_device_codes` in numpy, a block at a time, with the same float operations (so the same codes)."""
+    codes = host_empty(x.size, code_dtype(levels)).numpy()
+    ratio, lower, flag = np.empty(BLOCK, x.dtype), np.empty(BLOCK, x.dtype), np.empty(BLOCK, np.bool_)
+    for start in range(0, x.size, BLOCK):
+        part, size = slice(start, start + BLOCK), min(BLOCK, x.size - start)
+        r, low, f, c = ratio[:size], lower[:size], flag[:size], codes[part]
+        np.multiply(np.abs(x[part], out=r), scale, out=r)
+        np.floor(r, out=low)
+        np.add(low, np.less(draws[part], np.subtract(r, low, out=r), out=f), out=low)
+        np.minimum(low, levels, out=low)
+        np.copyto(c, low, casting="unsafe")
+        c <<= 1
+        c |= np.less(x[part], 0, out=f)
+    return torch.from_numpy(codes)
 
 
 def dequantize(parts: Parts, levels: int) -> torch.Tensor:
-    """‖x‖₂ · sign · l_i / s in the norm's dtype."""
-    magnitude = parts["levels"].to(parts["norm"].dtype) * (parts["norm"] / levels)
-    return torch.where(parts["negative"], -magnitude, magnitude)
+    """‖x‖₂ · sign · l_i / s in the norm's dtype, l_i = c_i >> 1 and the sign c_i & 1 of each code."""
+    codes, step = parts["codes"], parts["norm"] / levels
+    if on_host(codes) and on_host(step):
+        code = torch.arange(2 * levels + 2)
+        table = _values(code, step)
+        return torch.from_numpy(table.numpy()[codes.numpy()])
+    return _values(codes, step)
+
+
+def _values(codes: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """What each code stands for: (c >> 1)·step, negated where c is odd."""
+    magnitude = torch.bitwise_right_shift(codes, 1).to(step.dtype) * step
+    return torch.where(torch.bitwise_and(codes, 1).bool(), -magnitude, magnitude)
 
 
 class QSGD(Compressor):
@@ -81,19 +136,17 @@ class QSGD(Compressor):
         return quantize(x, self.levels, need_generator(self.name, generator))
 
     def pack(self, parts: Parts, d: int) -> bytes:
-        codes = parts["levels"] * 2 + parts["negative"].to(parts["levels"].dtype)
-        return float32_bytes(parts["norm"]) + to_bytes(pack_bits(codes, self.width))
+        return float32_bytes(parts["norm"]) + to_bytes(pack_bits(parts["codes"], self.width))
 
     def unpack(self, encoded: Encoded, d: int, device: torch.device) -> Parts:
         reader = ByteReader(encoded.data)
         norm = float32_values(reader.take(4), device).reshape(())
         packed = from_bytes(reader.take(packed_size(d, self.width)), device)
-        codes = unpack_bits(packed, d, self.width, torch.int32)
+        codes = unpack_bits(packed, d, self.width, code_dtype(self.levels))
         reader.done()
-        levels = torch.bitwise_right_shift(codes, 1)
-        if int(levels.max()) > self.levels:
-            raise ValueError(f"qsgd: a level {int(levels.max())} above s = {self.levels}")
-        return {"norm": norm, "levels": levels, "negative": torch.bitwise_and(codes, 1).bool()}
+        if int(codes.max()) > 2 * self.levels + 1:
+            raise ValueError(f"qsgd: a level {int(codes.max()) >> 1} above s = {self.levels}")
+        return {"norm": norm, "codes": codes}
 
     def expand(self, parts: Parts, d: int) -> torch.Tensor:
         return dequantize(parts, self.levels)

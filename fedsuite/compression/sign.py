@@ -3,18 +3,24 @@
 Encoding: the scale as float32, then the d sign bits (1: negative) packed 8 to a byte (fedsuite/compression/bits.py):
 
     encoded_bytes(d) = 4 + ceil(d / 8)
+
+On the CPU the magnitudes, the signs and the reconstruction are numpy arrays (fedsuite/compression/bits.py says
+why); the scale is the same torch sum of the same magnitudes.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedsuite.compression.base import Compressor, Encoded, Parts, check_dimension
 from fedsuite.compression.bits import (
     ByteReader,
+    absolute,
     float32_bytes,
     float32_values,
     from_bytes,
+    on_host,
     pack_bits,
     packed_size,
     to_bytes,
@@ -35,7 +41,8 @@ class ScaledSign(Compressor):
         return 1.0 - 1.0 / check_dimension(d)
 
     def parts(self, x: torch.Tensor, generator: torch.Generator | None) -> Parts:
-        return {"scale": x.abs().sum() / x.numel(), "negative": x < 0}
+        negative = torch.from_numpy(np.less(x.numpy(), 0)) if on_host(x) else x < 0
+        return {"scale": absolute(x).sum() / x.numel(), "negative": negative}
 
     def pack(self, parts: Parts, d: int) -> bytes:
         return float32_bytes(parts["scale"]) + to_bytes(pack_bits(parts["negative"], 1))
@@ -48,5 +55,9 @@ class ScaledSign(Compressor):
         return {"scale": scale, "negative": negative}
 
     def expand(self, parts: Parts, d: int) -> torch.Tensor:
-        scale = parts["scale"].expand(d)
-        return torch.where(parts["negative"], -scale, scale)
+        scale, negative = parts["scale"], parts["negative"]
+        if on_host(scale) and on_host(negative):  # (1 − 2·[negative])·s: ±s exactly, in place
+            values = np.multiply(negative.numpy(), -2, dtype=scale.numpy().dtype)
+            values += 1
+            return torch.from_numpy(np.multiply(values, scale.numpy(), out=values))
+        return torch.where(negative, -scale.expand(d), scale.expand(d))

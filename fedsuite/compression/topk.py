@@ -11,15 +11,19 @@ server's parsing both use.)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from fedsuite.compression.base import Compressor, Encoded, Parts, check_dimension, check_whole
 from fedsuite.compression.bits import (
     ByteReader,
+    absolute,
     float32_bytes,
     float32_values,
     from_bytes,
+    host_zeros,
     pack_bits,
     packed_size,
     to_bytes,
@@ -29,6 +33,9 @@ from fedsuite.compression.bits import (
 
 K_KEY = "compress-k"
 K_MEANING = "the number of coordinates kept"
+SAMPLE = 1 << 16  # entries sampled to place the sampled path's threshold
+SAMPLED_FROM = 1 << 18  # the CPU's sampled path is for vectors of at least this many entries …
+SAMPLED_SHARE = 16  # … that keep at most 1/16 of them (more: the candidates would be most of the vector)
 
 
 def index_width(d: int) -> int:
@@ -38,10 +45,25 @@ def index_width(d: int) -> int:
 
 def top_indices(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
     """The indices (ascending) of the k largest entries of `magnitudes`; among equal entries at the k-th largest value
-    the lowest indices win, so the choice is the same on every device. The k-th largest value is a selection
-    (`_kth_largest`), the chosen coordinates a mask with exactly k entries (`nonzero_static`). On an accelerator
-    nothing waits for the host; on the CPU, where asking costs nothing, the running count that breaks ties is taken
-    only when more entries tie at the k-th value than the k places left for them."""
+    the lowest indices win, so the choice is the same on every device. A large float vector on the CPU takes the
+    sampled path (`sampled_top_indices`), which returns the same indices; otherwise, and where that path finds too
+    few candidates, the full selection (`full_top_indices`)."""
+    d = magnitudes.numel()
+    if k == d:
+        return torch.arange(d, device=magnitudes.device)
+    host_float = magnitudes.device.type == "cpu" and magnitudes.dtype in (torch.float32, torch.float64)
+    if host_float and d >= SAMPLED_FROM and k * SAMPLED_SHARE <= d:
+        found = sampled_top_indices(magnitudes.detach().reshape(-1).numpy(), k, SAMPLE)
+        if found is not None:
+            return torch.from_numpy(found)
+    return full_top_indices(magnitudes, k)
+
+
+def full_top_indices(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
+    """`top_indices` over the whole vector: the k-th largest value is a selection (`_kth_largest`), the chosen
+    coordinates a mask with exactly k entries (`nonzero_static`). On an accelerator nothing waits for the host; on
+    the CPU, where asking costs nothing, the running count that breaks ties is taken only when more entries tie at
+    the k-th value than the k places left for them."""
     d = magnitudes.numel()
     if k == d:
         return torch.arange(d, device=magnitudes.device)
@@ -66,9 +88,38 @@ def _kth_largest(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
     return torch.kthvalue(magnitudes, d - k + 1).values
 
 
+def sampled_top_indices(magnitudes: np.ndarray, k: int, sample: int) -> np.ndarray | None:
+    """`top_indices` of a 1-D numpy array through a threshold, or None where the threshold lets fewer than k entries
+    through (the caller then selects over the whole vector).
+
+    The threshold t is the r-th largest of about `sample` entries taken at a fixed stride (the same entries on every
+    call), r = 2μ + 4√μ + 8 with μ = k·sample/d the number of sampled entries expected above the k-th largest value,
+    so about twice k entries pass. The candidates are the entries not below t (NaN included, which numpy's selection
+    places above every number). If there are at least k, every entry at or above the k-th largest value is one of
+    them, so the k-th largest candidate is the vector's k-th largest value and the same rule (the entries above it,
+    then the lowest-index entries equal to it) picks the same indices among the candidates, kept in index order."""
+    d = magnitudes.size
+    strided = magnitudes[:: max(1, d // sample)]
+    expected = k * strided.size / d
+    rank = min(strided.size, math.ceil(2 * expected + 4 * math.sqrt(expected) + 8))
+    threshold = np.partition(strided, strided.size - rank)[strided.size - rank]
+    passing = np.less(magnitudes, threshold)
+    candidates = np.flatnonzero(np.logical_not(passing, out=passing))
+    if candidates.size < k:
+        return None
+    values = magnitudes[candidates]
+    kth = np.partition(values, values.size - k)[values.size - k]
+    above, tied = values > kth, values == kth
+    room = k - int(np.count_nonzero(above))
+    if int(np.count_nonzero(tied)) != room:
+        tied &= np.cumsum(tied) <= room
+    chosen = candidates[above | tied]
+    return chosen if chosen.size == k else None
+
+
 def scatter(indices: torch.Tensor, values: torch.Tensor, d: int) -> torch.Tensor:
-    """The dense d-vector with `values` at `indices` and zeros elsewhere."""
-    dense = torch.zeros(d, dtype=values.dtype, device=values.device)
+    """The dense d-vector with `values` at `indices` and zeros elsewhere (on the CPU in memory numpy allocates)."""
+    dense = host_zeros(d, values.dtype, values.device)
     dense[indices] = values
     return dense
 
@@ -94,7 +145,7 @@ class TopK(Compressor):
         return 1.0 - self._k_for(d) / d
 
     def parts(self, x: torch.Tensor, generator: torch.Generator | None) -> Parts:
-        indices = top_indices(x.abs(), self.k)
+        indices = top_indices(absolute(x), self.k)
         return {"indices": indices, "values": x[indices]}
 
     def pack(self, parts: Parts, d: int) -> bytes:
