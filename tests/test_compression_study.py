@@ -136,3 +136,14 @@ def test_a_folder_without_runs_is_one_line_and_status_2(tmp_path, capsys):
     assert study.main(["--study", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_with_a_compressed_downlink_is_a_setting_of_its_own():
+    from simulation.studies.compression_runs import Setting, setting_of
+
+    up = {"compress-up": "topk", "compress-up-k": 1992}
+    both = setting_of({**up, "compress-down": "topk", "compress-down-k": 1992})
+    assert both != setting_of(up) and both.order > setting_of(up).order
+    assert both.label(199_210) == "top-k 1 %, down: top-k 1 %"
+    assert setting_of({"compress-up": "sign", "compress-down": "sign"}).label(None) == "sign, down: sign"
+    assert setting_of({}) == Setting("none")

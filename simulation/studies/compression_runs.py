@@ -36,16 +36,24 @@ class Setting:
 
     kind: str
     size: int = 0
+    down: str = "none"  # compress-down, and its k (compress-down-k): a compressed broadcast beside the uplink's
+    down_size: int = 0
 
     @property
-    def order(self) -> tuple[int, int]:
-        """Uncompressed, then top-k and random-k by growing k, QSGD from the most levels down, sign."""
+    def order(self) -> tuple[int, int, int]:
+        """Uncompressed, then top-k and random-k by growing k, QSGD from the most levels down, sign; each with an
+        uncompressed downlink first."""
         rank = KINDS.index(self.kind) if self.kind in KINDS else len(KINDS)
-        return rank, -self.size if self.kind == "qsgd" else self.size
+        return rank, -self.size if self.kind == "qsgd" else self.size, int(self.down != "none")
 
     def label(self, dim: int | None) -> str:
         """`uncompressed`, `top-k 1 %` (k as a share of the model's d, or `top-k k = 1992` without d), `QSGD 8-bit`
-        (1 sign bit and ⌈log₂(s + 1)⌉ level bits per coordinate) or `sign`."""
+        (1 sign bit and ⌈log₂(s + 1)⌉ level bits per coordinate) or `sign`; with a compressed downlink, its own
+        label after `, down: `."""
+        up = Setting(self.kind, self.size)._label(dim)
+        return up if self.down == "none" else f"{up}, down: {Setting(self.down, self.down_size)._label(dim)}"
+
+    def _label(self, dim: int | None) -> str:
         if self.kind in ("topk", "randk"):
             name = "top-k" if self.kind == "topk" else "random-k"
             return f"{name} {100 * self.size / dim:.2g} %" if dim else f"{name} k = {self.size}"
@@ -59,12 +67,13 @@ NONE = Setting("none")
 
 
 def setting_of(config: dict) -> Setting:
-    kind = str(config.get("compress-up", "none"))
+    kind, down = str(config.get("compress-up", "none")), str(config.get("compress-down", "none"))
+    down_size = int(config.get("compress-down-k", 0)) if down in ("topk", "randk") else 0
     if kind in ("topk", "randk"):
-        return Setting(kind, int(config["compress-up-k"]))
+        return Setting(kind, int(config["compress-up-k"]), down, down_size)
     if kind == "qsgd":
-        return Setting(kind, int(config.get("compress-up-levels", 15)))
-    return Setting(kind)
+        return Setting(kind, int(config.get("compress-up-levels", 15)), down, down_size)
+    return Setting(kind, 0, down, down_size)
 
 
 def dimension(folder: Path) -> int | None:
