@@ -147,3 +147,17 @@ def test_a_run_with_a_compressed_downlink_is_a_setting_of_its_own():
     assert both.label(199_210) == "top-k 1 %, down: top-k 1 %"
     assert setting_of({"compress-up": "sign", "compress-down": "sign"}).label(None) == "sign, down: sign"
     assert setting_of({}) == Setting("none")
+
+
+def test_without_its_initial_model_a_dense_broadcast_run_gives_d_from_its_rows(tmp_path):
+    """Two vectors down of d float32 values each: d = bytes / (4 · vectors); a compressed broadcast does not say d."""
+    from simulation.studies.compression_runs import dimension
+
+    folder = tmp_path / "run"
+    recorder = RunRecorder(folder, {"algorithm": "scaffold", "seed": 0}, {}, [0.75], 2)
+    recorder.record({"round": 0, "loss": 2.3, "accuracy": 0.1})
+    recorder.record({"round": 1, "loss": 1.0, "accuracy": 0.5, "bytes_down_per_client": 8.0 * D,
+                     "vectors_down_per_client": 2.0})  # fmt: skip
+    assert not (folder / "model-round-0.npy").exists()
+    assert dimension(folder, {"compress-down": "none"}) == D
+    assert dimension(folder, {"compress-down": "topk"}) is None

@@ -76,11 +76,21 @@ def setting_of(config: dict) -> Setting:
     return Setting(kind, 0, down, down_size)
 
 
-def dimension(folder: Path) -> int | None:
-    """d, the model's parameter count, from the run's model-round-0.npy (its header only); None without one."""
+def dimension(folder: Path, config: dict | None = None) -> int | None:
+    """d, the model's parameter count: from the run's model-round-0.npy (its header only), or, for a run whose
+    broadcast travels dense (no compress-down), from its first row: 4 bytes a coordinate of each vector sent down.
+    None when neither says it."""
     try:
         return int(np.prod(np.load(folder / INITIAL_MODEL, mmap_mode="r").shape))
     except (OSError, ValueError):
+        pass
+    if config is None or str(config.get("compress-down", "none")) != "none":
+        return None
+    try:
+        row = next(r for r in report.read_rows(folder) if r["round"] > 0)
+        vectors = row.get("vectors_down_per_client") or 0
+        return int(round(row["bytes_down_per_client"] / (4 * vectors))) if vectors else None
+    except (StopIteration, KeyError, TypeError, report.DamagedRun):
         return None
 
 
@@ -123,7 +133,7 @@ def read_run(folder: Path, targets=TARGETS) -> dict | None:
         "feedback": str(config.get("compress-feedback", "none")),
         "seed": int(config["seed"]),
         "status": report.run_status(folder),
-        "dim": dimension(folder),
+        "dim": dimension(folder, config),
         "folder": folder,
     }
     if record["status"] in FINISHED:
