@@ -40,8 +40,8 @@ class CompressedDownload(ClientStage):
             if checksum(copy) != expected:
                 raise ValueError(f"compressed downlink: this client's copy of {vector!r} does not match the server's "
                                  "(CRC-32); its client state is not the one of the last accepted round")  # fmt: skip
-            self.client_rule.state.set(state_name(vector), copy)
-            down[vector] = copy.clone()
+            self.client_rule.state.set(state_name(vector), copy)  # the state keeps a copy of its own
+            down[vector] = copy
 
     def _rebuilt(self, vector: str, parts: dict[str, torch.Tensor], node) -> torch.Tensor:
         """v̂ from the vector's arrays: whole, or the client's copy moved by each round's message in order."""

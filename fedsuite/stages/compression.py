@@ -63,17 +63,26 @@ class UplinkCompression:
         is a CPU generator (its seed is read on the host, and the server draws it again); QSGD's per-coordinate
         draws come from a generator on the vector's `device`, which only the client needs. With mask 'common' the
         partition is left out of the seed, so every client of the round draws the same coordinates."""
-        words = [int(self.seed) % 2**32, int(self.seed) // 2**32 % 2**32, server_round, partition_id,
-                 zlib.crc32(vector.encode()), _DRAWS]  # fmt: skip
-        if self.mask == "common":
-            del words[3]
-        state = np.random.SeedSequence(words).generate_state(1, np.uint64)[0]
+        client = [] if self.mask == "common" else [partition_id]
         on = torch.device(device) if isinstance(self.compressor, QSGD) else torch.device("cpu")
-        return torch.Generator(device=on).manual_seed(int(state) % 2**63)
+        return seeded_generator(self.seed, [server_round, *client, zlib.crc32(vector.encode()), _DRAWS], on)
 
     def state_name(self, vector: str) -> str:
         """The client state error feedback keeps for upload vector `vector`."""
         return f"{FEEDBACK_STATE[self.feedback]}_{vector}"
+
+
+def seeded_generator(seed: int, words: list[int], device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator on `device` seeded from the run seed and `words` (round, partition, vector, stream), so
+    that the server and a client derive the same one without sending it."""
+    full = [int(seed) % 2**32, int(seed) // 2**32 % 2**32, *words]
+    state = np.random.SeedSequence(full).generate_state(1, np.uint64)[0]
+    return torch.Generator(device=device).manual_seed(int(state) % 2**63)
+
+
+def more_than_d(key: str, k: int, dim: int) -> str:
+    """The one-line refusal of a compressor's k (`key`) larger than the model's d."""
+    return f"{key}={k}: more coordinates than the model's d = {dim:,}; give 1 ≤ {key} ≤ {dim:,}"
 
 
 def build_uplink(cfg, name: str) -> Compressor:
@@ -109,6 +118,5 @@ def feedback_specs(cfg) -> tuple[StateSpec, ...]:
 def dimension_problem(cfg, dim: int) -> str | None:
     """Why the run's compressor cannot take the model's d-vectors (k > d), in one line naming the key; else None."""
     if uplink_compressor(cfg) in ("topk", "randk") and cfg.compression.k > dim:
-        return (f"compress-up-k={cfg.compression.k}: more coordinates than the model's d = {dim:,}; give "
-                f"1 ≤ compress-up-k ≤ {dim:,}")  # fmt: skip
+        return more_than_d("compress-up-k", cfg.compression.k, dim)
     return None

@@ -28,6 +28,7 @@ from fedsuite.compression.base import Compressor
 from fedsuite.compression.randk import RandK
 from fedsuite.compression.registry import CompressionSettings, build_compressor
 from fedsuite.rules.declared import StateSpec, Vector
+from fedsuite.stages.compression import more_than_d, seeded_generator
 
 SUFFIX = "@down"  # a round's message travels as `<vector>@down<round>` (uint8 bytes), v̂ whole as `<vector>@downfull`
 WHOLE = "full"
@@ -58,10 +59,7 @@ class DownlinkCompression:
 
     def generator(self, server_round: int, vector: str) -> torch.Generator:
         """The CPU generator of one vector's draws in one round, seeded the same on the server and every client."""
-        words = [int(self.seed) % 2**32, int(self.seed) // 2**32 % 2**32, server_round, zlib.crc32(vector.encode()),
-                 _DRAWS]  # fmt: skip
-        state = np.random.SeedSequence(words).generate_state(1, np.uint64)[0]
-        return torch.Generator().manual_seed(int(state) % 2**63)
+        return seeded_generator(self.seed, [server_round, zlib.crc32(vector.encode()), _DRAWS])
 
 
 def message_name(vector: str, server_round: int) -> str:
@@ -110,6 +108,5 @@ def downlink_specs(cfg) -> tuple[StateSpec, ...]:
 def downlink_dimension_problem(cfg, dim: int) -> str | None:
     """Why the downlink compressor cannot take the model's d-vectors (k > d), in one line naming the key; else None."""
     if cfg.compression.downlink in ("topk", "randk") and cfg.compression.down_k > dim:
-        return (f"compress-down-k={cfg.compression.down_k}: more coordinates than the model's d = {dim:,}; give "
-                f"1 ≤ compress-down-k ≤ {dim:,}")  # fmt: skip
+        return more_than_d("compress-down-k", cfg.compression.down_k, dim)
     return None
