@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from fedsuite.config.run_config import resolve
-from fedsuite.state import file_tier, memory_tier
+from fedsuite.config.schema import ConfigError
+from fedsuite.state import device_tier, file_tier, memory_tier
 from fedsuite.state.client_state import ClientState
+from fedsuite.state.device_tier import DeviceTier
 from fedsuite.state.file_tier import FileTier
 from fedsuite.state.folders import StateFolderTaken
 from fedsuite.state.memory_tier import MemoryTier
@@ -31,7 +33,8 @@ ARRAYS = {
 
 @pytest.fixture(params=sorted(TIERS))
 def tier(request, tmp_path):
-    """Each tier that exists, with its place (a folder; the memory tier's shelf, forgotten after the test)."""
+    """Each tier that exists, with its place (a folder; the memory and device tiers' shelf, forgotten after the
+    test)."""
     yield TIERS[request.param]
     memory_tier.release(tmp_path)
 
@@ -46,7 +49,7 @@ def contents(store) -> dict[str, np.ndarray]:
 
 
 def test_every_tier_is_a_state_tier_and_only_existing_tiers_are_named():
-    assert set(TIERS) == {"files", "memory"}  # a device tier is a future entry, not a name without a class
+    assert set(TIERS) == {"files", "memory", "device"}
     assert all(issubclass(cls, StateTier) and cls.name == name for name, cls in TIERS.items())
 
 
@@ -80,7 +83,7 @@ def test_a_non_numeric_array_is_refused(tier, tmp_path):
 
 def crash_on_second_array(tier, monkeypatch):
     """Make the tier's write fail after part of it is done: the file tier's after the first member's bytes, the
-    memory tier's after the first array is copied."""
+    memory and device tiers' after the first value is copied."""
     if tier is FileTier:
         real = file_tier.write_state_file
 
@@ -89,16 +92,20 @@ def crash_on_second_array(tier, monkeypatch):
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(file_tier, "write_state_file", cut_short)
-    else:
-        real, calls = memory_tier.frozen_copy, []
+    else:  # the memory tier copies arrays, the device tier tensors (and its small numpy entries as arrays)
+        calls = []
 
-        def cut_short(name, value):
-            calls.append(name)
-            if len(calls) > 1:
-                raise MemoryError("no room")
-            return real(name, value)
+        def cut_short_by(real):
+            def cut_short(name, value):
+                calls.append(name)
+                if len(calls) > 1:
+                    raise MemoryError("no room")
+                return real(name, value)
 
-        monkeypatch.setattr(memory_tier, "frozen_copy", cut_short)
+            return cut_short
+
+        monkeypatch.setattr(memory_tier, "frozen_copy", cut_short_by(memory_tier.frozen_copy))
+        monkeypatch.setattr(device_tier, "frozen_tensor", cut_short_by(device_tier.frozen_tensor))
 
 
 def test_a_flush_cut_short_leaves_the_state_before_it(tier, tmp_path, monkeypatch):
@@ -194,6 +201,33 @@ def test_a_memory_tier_keeps_previous_vectors_without_a_copy(tmp_path):
         memory_tier.release(tmp_path)
 
 
+def test_a_device_tier_keeps_saved_tensors_on_their_device_and_hands_out_copies(tmp_path):
+    """What a client saves stays a tensor (no trip to the host); what it reads is its own copy, so changing it in
+    place leaves the stored value; the previous vectors of a write are the shelf's own tensors, never copied."""
+    try:
+        first = ClientState(DeviceTier(tmp_path, 0), 3)
+        first.set("c_i", torch.ones(3))
+        first.save(1)
+        store = DeviceTier(tmp_path, 0)
+        held = store["c_i"]
+        assert isinstance(held, torch.Tensor) and held.device == torch.device("cpu")
+        assert isinstance(store["write-round"], np.ndarray)  # small entries stay numpy arrays
+        second = ClientState(store, 3)
+        second.accepted_round = 1
+        read = second.get("c_i")
+        read.add_(5)  # a client's rule changes what it read in place
+        assert torch.equal(DeviceTier(tmp_path, 0)["c_i"], torch.ones(3))
+        second.set("c_i", torch.full((3,), 2.0))
+        second.save(2)
+        again = DeviceTier(tmp_path, 0)
+        assert again["prev:c_i"] is held and torch.equal(again["c_i"], torch.full((3,), 2.0))
+        third = ClientState(again, 3)
+        third.accepted_round = 1  # round 2's reply was rejected: the client trains from round 1's vector
+        assert torch.equal(third.get("c_i"), torch.ones(3))
+    finally:
+        memory_tier.release(tmp_path)
+
+
 # ---- the plan chooses the tier -----------------------------------------------------------------------------------
 def plan_of(settings, one_process=False) -> StatePlan:
     return state_plan(resolve({"algorithm": "scaffold", "num-clients": 10, **settings}), 100, 0, one_process)
@@ -206,6 +240,34 @@ def test_the_plan_chooses_the_tier():
     assert plan_of({"client-state": "disk"}, one_process=True).tier() == "files"
     assert plan_of({"checkpoint-every": 1}, one_process=True).tier() == "files"  # checkpoints copy state files
     assert plan_of({"algorithm": "fedavg"}).tier() is None
+
+
+def test_the_plan_puts_state_that_fits_on_the_accelerator(monkeypatch):
+    """client-state='auto' in one process on a CUDA card: the device tier while the state fits the budget and its
+    share of the card; else the host tiers behind it. Off an accelerator nothing changes."""
+    from dataclasses import replace
+
+    from fedsuite.state import plan as plans
+
+    card = 80 * 2**30
+    small = replace(plan_of({}, one_process=True), device_bytes=card)  # 10 × 100 floats
+    assert small.tier() == "device"
+    assert plan_of({}, one_process=True).tier() == "memory"  # no accelerator (device_bytes 0)
+    assert replace(plan_of({}), device_bytes=card).tier() == "files"  # not one process
+    assert replace(small, mode="memory").tier() == "memory"  # host memory asked for
+    state = small.num_clients * small.dim * small.vectors * 4 * 2
+    assert replace(small, device_bytes=int(state / plans.DEVICE_SHARE) - 1).tier() == "memory"  # over its share
+    assert replace(small, budget_mb=(state - 1) / 2**20).tier() == "files"  # over the budget: disk, as before
+
+
+def test_client_state_device_needs_one_process():
+    from dataclasses import replace
+
+    forced = replace(plan_of({}), mode="device")
+    with pytest.raises(ConfigError, match="client-state='device'.*in-process engine"):
+        forced.tier()
+    assert replace(forced, one_process=True).tier() == "device"  # any training device, the CPU included
+    assert replace(forced, one_process=True).backend == "memory"  # sized and named as memory state
 
 
 def test_the_plan_opens_its_tier(tmp_path):

@@ -68,7 +68,8 @@ def node_for(context: Context, partition_id: int | None = None, state_key: str |
     node = ClientNode(cfg, int(partition_id), num_partitions, data_dir)
     node.noise_secret = noise_secret(nc)
     one_process = context.run_id in ONE_PROCESS_RUNS
-    plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()), one_process=one_process)
+    plan = state_plan(cfg, node.model.dim, int(node.model.buffers.numel()), one_process=one_process,
+                      device=node.device)  # fmt: skip
     if plan.holds:
         node_dir = nc.get("client-state-dir")  # a SuperNode's own folder serves run after run: one subfolder per
         # experiment, so a run never starts from another's vectors; a restarted SuperNode keeps the run id

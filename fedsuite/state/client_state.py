@@ -42,7 +42,11 @@ class ClientState:
         self._reconcile()
         if name not in self._tensors:
             if name in self.store:
-                self._tensors[name] = torch.tensor(np.asarray(self.store[name]), device=self.device)
+                value = self.store[name]
+                if isinstance(value, torch.Tensor):  # the device tier's: a copy, so the stored one never changes
+                    self._tensors[name] = value.to(self.device, copy=True)
+                else:
+                    self._tensors[name] = torch.tensor(np.asarray(value), device=self.device)
             else:
                 self._tensors[name] = torch.zeros(self.dim, device=self.device)
         return self._tensors[name]
@@ -65,10 +69,11 @@ class ClientState:
                 if name not in self.store:
                     self.store[ABSENT + name] = np.zeros(0, np.float32)
                 elif not (tiered and self.store.keep_previous(name, PREVIOUS + name)):  # kept by the tier, or a copy
-                    self.store[PREVIOUS + name] = np.asarray(self.store[name])
+                    self.store[PREVIOUS + name] = tier.stored(self.store[name])
             self.store[WRITE_ROUND] = np.array([server_round], np.int64)
+        on_device = tiered and self.store.holds_tensors  # the device tier keeps the tensors where they are
         for name, tensor in self._tensors.items():
-            self.store[name] = tensor.detach().cpu().numpy()
+            self.store[name] = tensor.detach() if on_device else tensor.detach().cpu().numpy()
         if tiered:
             self.store.flush()
 

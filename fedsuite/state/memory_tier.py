@@ -108,9 +108,13 @@ class MemoryTier(StateTier):
         arrays = self._load()
         if self.owner_key is not None and shelf(self.root).owner is None:
             self.claim(self.root, self.owner_key)
-        kept = {key: value if id(value) in self._flushed else frozen_copy(key, value) for key, value in arrays.items()}
+        kept = {key: value if id(value) in self._flushed else self._frozen(key, value) for key, value in arrays.items()}
         shelf(self.root).partitions[self.partition_id] = kept  # one assignment: the new set, whole, or the old one
         self._arrays, self._flushed = dict(kept), {id(value): value for value in kept.values()}
+
+    def _frozen(self, key: str, value) -> np.ndarray:
+        """What the shelf keeps of a value it does not hold yet: a read-only copy."""
+        return frozen_copy(key, value)
 
     @classmethod
     def check_owner(cls, root: Path, state_key: int | str | None, key: str = "client-state-dir") -> None:

@@ -8,7 +8,9 @@ fedsuite.rules.declared.model_state) plus the round stages' (error feedback of c
 upload vector: fedsuite.stages.compression.feedback_specs), put together by `client_specs` and nowhere else.
 Its size is N × (d × vectors + buffer floats) × 4 B × 2 (fedsuite.state.sizing), and the backend follows from it:
 memory while it fits the budget, else disk (client-state='auto'), or as the run config says. The tier that holds it
-(fedsuite.state.tier) is chosen by `StatePlan.tier` and opened by `StatePlan.open_store`.
+(fedsuite.state.tier) is chosen by `StatePlan.tier` and opened by `StatePlan.open_store`: for a federation in one
+process, the training device while the state fits its share of an accelerator (or client-state='device'), else
+the process's memory, else files.
 """
 
 from __future__ import annotations
@@ -17,16 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedsuite.config.run_config import Config, ConfigError
 from fedsuite.rules.declared import BUFFERS, StateSpec, model_state, units
 from fedsuite.state import folders, sizing
+from fedsuite.state.device_tier import DeviceTier
 from fedsuite.state.file_tier import FileTier
 from fedsuite.state.memory_tier import MemoryTier
 from fedsuite.state.tier import StateTier
 
-# The tiers that exist, by name. A tier that keeps the arrays on the accelerator would be registered here and
-# chosen in StatePlan.tier; nothing else changes (docs/running/scale.md#tiers).
-TIERS: dict[str, type[StateTier]] = {FileTier.name: FileTier, MemoryTier.name: MemoryTier}
+# The tiers that exist, by name, chosen in StatePlan.tier (docs/running/scale.md#tiers).
+TIERS: dict[str, type[StateTier]] = {FileTier.name: FileTier, MemoryTier.name: MemoryTier, DeviceTier.name: DeviceTier}
+DEVICE_SHARE = 0.25  # client-state='auto' puts the state on the accelerator while it takes at most this share of
+# the card's memory (and fits client-state-budget-mb): the rest is the training's
+DEVICE_NEEDS_ONE_PROCESS = (
+    "client-state='device' keeps each client's state on the training device of the one process that runs the whole "
+    "federation: it needs the in-process engine (simulation.run --engine inprocess) without checkpoint-every or "
+    "resume-from (they copy state files); allowed otherwise: 'auto', 'memory', 'disk'"
+)
 
 
 def client_specs(cfg: Config, client: Any = None) -> tuple[StateSpec, ...]:
@@ -68,6 +79,7 @@ class StatePlan:
     configured: str  # client-state-dir ('' = a per-run temporary folder)
     one_process: bool = False  # the whole federation runs in this process, and nothing reads its state files
     # (no checkpoint written or resumed): memory state may then stay in the process (the memory tier)
+    device_bytes: int = 0  # the training device's memory when it is an accelerator the state may live on, else 0
 
     @property
     def holds(self) -> bool:
@@ -88,7 +100,13 @@ class StatePlan:
         """'memory' or 'disk' (None: no client state)."""
         if not self.holds:
             return None
-        return sizing.choose_backend(self.mode, self.num_clients, self.dim, self.vectors, self.budget_mb, self.extra)
+        return sizing.choose_backend(self.host_mode, self.num_clients, self.dim, self.vectors, self.budget_mb,
+                                     self.extra)  # fmt: skip
+
+    @property
+    def host_mode(self) -> str:
+        """The mode the host tiers size by: client-state='device' is memory state (kept on the device)."""
+        return "memory" if self.mode == "device" else self.mode
 
     def tier(self) -> str | None:
         """The tier that holds the state (a name in TIERS; None: no client state): `memory` for memory state of a
@@ -96,7 +114,23 @@ class StatePlan:
         folder for memory state, a disk folder otherwise), which every process of a run can read."""
         if not self.holds:
             return None
+        if self.mode == "device" and not self.one_process:
+            raise ConfigError(DEVICE_NEEDS_ONE_PROCESS)
+        if self.one_process and self.on_device:
+            return DeviceTier.name
         return MemoryTier.name if self.one_process and self.backend == "memory" else FileTier.name
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the state lives on the training device (in one process): asked for (client-state='device'), or
+        client-state='auto' on an accelerator where the whole federation's state fits the budget and DEVICE_SHARE
+        of the card's memory."""
+        if self.mode == "device":
+            return True
+        if self.mode != "auto" or not self.device_bytes:
+            return False
+        total = sizing.state_bytes(self.num_clients, self.dim, self.vectors, self.extra)
+        return total <= min(self.budget_mb * 2**20, DEVICE_SHARE * self.device_bytes)
 
     def root(self, run_id: int) -> Path | None:
         """The folder of run `run_id`'s client-state files (None: no client state); the memory tier's name for
@@ -116,18 +150,20 @@ class StatePlan:
         return folders.state_folder("disk", self.configured)
 
     def describe(self) -> str:
-        return sizing.describe(self.mode, self.num_clients, self.dim, self.vectors, self.budget_mb, self.extra)
+        return sizing.describe(self.host_mode, self.num_clients, self.dim, self.vectors, self.budget_mb, self.extra)
 
     def capacity(self) -> tuple[str, str] | None:
         """fedsuite.state.sizing.capacity_check for this plan: ("error" | "warning", line) or None."""
-        return sizing.capacity_check(self.mode, self.num_clients, self.dim, self.vectors, self.budget_mb,
+        return sizing.capacity_check(self.host_mode, self.num_clients, self.dim, self.vectors, self.budget_mb,
                                      self.configured, self.extra)  # fmt: skip
 
 
-def state_plan(cfg: Config, dim: int, buffer_floats: int, one_process: bool = False) -> StatePlan:
+def state_plan(cfg: Config, dim: int, buffer_floats: int, one_process: bool = False,
+               device: torch.device | None = None) -> StatePlan:  # fmt: skip
     """The plan of a run with `cfg` for a model of `dim` trainable parameters and `buffer_floats` buffer floats.
     `one_process`: the caller runs the whole federation in this process (the in-process engine); the plan keeps
-    memory state in the process only where the run neither writes nor resumes a checkpoint (they copy state files)."""
+    memory state in the process only where the run neither writes nor resumes a checkpoint (they copy state files).
+    `device`: the clients' training device; on an accelerator, state that fits its share stays there (`on_device`)."""
     from fedsuite.stages.compression import dimension_problem  # k ≤ d needs the model: refused here
     from fedsuite.stages.downlink import downlink_dimension_problem
 
@@ -137,4 +173,11 @@ def state_plan(cfg: Config, dim: int, buffer_floats: int, one_process: bool = Fa
     held, control = cfg.client_state, cfg.run_control
     files_read = bool(control.checkpoint_every) or bool(control.resume_from)
     return StatePlan(client_specs(cfg), cfg.num_clients, dim, buffer_floats, held.mode, held.budget_mb, held.dir,
-                     one_process and not files_read)  # fmt: skip
+                     one_process and not files_read, accelerator_bytes(device))  # fmt: skip
+
+
+def accelerator_bytes(device: torch.device | None) -> int:
+    """The memory of `device` when it is a CUDA card (client state may live there), else 0."""
+    if device is None or torch.device(device).type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)

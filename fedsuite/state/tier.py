@@ -10,10 +10,10 @@ only through fedsuite.state.client_state.ClientState):
 - `check_owner` / `claim` (class methods): a place holds one run's state only (docs/running/scale.md).
 
 The tiers that exist are listed in fedsuite.state.plan.TIERS and chosen there, from the run's StatePlan:
-`files` (fedsuite.state.file_tier: one file per partition, in a RAM folder or on disk) and `memory`
-(fedsuite.state.memory_tier: arrays kept in the process, for an engine that runs the whole federation in it). A
-tier that keeps the arrays on the accelerator (a `device` tier) would be one more subclass registered there and
-chosen by the plan; the adapters and the engine would not change (docs/running/scale.md#tiers).
+`files` (fedsuite.state.file_tier: one file per partition, in a RAM folder or on disk), `memory`
+(fedsuite.state.memory_tier: arrays kept in the process, for an engine that runs the whole federation in it) and
+`device` (fedsuite.state.device_tier: the memory tier whose saved tensors stay on the training device,
+`holds_tensors`). The adapters and the engine are the same for every tier (docs/running/scale.md#tiers).
 
 No client ahead of the server (`settle`): a fit writes its new vectors at once but keeps the ones they replace
 (`prev:` entries, tagged with the round of the write). The server tells each client, in its next fit message, the
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import torch
 
 PREVIOUS = "prev:"  # key prefix of the previous vectors
 ABSENT = "absent:"  # key prefix marking a vector that did not exist before the unconfirmed write
@@ -42,6 +43,7 @@ class StateTier(MutableMapping):
     `owner_key` (the run's state key) is recorded as the place's owner before its first write."""
 
     name: ClassVar[str]  # the tier's name in fedsuite.state.plan.TIERS
+    holds_tensors: ClassVar[bool] = False  # True: saved tensors stay tensors on their device (the device tier)
 
     @abstractmethod
     def __init__(self, root: Path, partition_id: int, owner_key: int | str | None = None): ...
@@ -88,7 +90,7 @@ def settle(store: MutableMapping, accepted_round: int) -> None:
         name = key.split(":", 1)[1]
         if not confirmed:
             if key.startswith(PREVIOUS):
-                store[name] = np.asarray(store[key])
+                store[name] = stored(store[key])
             elif name in store:
                 del store[name]
         del store[key]
@@ -98,6 +100,16 @@ def settle(store: MutableMapping, accepted_round: int) -> None:
 def effective(store: MutableMapping, accepted_round: int) -> dict[str, np.ndarray]:
     """The vectors a client would train with next, given the server's last accepted round (for invariant checks;
     the store is not changed)."""
-    copy = {k: np.asarray(store[k]) for k in store}
+    copy = {k: host_array(store[k]) for k in store}
     settle(copy, accepted_round)
     return copy
+
+
+def stored(value):
+    """A stored value as a tier keeps it: a tensor as it is (the device tier's), anything else as a numpy array."""
+    return value if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def host_array(value) -> np.ndarray:
+    """A stored value as a numpy array on the host (a device tier's tensor is brought back)."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
