@@ -3,8 +3,10 @@
 Per instruction: the message's client is built as the ClientApp builds it (fedsuite/node/app.py) and prepared
 (`RuleClient.prepare`); the prepared clients are grouped (fedsuite/batched/grouping.py); each group of two or more
 trains as one `train_stacked` computation, the others one at a time (`RuleClient.train`); every client then finishes
-on its own (`RuleClient.finish`). Failures stay per client: a client whose prepare, training or finish raises is one
-error reply (fedsuite.node.client.error_reply), and a group whose stacked training raises trains one at a time.
+on its own (`RuleClient.finish`). A group larger than one stacked computation holds trains in chunks, one
+`train_stacked` call each (the memory plan, fedsuite/batched/chunks.py; batch-chunk). Failures stay per client: a
+client whose prepare, training or finish raises is one error reply (fedsuite.node.client.error_reply), and a chunk
+whose stacked training raises trains one at a time.
 What the engine leaves to the ClientApp's own path (a message it cannot build, a server query, a run it does not
 batch at all) goes through the proxy's `fit` unchanged. Each reason a client trains alone is logged once per run.
 """
@@ -19,7 +21,8 @@ from typing import Any
 import numpy as np
 from flwr.common import Code, FitIns, FitRes, Status
 
-from fedsuite.batched.grouping import NotBatchable, group_key
+from fedsuite.batched.chunks import GroupSample, MemoryPlan, Plan
+from fedsuite.batched.grouping import NotBatchable, group_key, plan_shape
 from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import unbatchable_model
 from fedsuite.local.device import one_move_per_array
@@ -67,7 +70,8 @@ class BatchedDispatcher:
 
     def __init__(self):
         self.said: set[str] = set()
-        self.stacked: list[int] = []  # the sizes of the groups the last `train` trained stacked
+        self.stacked: list[int] = []  # the sizes of the chunks the last `train` trained stacked, in order
+        self.memory = MemoryPlan()  # how many clients one stacked computation trains
 
     def say(self, reason: str) -> None:
         if reason not in self.said:
@@ -98,13 +102,13 @@ class BatchedDispatcher:
                 why = str(err) if isinstance(err, NotBatchable) else f"grouping it raised {type(err).__name__}: {err}"
                 self.say(f"{item.client.node.cfg['algorithm']} trains one client at a time: {why.splitlines()[0]}")
                 self._alone(item)
-        self.stacked = [len(group) for group in groups.values() if len(group) > 1]  # this call's stacked groups
-        for group in groups.values():
+        self.stacked = []  # this call's stacked chunks
+        for key, group in groups.items():
             if len(group) == 1:
                 self.say("a client whose K_i, minibatch sizes or rule no other client of its round shares trains alone")
                 self._alone(group[0])
             else:
-                self._together(group)
+                self._together(key, group)
         return [_reply(item) for item in items]
 
     # ---- phases ---------------------------------------------------------------------------------------------
@@ -135,9 +139,41 @@ class BatchedDispatcher:
         except Exception as err:
             item.reply = ([], 0, error_reply(item.client.node.partition_id, err))
 
-    def _together(self, group: list[_Fit]) -> None:
+    def _together(self, key: tuple, group: list[_Fit]) -> None:
+        """A group (`key`: its group_key) in the memory plan's chunks, each one stacked computation (a chunk of one
+        client trains alone), one after another in the group's order."""
+        start = 0
+        for size in self._plan(key, group).sizes:
+            chunk, start = group[start : start + size], start + size
+            if size == 1:
+                self._alone(chunk[0])
+            else:
+                self.stacked.append(size)
+                self._stacked(chunk)
+
+    def _plan(self, key: tuple, group: list[_Fit]) -> Plan:
+        """The group's chunks (fedsuite/batched/chunks.py), said once per run at info level: the first plan on a CUDA
+        device, and the first that splits a group."""
+        first, fit = group[0].client, group[0].fit
+        node = first.node
+        steps, batch = plan_shape(key[1])
+        sample = GroupSample(node.model, fit.x0, node.data, node.loss_fn, fit.rule, _settings(group[0]), steps, batch)
+        batching = node.cfg.batching
+        try:
+            plan = self.memory.plan(len(group), batching.chunk, sample, key[1:], batching.cuda_graphs)
+        except Exception as err:  # never worse than before chunks: the whole group, which falls back if it must
+            plan = Plan([len(group)], f"the memory plan raised {type(err).__name__}: {err}".splitlines()[0][:300])
+        for event, happened in (("plan", node.model.x.device.type == "cuda"), ("split", len(plan.sizes) > 1)):
+            if happened and f"batch-chunk {event}" not in self.said:
+                self.said.add(f"batch-chunk {event}")
+                log.info("fedsuite │ batch-chunk: a group of %d clients trains in chunks of %s: %s", len(group),
+                         plan.sizes, plan.why)  # fmt: skip
+        return plan
+
+    def _stacked(self, group: list[_Fit]) -> None:
+        """One chunk as one `train_stacked` computation, each client then finished on its own; a chunk whose
+        stacked training raises trains one at a time."""
         first = group[0].client
-        local = first.node.cfg.local
         try:
             results = train_stacked(
                 first.node.model,
@@ -145,7 +181,7 @@ class BatchedDispatcher:
                 [item.client.node.data for item in group],
                 first.node.loss_fn,
                 [item.fit.rule for item in group],
-                settings=LocalSettings.of_round(local, group[0].fit.ctx.lr, group[0].fit.steps),
+                settings=_settings(group[0]),
                 generators=[item.fit.generator for item in group],
                 cuda_graphs=bool(first.node.cfg["cuda-graphs"]),
                 on_graph_failure=lambda why: self.say(
@@ -165,6 +201,11 @@ class BatchedDispatcher:
                 item.reply = item.client.finish(item.fit, result)
             except Exception as err:
                 item.reply = ([], 0, error_reply(item.client.node.partition_id, err))
+
+
+def _settings(item: _Fit) -> LocalSettings:
+    """The round's local settings as the item's client trains with them (its η_l and K_i)."""
+    return LocalSettings.of_round(item.client.node.cfg.local, item.fit.ctx.lr, item.fit.steps)
 
 
 def _reply(item: _Fit):

@@ -45,3 +45,14 @@ def group_key(client, fit) -> tuple:
         raise NotBatchable(str(err)) from None
     plan = batch_plan(node.data, fit.rule.batches, local.epochs, fit.steps, local.batch_size)
     return (fit.ctx.lr, plan, signature)
+
+
+def plan_shape(plan: tuple) -> tuple[int, int]:
+    """(K_i, the largest minibatch's size) of a `batch_plan` key: what the memory plan (fedsuite/batched/chunks.py)
+    counts a client's drawn round and one step's activations by."""
+    kind = plan[0]
+    if kind == "draws":
+        return plan[1], plan[2]
+    if kind == "epochs":
+        return plan[1] * plan[2], plan[3]
+    return plan[1], plan[2]  # blocks

@@ -278,11 +278,13 @@ class Batching(Settings):
     clients (batch-clients): train each round's clients with the same K_i, minibatch sizes and rule stacked.
     messages (batch-messages): under flwr run, how many nodes a round's share messages go to.
     cuda_graphs (cuda-graphs): on a CUDA device, record a group's step once as a CUDA graph and replay it.
+    chunk (batch-chunk): the most clients one stacked computation trains (0 = the memory plan chooses).
     """
 
     clients: bool = setting("batch-clients")
     messages: int = setting("batch-messages")
     cuda_graphs: bool = setting("cuda-graphs")
+    chunk: int = setting("batch-chunk")
 
 
 @dataclass(frozen=True)
