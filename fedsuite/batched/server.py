@@ -2,7 +2,8 @@
 gives the round loop (fedsuite.server.loop.RoundLoop). In process: Flower's fit round, its clients trained by the
 batched dispatcher (fedsuite/batched/dispatch.py) instead of one `fit` per proxy (BatchedRound). Under `flwr run`:
 each SuperNode's share of the round's clients sent as one message (fedsuite/batched/shares.py), which its ClientApp
-trains batched (SharedRound). Both replace only the fit round's exchange; the rest is Flower's fit round."""
+trains batched (SharedRound). Both replace only the fit round's exchange; the rest is Flower's fit round. In process
+on a CUDA card the replies stay on the device (fedsuite/batched/device_replies.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from functools import partial
 
 from flwr.common import Code
 
+from fedsuite.batched import device_replies
 from fedsuite.batched.dispatch import BatchedDispatcher, Member, flower_results
 from fedsuite.batched.shares import LOST_KEY, pack_instructions, unpack_reply
 from fedsuite.codec.payload import PARTITION_KEY
@@ -39,11 +41,12 @@ class BatchedRound(FitRound):
 
     def exchange(self, loop: RoundLoop, instructions: list, server_round: int, timeout: float | None):
         members = [
-            Member(_builder(proxy, ins), partial(arrays_of, ins.parameters), ins.config,
+            Member(device_replies.building(_builder(proxy, ins)), partial(arrays_of, ins.parameters), ins.config,
                    partial(proxy.fit, ins, timeout, server_round))
             for proxy, ins in instructions
         ]  # fmt: skip
-        return flower_results(instructions, self.dispatcher.train(members))
+        replies = [device_replies.as_fit_res(reply) for reply in self.dispatcher.train(members)]
+        return flower_results(instructions, replies)
 
 
 class SharedRound(FitRound):

@@ -10,7 +10,7 @@ travels as it is.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,10 +32,15 @@ class PayloadError(ValueError):
 
 
 def pack(named: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], str]:
+    return [_wire(a) for a in named.values()], names_of(named)
+
+
+def names_of(named: Mapping[str, Any]) -> str:
+    """The ARRAYS_KEY value naming `named`'s arrays in order; PayloadError for a name that cannot travel."""
     for name in named:
         if not name or "," in name:
             raise PayloadError(f"array name {name!r}: must be non-empty and contain no comma")
-    return [_wire(a) for a in named.values()], ",".join(named)
+    return ",".join(named)
 
 
 def _wire(array: np.ndarray) -> np.ndarray:

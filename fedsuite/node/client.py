@@ -36,7 +36,17 @@ import numpy as np
 import torch
 from flwr.client import NumPyClient
 
-from fedsuite.codec.payload import ALGORITHM_KEY, ARRAYS_KEY, PARTITION_KEY, STATE_ACCEPTED, STATE_KEY, pack, unpack
+from fedsuite.codec.device_arrays import uplink_tensor
+from fedsuite.codec.payload import (
+    ALGORITHM_KEY,
+    ARRAYS_KEY,
+    PARTITION_KEY,
+    STATE_ACCEPTED,
+    STATE_KEY,
+    names_of,
+    pack,
+    unpack,
+)
 from fedsuite.config.run_config import Config
 from fedsuite.evaluation.metrics import batch_metrics
 from fedsuite.local.adaptive import TRACKING_KEY, tracks
@@ -121,6 +131,7 @@ class RuleClient(NumPyClient):
     """An algorithm's ClientRule behind Flower's NumPyClient API (module docstring)."""
 
     READ_ONLY_ARRAYS = True  # fit and evaluate copy what they keep: the in-process engines may pass read-only views
+    keeps_uplink_on_device = False  # `finish` leaves the uplink on the device (the in-process batched round's)
 
     def __init__(self, client_rule: ClientRule, stages: list[ClientStage] | None = None):
         """`stages`: the client's round stages; by default those of its node's run config (`client_stages`)."""
@@ -162,7 +173,7 @@ class RuleClient(NumPyClient):
     # ---- one training round: prepare → train → finish ------------------------------------------------------
     def _train(self, parameters, config):
         fit = self.prepare(parameters, config)
-        return self.finish(fit, self.train(fit))
+        return self.finish(fit, self.train(fit), keep_on_device=False)  # NumPyClient's reply travels as arrays
 
     def prepare(self, parameters, config) -> PreparedFit:
         """Everything before the local loop: the state acknowledgement, the downlink decoded and received by the
@@ -205,10 +216,13 @@ class RuleClient(NumPyClient):
             private=fit.private,
         )
 
-    def finish(self, fit: PreparedFit, result: LocalResult):
+    def finish(self, fit: PreparedFit, result: LocalResult, keep_on_device: bool | None = None):
         """Everything after the local loop: the stages' refusals, the uplink with the stages' arrays, its finiteness,
         the stages' release, what they keep, the state save, the packed arrays, the metrics and example count as the
-        stages leave them; returns NumPyClient.fit's (arrays, examples, metrics)."""
+        stages leave them; returns NumPyClient.fit's (arrays, examples, metrics). The arrays are float32 tensors left
+        on the device (fedsuite/codec/device_arrays.py) where `keep_on_device` (default: the client's
+        `keeps_uplink_on_device`, which the in-process batched round sets) says so and no stage handles the upload;
+        else numpy arrays on the host."""
         node, config, ctx = self.node, fit.config, fit.ctx
         for stage in self.stages:  # before the rule's uplink moves any state
             stage.before_release(fit)
@@ -223,7 +237,11 @@ class RuleClient(NumPyClient):
             stage.before_save(result, fit)
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
-        arrays, names = pack({k: to_host(v) for k, v in uplink.items()})
+        keep = self.keeps_uplink_on_device if keep_on_device is None else keep_on_device
+        if keep and not self.stages:
+            arrays, names = [uplink_tensor(v) for v in uplink.values()], names_of(uplink)
+        else:
+            arrays, names = pack({k: to_host(v) for k, v in uplink.items()})
         metrics = {
             ARRAYS_KEY: names,
             "partition-id": node.partition_id,

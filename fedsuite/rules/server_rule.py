@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
+from fedsuite.codec.device_arrays import all_on_device
 from fedsuite.rules.declared import StateSpec, Vector, check_state
 from fedsuite.rules.rounds import Answer, Query, Reply
 from fedsuite.server import blockwise
@@ -137,6 +139,11 @@ class ServerRule:
 
     def cohort_mean(self, replies: Sequence[Reply], value: str | Callable[[Reply], np.ndarray]) -> np.ndarray:
         """mean_S of a named uplink array (or of value(reply)): uniform, or weighted by n_i (weighting='samples')."""
+        if isinstance(value, str) and all_on_device([r.arrays for r in replies]):  # the same sums, on the device
+            tensors = [r.arrays.tensor(value) for r in replies]
+            if self.settings.expected_cohort is not None:
+                return device_mean(tensors, None, self.settings.expected_cohort)
+            return device_mean(tensors, self.cohort_weights(replies), None)
         get = (lambda r: r.arrays[value]) if isinstance(value, str) else value
         if self.settings.expected_cohort is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
             return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
@@ -165,8 +172,23 @@ class ServerRule:
     def displacement(self, replies: Sequence[Reply], name: str = "delta") -> np.ndarray:
         """The aggregate model move before η_g: mean_S(Δ_i), or Σ_S Δ_i / N with agg-scale='1/N'."""
         if self.settings.agg_scale == "1/N":
+            if all_on_device([r.arrays for r in replies]):
+                return device_mean([r.arrays.tensor(name) for r in replies], None, self.num_clients)
             return sum(r.arrays[name] for r in replies) / self.num_clients
         return self.cohort_mean(replies, name)
+
+
+def device_mean(tensors: Sequence[torch.Tensor], weights: np.ndarray | None, denominator: float | None) -> np.ndarray:
+    """`cohort_mean` of float32 device tensors, on their device, as a float64 host array equal bit for bit to the
+    host path's: out += w_i·float64(v_i) in reply order, each product and sum rounded once as there (two kernels,
+    never one fused multiply-add); or Σ float64(v_i) / denominator (a fixed expected cohort)."""
+    out = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
+    for i, vector in enumerate(tensors):
+        wide = vector.to(torch.float64)
+        out.add_(wide if weights is None else wide.mul_(float(weights[i])))
+    if denominator is not None:  # a divisor tensor: a scalar one may become a multiplication by its reciprocal
+        out.div_(torch.full_like(out, denominator))
+    return out.cpu().numpy()
 
 
 def _add_weighted(out: np.ndarray, terms: Sequence[tuple[float, np.ndarray]]) -> None:

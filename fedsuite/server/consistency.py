@@ -13,7 +13,7 @@ round. Here the same sums are formed a cache-sized block of coordinates at a tim
   are added back up the same tree, so every row sum is the one `np.sum` of the whole row gives.
 The blocks are independent, so runs of them are filled on the block threads (fedsuite/server/blockwise.py) and the sums
 added up afterwards, in the tree's order. tests/test_speed_paths.py checks the equality against the stacked
-expression.
+expression. Replies kept on the device get the figure there (`local_consistency_on_device`), to float64 rounding.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from fedsuite.server import blockwise
 
@@ -74,3 +75,17 @@ def local_consistency(deltas: Sequence[np.ndarray]) -> float:
     blockwise.each(blockwise.tasks(len(blocks)), fill)
     rows = np.array([_tree_sum(block_sums[i].tolist(), dim, [0]) for i in range(count)])
     return float(np.mean(rows))
+
+
+def local_consistency_on_device(deltas: Sequence[torch.Tensor]) -> float:
+    """The same figure from float32 tensors on a device (replies kept there, fedsuite/codec/device_arrays.py), in
+    float64 on that device, one d-vector at a time (no S × d matrix). The mean is the host's, elementwise in the same
+    order; each squared norm is summed by torch's reduction, whose order differs from NumPy's pairwise tree, so the
+    figure equals the host one to float64 rounding (about 1e-15 relative), not bit for bit."""
+    count = len(deltas)
+    mean = torch.zeros(deltas[0].shape, dtype=torch.float64, device=deltas[0].device)
+    for delta in deltas:
+        mean.add_(delta.to(torch.float64))
+    mean.div_(torch.full_like(mean, count))
+    norms = torch.stack([torch.sum(torch.square(delta.to(torch.float64) - mean)) for delta in deltas])
+    return float(np.mean(norms.cpu().numpy()))

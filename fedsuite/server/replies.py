@@ -8,8 +8,10 @@ import traceback
 from collections.abc import Callable, Collection
 
 import numpy as np
+import torch
 from flwr.common import FitRes
 
+from fedsuite.codec.device_arrays import DeviceArrays, device_tensors
 from fedsuite.codec.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
 from fedsuite.rules.rounds import Reply
 from fedsuite.server import blockwise
@@ -31,26 +33,33 @@ class RejectedReply(ValueError):
 def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: Collection[int], dim: int,
              widen: Callable[[np.ndarray], np.ndarray] | None = None) -> Reply:  # fmt: skip
     """The reply as float64 arrays, or RejectedReply. `expected(partition)` names the arrays it must hold; `widen`
-    makes an array's float64 copy (default `astype`; the strategy's WideCopies reuses earlier rounds' buffers)."""
+    makes an array's float64 copy (default `astype`; the strategy's WideCopies reuses earlier rounds' buffers). A
+    reply whose arrays stayed on the device (fedsuite/codec/device_arrays.py) is checked there and keeps them there
+    (DeviceArrays), with the same checks and messages."""
     metrics = dict(res.metrics or {})
     if "error" in metrics:
         error = str(metrics["error"])
         raise RejectedReply(error, error.startswith(DIVERGENCE_ERRORS), str(metrics.get("traceback", "")))
+    on_device = device_tensors(res.parameters)  # the in-process batched round's tensors (DeviceParameters)
     try:
-        arrays = unpack(arrays_of(res.parameters), str(metrics.get(ARRAYS_KEY, "")))  # views of the bytes
+        received = arrays_of(res.parameters) if on_device is None else on_device  # views of the bytes, or tensors
+        arrays = unpack(received, str(metrics.get(ARRAYS_KEY, "")))
     except PayloadError as err:
         raise RejectedReply(str(err)) from err
     pid = metric_number(metrics, "partition-id", -1)
     wanted = expected(pid)
     if set(arrays) != set(wanted):
         raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
-    wide = {}  # the float64 copies the rule aggregates
     for name, a in arrays.items():
-        if a.shape != (dim,):
-            raise RejectedReply(f"array {name!r} has shape {a.shape}, expected ({dim},)")
-        if not all_finite(a):  # as received: a float32 entry is finite exactly when its float64 copy is
+        if tuple(a.shape) != (dim,):
+            raise RejectedReply(f"array {name!r} has shape {tuple(a.shape)}, expected ({dim},)")
+        finite = all_finite(a) if on_device is None else bool(torch.isfinite(a).all())
+        if not finite:  # as received: a float32 entry is finite exactly when its float64 copy is
             raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
-        wide[name] = a.astype(np.float64) if widen is None else widen(a)
+    if on_device is None:  # the float64 copies the rule aggregates
+        wide = {name: a.astype(np.float64) if widen is None else widen(a) for name, a in arrays.items()}
+    else:  # kept on the device; widened where the rule reads them (fedsuite/codec/device_arrays.py)
+        wide = DeviceArrays(arrays)
     if pid not in sampled:
         raise RejectedReply(f"partition-id {pid} was not sampled this round")
     steps = metric_number(metrics, "steps", 0)
@@ -73,7 +82,7 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
         lr=metric_number(metrics, "lr", 0.0),
         arrays=wide,
         metrics=metrics,
-        uplink_bytes=nbytes(list(arrays.values())),
+        uplink_bytes=nbytes(list(arrays.values())) if on_device is None else sum(4 * a.numel() for a in received),
     )
 
 

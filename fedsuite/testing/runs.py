@@ -73,15 +73,17 @@ def _keywords_taken(invariant: Invariant, context: Mapping[str, Any]) -> dict[st
 
 
 def run_algorithm(algorithm: str, run_config: Mapping[str, Any] | None = None, invariants: Iterable[Invariant] = (),
-                  **options) -> KitRun:  # fmt: skip
-    """Run `algorithm` in process on `run_config` (over LSQ's keys); `options` go to run_inprocess (record, …)."""
+                  observers: Iterable[Any] = (), **options) -> KitRun:  # fmt: skip
+    """Run `algorithm` in process on `run_config` (over LSQ's keys); `observers` (RoundObserver) watch it beside the
+    kit's own; `options` go to run_inprocess (record, …)."""
     from fedsuite.run.inprocess import run_inprocess
 
     models: dict[int, np.ndarray] = {}
     rows: list[dict] = []
     cohorts: dict[int, tuple[int, ...]] = {}
     cfg = {**LSQ, **(run_config or {}), "algorithm": algorithm}
-    strategy = run_inprocess(cfg, observers=[_observer(tuple(invariants), models, rows, cohorts)], **options)
+    strategy = run_inprocess(cfg, observers=[_observer(tuple(invariants), models, rows, cohorts), *observers],
+                             **options)  # fmt: skip
     by_round = {row["round"]: row for row in rows}
     rounds = [RoundObservation(r, x, by_round.get(r, {}), cohorts[r]) for r, x in sorted(models.items())]
     x0 = np.asarray(strategy.plan.initial_x, dtype=np.float32).copy()

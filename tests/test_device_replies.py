@@ -1,0 +1,142 @@
+"""Replies kept on the device (fedsuite/batched/device_replies.py, fedsuite/codec/device_arrays.py,
+docs/running/batched.md#replies-on-the-device): the in-process batched round's uplinks stay tensors, are checked and
+averaged where they are, and give the very models of the host path, for every algorithm of the registry.
+
+On a CUDA card the path is on by itself; here it runs on the CPU (`device_replies.ON_CPU`), the same code. The cohort
+means are formed with the host path's operations in its order, so every model is equal bit for bit; the one figure
+summed by torch's own reduction, FedMIM's local consistency, equals the host one to float64 rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.common import Code, FitRes, Status
+
+from fedsuite import testing as kit
+from fedsuite.batched import device_replies
+from fedsuite.codec.device_arrays import DeviceArrays, DeviceParameters
+from fedsuite.registry import known as registry
+from fedsuite.rules.rounds import Reply
+from fedsuite.rules.server_rule import ServerRule, device_mean
+from fedsuite.server.consistency import local_consistency, local_consistency_on_device
+from fedsuite.server.observers import RoundObserver
+from fedsuite.server.replies import RejectedReply, validate
+from tests.test_batched_clients import BASE
+
+RELATIVE = 1e-12  # the local-consistency figure: float64 rounding of a sum of squares, in another order
+# Algorithms whose uploads a client stage handles (there, the host path: docs/running/batched.md#replies-on-the-device)
+HOST_PATH = {"fedpaq": "compress-up='qsgd' by default: the compression stage encodes its uploads"}
+
+
+class RepliesSeen(RoundObserver):
+    """Whether each aggregated round's replies held their arrays on the device."""
+
+    def __init__(self):
+        self.kinds: list[bool] = []
+
+    def aggregated(self, server_round, strategy, x_before, replies):
+        self.kinds.append(all(isinstance(r.arrays, DeviceArrays) for r in replies))
+
+
+def _run(name: str, settings: dict, monkeypatch, on_device: bool):
+    monkeypatch.setattr(device_replies, "ON_CPU", on_device)
+    seen = RepliesSeen()
+    return kit.run_algorithm(name, settings, observers=[seen]), seen
+
+
+def _same_rows(a: dict, b: dict) -> bool:
+    """The rounds' rows equal, but for wall times and the local consistency (to RELATIVE)."""
+    timed = {"round_seconds", "client_compute_seconds", "client_compute_max_seconds"}
+    keys = (set(a) | set(b)) - timed
+    for key in keys:
+        x, y = a.get(key), b.get(key)
+        if key == "local_consistency" and x is not None and y is not None:
+            if abs(x - y) > RELATIVE * max(abs(x), abs(y), 1e-300):
+                return False
+        elif key not in timed and x != y and not (isinstance(x, float) and np.isnan(x) and np.isnan(y)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name", tuple(registry.ALGORITHMS))
+def test_every_algorithm_gives_the_same_models_with_replies_on_the_device(name, monkeypatch):
+    settings = {**BASE, "batch-clients": True}
+    host, host_seen = _run(name, settings, monkeypatch, on_device=False)
+    device, device_seen = _run(name, settings, monkeypatch, on_device=True)
+    assert host_seen.kinds and not any(host_seen.kinds)
+    if name in HOST_PATH:
+        assert device_seen.kinds and not any(device_seen.kinds)
+    else:
+        assert device_seen.kinds and all(device_seen.kinds)  # the path was taken, every round
+    assert len(host.rounds) == len(device.rounds)
+    for a, b in zip(host.rounds, device.rounds, strict=True):
+        assert kit.identical(a.x, b.x), f"round {a.round}"
+        assert _same_rows(a.row, b.row), (a.row, b.row)
+    assert kit.identical(host.x, device.x)
+    assert kit.identical(host.strategy.state_dict(), device.strategy.state_dict())
+
+
+def test_a_run_with_client_stages_keeps_the_host_path(monkeypatch):
+    """Compressed uploads are the compression stage's to handle: those replies travel as arrays."""
+    settings = {**BASE, "batch-clients": True, "compress-up": "topk", "compress-up-k": 3}
+    host, _ = _run("fedavg", settings, monkeypatch, on_device=False)
+    device, seen = _run("fedavg", settings, monkeypatch, on_device=True)
+    assert seen.kinds and not any(seen.kinds)
+    assert kit.identical(host.x, device.x)
+
+
+# ---- the pieces ------------------------------------------------------------------------------------------------
+def _replies(vectors, examples) -> list[Reply]:
+    pairs = enumerate(zip(vectors, examples, strict=True))
+    return [Reply(i, n, 3, 0.1, DeviceArrays({"delta": v})) for i, (v, n) in pairs]
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "samples"])
+@pytest.mark.parametrize("expected_cohort", [None, 7.5])
+def test_the_device_mean_is_the_host_mean_bit_for_bit(weighting, expected_cohort):
+    generator = torch.Generator().manual_seed(3)
+    vectors = [torch.randn(1000, generator=generator) * 10 ** float(k) for k in range(-3, 4)]
+    examples = [5, 17, 3, 9, 11, 2, 40]
+    device = _replies(vectors, examples)
+    host = [Reply(r.partition_id, r.num_examples, 3, 0.1, {"delta": r.arrays["delta"]}) for r in device]
+    rule = ServerRule.__new__(ServerRule)
+    rule.dim = 1000
+    rule.settings = type("S", (), {"weighting": weighting, "expected_cohort": expected_cohort})()
+    assert isinstance(host[0].arrays, dict) and host[0].arrays["delta"].dtype == np.float64
+    assert kit.identical(rule.cohort_mean(device, "delta"), rule.cohort_mean(host, "delta"))
+    weights = None if expected_cohort else rule.cohort_weights(host)
+    assert device_mean(vectors, weights, expected_cohort).dtype == np.float64
+
+
+def test_a_rule_reading_a_vector_gets_the_host_paths_float64_copy():
+    vector = torch.linspace(-1, 1, 9)
+    arrays = DeviceArrays({"delta": vector})
+    assert arrays["delta"] is arrays["delta"]  # made once
+    assert kit.identical(arrays["delta"], vector.numpy().astype(np.float64))
+    assert list(arrays) == ["delta"] and "delta" in arrays and len(arrays) == 1
+
+
+def test_the_local_consistency_on_the_device_equals_the_host_figure():
+    generator = torch.Generator().manual_seed(5)
+    deltas = [torch.randn(300_000, generator=generator) for _ in range(6)]
+    host = local_consistency([d.numpy().astype(np.float64) for d in deltas])
+    assert abs(local_consistency_on_device(deltas) - host) <= RELATIVE * host
+
+
+def _fit_res(arrays: list[torch.Tensor], names: str = "delta") -> FitRes:
+    metrics = {"fedsuite.arrays": names, "partition-id": 0, "steps": 2, "loss": 0.5}
+    return FitRes(Status(Code.OK, "Success"), DeviceParameters.of(arrays), 10, metrics)
+
+
+def test_a_reply_on_the_device_is_checked_as_one_on_the_wire():
+    ok = validate(_fit_res([torch.ones(4)]), lambda pid: ("delta",), {0}, 4)
+    assert isinstance(ok.arrays, DeviceArrays) and ok.uplink_bytes == 16
+    with pytest.raises(RejectedReply, match="non-finite") as bad:
+        validate(_fit_res([torch.tensor([1.0, float("nan"), 0, 0])]), lambda pid: ("delta",), {0}, 4)
+    assert bad.value.diverged
+    with pytest.raises(RejectedReply, match=r"shape \(3,\), expected \(4,\)"):
+        validate(_fit_res([torch.ones(3)]), lambda pid: ("delta",), {0}, 4)
+    with pytest.raises(RejectedReply, match="expects"):
+        validate(_fit_res([torch.ones(4)], "c_i"), lambda pid: ("delta",), {0}, 4)
