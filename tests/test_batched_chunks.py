@@ -135,9 +135,15 @@ def test_even_chunks_are_the_fewest_and_differ_by_at_most_one():
 
 
 def test_the_cuda_arithmetic_bytes_per_client_and_free_bytes_to_chunk_size():
+    # one client: 1 GiB held, 1 GiB passing; two: 2 GiB held, 1.5 GiB passing. The second client adds 0.5 GiB passing,
+    # half the two clients' is 0.75 GiB: the more is taken (the one-client step may have had a larger workspace)
+    assert footprint((GIB, 2 * GIB), (2 * GIB, 3 * GIB + GIB // 2)) == Footprint(GIB, 3 * GIB // 4, GIB // 4)
+    # a workspace that grows with the second client: what it adds (1.5 GiB) is more than half of two (1.25 GiB)
+    assert footprint((GIB, 2 * GIB), (2 * GIB, 4 * GIB + GIB // 2)) == Footprint(GIB, 3 * GIB // 2, 0)
+    assert footprint((100, 150), (200, 240)) == Footprint(100, 20, 30)  # passing: 40 − 50 < 0, half of 40
+    assert footprint((0, 0), (0, 0)) == Footprint(0, 0, 0)
     # held 1 GiB, passing 0.5 GiB: each client 1.5 GiB eager, 2 GiB recorded (the recording's own pool), plus draws
-    found = footprint((1 * GIB + 300, 2 * GIB), (2 * GIB + 300, 3 * GIB + 512 * 2**20))
-    assert found == Footprint(held=GIB, passing=GIB // 2, fixed=GIB // 2)  # the one-client step less one client
+    found = Footprint(held=GIB, passing=GIB // 2, fixed=0)
     assert found.client_bytes(recorded=False, draws=0) == 3 * GIB // 2
     assert found.client_bytes(recorded=True, draws=GIB // 4) == 9 * GIB // 4
     assert most_clients(free=20 * GIB, per_client=3 * GIB // 2, fixed=0) == 10  # 0.8 × 20 / 1.5 = 10.67
@@ -145,7 +151,6 @@ def test_the_cuda_arithmetic_bytes_per_client_and_free_bytes_to_chunk_size():
     assert most_clients(free=20 * GIB, per_client=3 * GIB // 2, fixed=2 * GIB) == 9  # (16 − 2) / 1.5 = 9.33
     assert most_clients(free=GIB, per_client=3 * GIB // 2, fixed=0) == 1  # one client always trains
     assert most_clients(free=10 * GIB, per_client=GIB, fixed=0, fraction=0.5) == 5
-    assert footprint((100, 50), (90, 40)) == Footprint(0, 0, 50)  # never negative
 
 
 def _sample(device_type: str = "cpu") -> GroupSample:
@@ -224,3 +229,40 @@ def test_bad_batch_chunk_values_are_refused(value, error):
         resolve({"batch-chunk": value})
     assert error in str(refused.value).splitlines()[-1]
     assert resolve({"batch-chunk": 4}).batching.chunk == 4 and resolve({}).batching.chunk == 0
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+ON_CUDA = {**SEVEN, "device": "cuda", "batch-clients": True}
+
+
+@needs_cuda
+def test_the_probe_on_a_cuda_device_counts_each_clients_vectors_and_activations():
+    data = LocalData(torch.randn(64, 3, 16, 16, device="cuda"), torch.randint(0, 10, (64,), device="cuda"))
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                 torch.nn.Linear(32 * 16 * 16, 10))  # fmt: skip
+    model = FlatModel(module, device="cuda")
+    d = model.x.numel()
+    x0 = model.x.detach().clone()
+    rule = UpdateRule(clipped=(AddVector(torch.ones(d, device="cuda")),))
+    settings = LocalSettings(lr=0.1, steps=5, epochs=1, batch_size=32, weight_decay=0.0, clip_norm=0.0)
+    sample = GroupSample(model, x0, data, torch.nn.functional.cross_entropy, rule, settings, 5, 32)
+    found = chunks.probe(sample)
+    assert found.held >= 4 * (d * 4 - 512)  # x, gradient, x0, the rule's vector: float32 rows (blocks of 512 B)
+    assert found.passing >= 32 * 32 * 16 * 16 * 4  # at least the convolution's output for 32 samples
+    plan = MemoryPlan().plan(1000, 0, sample, "kind", cuda_graphs=True)
+    assert "GiB free on cuda" in plan.why and sum(plan.sizes) == 1000
+
+
+@needs_cuda
+def test_a_cuda_run_measured_by_the_plan_equals_the_whole_group_and_one_at_a_time(monkeypatch, chunks_trained, caplog):
+    alone = kit.run_algorithm("scaffold", {**ON_CUDA, "batch-clients": False})
+    with caplog.at_level(logging.INFO, logger="flwr.fedsuite"):
+        measured = kit.run_algorithm("scaffold", ON_CUDA)  # a least-squares model: the whole group fits
+    said = [r.getMessage() for r in caplog.records if "batch-chunk:" in r.getMessage()]
+    assert len(said) == 1 and "a group of 7 clients trains in chunks of [7]" in said[0] and "GiB free" in said[0]
+    assert chunks_trained == [[7], [7]]
+    chunks_trained.clear()
+    monkeypatch.setattr(chunks, "free_bytes", lambda device: 0)  # no room: one client at a time
+    starved = kit.run_algorithm("scaffold", ON_CUDA)
+    assert chunks_trained == [[], []]
+    assert _gap(alone.x, measured.x) <= TOLERANCE_FLOAT64 and _gap(alone.x, starved.x) <= TOLERANCE_FLOAT64

@@ -10,7 +10,8 @@ clients, split evenly (`even_chunks`: 40 clients with room for 15 → 14, 13, 13
   copies of the group's first client (`one_step`: its rule's tensors stacked as copies, so the client itself is
   untouched), once per run and kind of group, and reads the allocator's counts (torch.cuda.memory_allocated,
   torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats). What the second client adds is one
-  client's cost (`footprint`):
+  client's cost, or half the two-client step's when that is more (a library workspace that is smaller for two clients
+  than for one would otherwise hide part of a client's cost; `footprint`):
 
     held     bytes still allocated after the step: the client's rows of x, of the gradient and of x0, its rows of
              every stacked rule tensor (SCAFFOLD's c − c_i, FedDyn's duals, the Adam moments, a block table …) and
@@ -80,9 +81,11 @@ class Footprint:
 
 
 def footprint(one: tuple[int, int], two: tuple[int, int]) -> Footprint:
-    """The footprint from the probe's (held, peak) bytes of one stacked step of one client and of two."""
-    held = max(0, two[0] - one[0])
-    passing = max(0, (two[1] - two[0]) - (one[1] - one[0]))
+    """The footprint from the probe's (held, peak) bytes of one stacked step of one client and of two: per client,
+    what the second client adds or half the two clients' bytes, whichever is more; `fixed`, what the one-client step
+    costs beyond that."""
+    held = max(two[0] - one[0], two[0] // 2, 0)
+    passing = max((two[1] - two[0]) - (one[1] - one[0]), (two[1] - two[0]) // 2, 0)
     return Footprint(held, passing, max(0, one[1] - held - passing))
 
 

@@ -141,9 +141,12 @@ class BatchedDispatcher:
 
     def _together(self, key: tuple, group: list[_Fit]) -> None:
         """A group (`key`: its group_key) in the memory plan's chunks, each one stacked computation (a chunk of one
-        client trains alone), one after another in the group's order."""
+        client trains alone), one after another in the group's order. The plan is made again before each chunk for
+        the clients left, with the memory free then (replies kept on the device take some); while that stays, the
+        chunks are the first plan's (the even split of what is left is the rest of an even split)."""
         start = 0
-        for size in self._plan(key, group).sizes:
+        while start < len(group):
+            size = self._plan(key, group[start:]).sizes[0]
             chunk, start = group[start : start + size], start + size
             if size == 1:
                 self._alone(chunk[0])
