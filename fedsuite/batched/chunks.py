@@ -24,8 +24,8 @@ clients, split evenly (`even_chunks`: 40 clients with room for 15 → 14, 13, 13
   for the step's temporaries, next to the one the eager first step used) + its round of minibatches (K_i × one
   minibatch's inputs and targets: the loop draws a client's whole round at once, fedsuite/batched/draws.py). The
   free bytes are the device's free memory (torch.cuda.mem_get_info) plus what the allocator holds cached but unused
-  (reserved − allocated), measured before each group; `most_clients` keeps SAFETY of them, less `fixed`, and
-  divides by one client's cost.
+  (reserved − allocated), measured before each chunk for the clients left; `most_clients` keeps SAFETY of them,
+  less `fixed`, and divides by one client's cost.
 
 The probe resets the device's peak-memory statistics, once per run and kind of group, before the group trains.
 """
