@@ -199,9 +199,27 @@ def test_a_failing_probe_leaves_the_whole_group(monkeypatch):
     assert found.sizes == [40] and "probe raised RuntimeError: out of memory" in found.why
 
 
-def test_on_a_cpu_the_plan_is_the_whole_group():
-    assert MemoryPlan().plan(40, 0, _sample(), "kind", cuda_graphs=True).sizes == [40]
-    assert MemoryPlan().plan(40, 6, _sample(), "kind", cuda_graphs=True).sizes == [6, 6, 6, 6, 6, 5, 5]
+def test_on_a_cpu_the_plan_is_the_whole_group_while_the_hosts_memory_holds_its_vectors(monkeypatch):
+    sample = _sample()
+    assert MemoryPlan().plan(40, 0, sample, "kind", cuda_graphs=True).sizes == [40]
+    assert MemoryPlan().plan(40, 6, sample, "kind", cuda_graphs=True).sizes == [6, 6, 6, 6, 6, 5, 5]
+    per_client = chunks.vector_bytes(sample)
+    assert per_client == 3 * 3 * 8 + 5 * (4 * 3 + 4) * 8  # x, gradient, x0 (d = 3, float64); 5 minibatches of 4
+    monkeypatch.setattr(chunks, "available_host_bytes", lambda: 20 * per_client)  # half of it: 10 clients' vectors
+    assert MemoryPlan().plan(10, 0, sample, "kind", cuda_graphs=True).sizes == [10]
+    split = MemoryPlan().plan(40, 0, sample, "kind", cuda_graphs=True)
+    assert split.sizes == [10] * 4 and "more than 0.5 of the" in split.why
+    monkeypatch.setattr(chunks, "available_host_bytes", lambda: None)  # not readable: the whole group
+    assert MemoryPlan().plan(40, 0, sample, "kind", cuda_graphs=True).sizes == [40]
+
+
+def test_a_rules_tensors_are_counted_once_per_stage():
+    vector, moments = torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    adam = AdamStep(moments, 0.9, 0.99, 1e-8)  # m, v, v̂ and its step's buffer
+    shared = AddVector(vector)
+    rule = UpdateRule(step=adam, clipped=(shared,), after_step=(shared,))
+    assert chunks.rule_bytes(rule) == (4 + 1) * 3 * 8  # Adam's four vectors and the shared one's, d = 3, float64
+    assert chunks.rule_bytes(UpdateRule()) == 0
 
 
 def test_the_probes_step_leaves_the_client_it_copies_untouched():

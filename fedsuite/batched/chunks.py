@@ -5,7 +5,9 @@ A group of clients that can train together (fedsuite/batched/grouping.py) trains
 clients, split evenly (`even_chunks`: 40 clients with room for 15 → 14, 13, 13), so that every chunk costs the same.
 `most` is the run's batch-chunk when it is set; with batch-chunk=0 it is
 
-- on a CPU, the whole group (the stacked tensors live in host memory, where a group of the suite's models fits);
+- on a CPU, the whole group, unless the clients' model-sized vectors alone (`vector_bytes`: their rows of x, the
+  gradient, x0 and every rule tensor, and their rounds of minibatches; activations not counted) would take more
+  than HOST_SHARE of the host memory available (Linux's MemAvailable); then as many as fit in that share;
 - on a CUDA device, what the device's memory holds, measured. `MemoryPlan` runs one stacked step of one and of two
   copies of the group's first client (`one_step`: its rule's tensors stacked as copies, so the client itself is
   untouched), once per run and kind of group, and reads the allocator's counts (torch.cuda.memory_allocated,
@@ -39,11 +41,12 @@ import torch
 
 from fedsuite.batched.graph import not_replayable
 from fedsuite.batched.model import StackedModel
-from fedsuite.batched.stacking import stack_rules
+from fedsuite.batched.stacking import RULE_FIELDS, SEQUENCES, stack_rules
 from fedsuite.local.loop import LocalData, LocalSettings, StepContext, UpdateRule, move
 from fedsuite.models.networks import FlatModel
 
 SAFETY = 0.8  # the share of the free device memory a chunk may take: room for fragmentation and the estimate's error
+HOST_SHARE = 0.5  # on a CPU, the share of the available host memory a chunk's vectors may take
 GIB = 2**30
 
 
@@ -164,12 +167,11 @@ class MemoryPlan:
 
     def plan(self, clients: int, chunk: int, sample: GroupSample, kind: Hashable, cuda_graphs: bool) -> Plan:
         """The chunk sizes of a group of `clients` like `sample` (`kind`: what its probe is cached by): at most
-        `chunk` (batch-chunk) when it is set; else measured on a CUDA device, the whole group elsewhere."""
+        `chunk` (batch-chunk) when it is set; else measured on a CUDA device, on a CPU as the host's memory allows."""
         if chunk > 0:
             return Plan(even_chunks(clients, chunk), f"batch-chunk={chunk}")
-        device = sample.model.x.device
-        if device.type != "cuda":
-            return Plan([clients], "not a CUDA device: the whole group")
+        if sample.model.x.device.type != "cuda":
+            return on_host(clients, sample)
         if kind not in self._footprints:
             try:
                 self._footprints[kind] = probe(sample)
@@ -178,15 +180,69 @@ class MemoryPlan:
         found = self._footprints[kind]
         if isinstance(found, str):
             return Plan([clients], f"the memory probe raised {found}: the whole group")
-        steps = sample.settings.steps  # 0 in epoch mode, which is never recorded (fedsuite/batched/loop.py)
-        recorded = cuda_graphs and steps > 0 and not_replayable(sample.rule, device, steps) is None
-        per_client = found.client_bytes(recorded, sample.draws_bytes())
-        free = free_bytes(device)
-        most = most_clients(free, per_client, found.fixed)
-        why = (
-            f"{free / GIB:.2f} GiB free on {device} × {SAFETY}, less {found.fixed / GIB:.2f} GiB fixed, holds {most} "
-            f"clients of {per_client / GIB:.3f} GiB each ({found.held / GIB:.3f} held, {found.passing / GIB:.3f} "
-            f"passing{' ×2 for the recorded step' if recorded else ''}, {sample.draws_bytes() / GIB:.3f} of drawn "
-            "minibatches; measured by one stacked step of 1 and 2 clients)"
-        )
-        return Plan(even_chunks(clients, most), why)
+        return on_cuda(clients, sample, found, cuda_graphs)
+
+
+def on_cuda(clients: int, sample: GroupSample, found: Footprint, cuda_graphs: bool) -> Plan:
+    """The chunks of a group of `clients` like `sample` whose footprint is `found`, on its CUDA device now."""
+    device = sample.model.x.device
+    steps = sample.settings.steps  # 0 in epoch mode, which is never recorded (fedsuite/batched/loop.py)
+    recorded = cuda_graphs and steps > 0 and not_replayable(sample.rule, device, steps) is None
+    per_client = found.client_bytes(recorded, sample.draws_bytes())
+    free = free_bytes(device)
+    most = most_clients(free, per_client, found.fixed)
+    why = (
+        f"{free / GIB:.2f} GiB free on {device} × {SAFETY}, less {found.fixed / GIB:.2f} GiB fixed, holds {most} "
+        f"clients of {per_client / GIB:.3f} GiB each ({found.held / GIB:.3f} held, {found.passing / GIB:.3f} "
+        f"passing{' ×2 for the recorded step' if recorded else ''}, {sample.draws_bytes() / GIB:.3f} of drawn "
+        "minibatches; measured by one stacked step of 1 and 2 clients)"
+    )
+    return Plan(even_chunks(clients, most), why)
+
+
+def on_host(clients: int, sample: GroupSample) -> Plan:
+    """A CPU group's chunks: the whole group, unless its clients' model-sized vectors alone (`vector_bytes`) would
+    take more than HOST_SHARE of the host memory available now; then as many as fit in that share."""
+    per_client, available = vector_bytes(sample), available_host_bytes()
+    if available is None or clients * per_client <= HOST_SHARE * available:
+        return Plan([clients], "not a CUDA device: the whole group")
+    most = most_clients(available, per_client, 0, HOST_SHARE)
+    why = (
+        f"not a CUDA device: {clients} clients' vectors of {per_client / GIB:.3f} GiB each would take more than "
+        f"{HOST_SHARE} of the {available / GIB:.2f} GiB of host memory available, which holds {most}"
+    )
+    return Plan(even_chunks(clients, most), why)
+
+
+def vector_bytes(sample: GroupSample) -> int:
+    """What one client of a stacked computation holds in vectors, bytes: its rows of x, of the gradient and of x0,
+    of every tensor its rule's stages hold (`rule_bytes`), and its round of minibatches; activations not counted."""
+    return 3 * sample.x0.nbytes + rule_bytes(sample.rule) + sample.draws_bytes()
+
+
+def rule_bytes(rule: UpdateRule) -> int:
+    """Bytes of the tensors a rule's stages hold (what stacking copies into the group's rows), each stage once."""
+    total, seen = 0, set()
+    for name in RULE_FIELDS:
+        value = getattr(rule, name)
+        for stage in tuple(value) if name in SEQUENCES else (value,):
+            owner = getattr(stage, "__self__", stage)  # a bound method's object (Prox.centre_part …)
+            if id(owner) in seen:
+                continue
+            seen.add(id(owner))
+            for held in getattr(owner, "__dict__", {}).values():
+                for tensor in held if isinstance(held, (list, tuple)) else (held,):
+                    total += tensor.nbytes if isinstance(tensor, torch.Tensor) else 0
+    return total
+
+
+def available_host_bytes() -> int | None:
+    """The host memory available now (Linux's MemAvailable), bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
