@@ -16,7 +16,8 @@ from flwr.common import Code, FitRes, Status
 
 from fedsuite import testing as kit
 from fedsuite.batched import device_replies
-from fedsuite.codec.device_arrays import DeviceArrays, DeviceParameters
+from fedsuite.codec.device_arrays import DeviceArrays
+from fedsuite.codec.device_parameters import DeviceParameters
 from fedsuite.registry import known as registry
 from fedsuite.rules.rounds import Reply
 from fedsuite.rules.server_rule import ServerRule, device_mean

@@ -17,7 +17,7 @@ from fedsuite.state.file_tier import FileTier
 from fedsuite.state.folders import StateFolderTaken
 from fedsuite.state.memory_tier import MemoryTier
 from fedsuite.state.plan import TIERS, StatePlan, client_specs, state_plan
-from fedsuite.state.tier import StateTier, effective
+from fedsuite.state.tier import WRITE_ROUND, StateTier, effective
 
 ARRAYS = {
     "c_i": np.linspace(-1, 1, 7, dtype=np.float32),
@@ -328,3 +328,51 @@ def test_a_run_with_its_state_in_process_memory_equals_the_run_with_state_files(
     assert all(kit.identical(m, r.x) for m, r in zip(watch.models, files.rounds, strict=True))
     assert kit.identical(np.asarray(strategy.x, dtype=np.float32), files.x) and any(in_files.values())
     assert kit.identical(watch.seen["state"], in_files)
+
+
+@pytest.mark.parametrize("settings", [{"algorithm": "scaffold"}, {"algorithm": "feddyn", "batch-clients": True}])
+def test_a_run_with_its_state_and_replies_on_the_device_equals_the_run_with_state_files(settings, monkeypatch):
+    """client-state='device' keeps every client's vectors as tensors on the training device (here the CPU), and
+    batched replies stay there too (fedsuite/batched/device_replies.py): the same models after every round and the
+    same client state at the end as the run whose state goes to files and whose replies travel as arrays."""
+    from fedsuite import testing as kit
+    from fedsuite.batched import device_replies
+    from fedsuite.run.inprocess import remove_client_state, run_inprocess
+    from fedsuite.server.observers import RoundObserver
+
+    cfg = {**kit.PARTIAL, **settings}
+    files = kit.run_algorithm(cfg["algorithm"], cfg, keep_client_state=True, run_id=4103)
+    in_files = final_client_state(FileTier, files.strategy)
+    remove_client_state(files.strategy)
+    monkeypatch.setattr(device_replies, "ON_CPU", True)
+
+    class AtTheEnd(RoundObserver):
+        models, kinds = [], set()
+
+        def aggregated(self, server_round, strategy, x_before, replies):
+            self.models.append(np.array(strategy.x, copy=True))
+            self.strategy = strategy
+
+        def ended(self, status, reason):  # before the run's client state is removed
+            root = self.strategy.plan.client_state_root
+            held = memory_tier.shelf(root).partitions
+            vectors = [v for arrays in held.values() for k, v in arrays.items() if ":" not in k and k != WRITE_ROUND]
+            self.kinds = {type(v).__name__ for v in vectors}
+            self.state = final_client_state(DeviceTier, self.strategy)
+
+    watch = AtTheEnd()
+    strategy = run_inprocess({**kit.LSQ, **cfg, "client-state": "device"}, observers=[watch], run_id=4104)
+    assert watch.kinds == {"Tensor"}  # the vectors were held as tensors, not host arrays
+    assert not memory_tier.holds(strategy.plan.client_state_root)  # released with the run
+    assert all(kit.identical(m, r.x) for m, r in zip(watch.models, files.rounds, strict=True))
+    assert kit.identical(np.asarray(strategy.x, dtype=np.float32), files.x) and any(in_files.values())
+    assert kit.identical(watch.state, in_files)
+
+
+def test_client_state_device_is_refused_where_it_cannot_live():
+    with pytest.raises(ConfigError, match="client-state='device'.*checkpoint"):
+        resolve({"client-state": "device", "checkpoint-every": 2})
+    from simulation.launcher.launch import run
+
+    with pytest.raises(ConfigError, match="client-state='device'.*in-process engine"):
+        run({"client-state": "device", "algorithm": "scaffold"}, quiet=True, check_data=False)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from flwr.common import Code, FitRes, Status
 
-from fedsuite.codec.device_arrays import DeviceParameters
+from fedsuite.codec.device_parameters import DeviceParameters
 from fedsuite.node.client import RuleClient
 
 ON_CPU = False  # keep the replies as tensors when the clients train on the CPU too (the tests of this path)

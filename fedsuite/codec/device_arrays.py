@@ -6,41 +6,21 @@ server decodes and widens each array to float64 before the rule averages them: o
 copy and two host copies per client and vector, every round. When nothing has to travel over a wire, the reply can
 carry the tensors themselves:
 
-- `DeviceParameters`: Flower's `Parameters` with no bytes and the uplink's float32 tensors beside them (`arrays`,
-  in the order of the reply's ARRAYS_KEY names), so every Flower and fedsuite function that passes a FitRes along
-  passes it unchanged;
+- `DeviceParameters` (fedsuite/codec/device_parameters.py): Flower's `Parameters` with no bytes and the uplink's
+  float32 tensors beside them, so every Flower and fedsuite function that passes a FitRes along passes it unchanged;
 - `DeviceArrays`: a valid reply's arrays as the server rule reads them (`Reply.arrays`): a mapping whose values are
   float64 numpy arrays, made from the device tensor only when a rule asks for one (and kept), while the cohort means
   (fedsuite/rules/server_rule.py) and the round's figures (fedsuite/server/accounting.py) read `tensor(name)` and are
   computed on the device. A rule that reads a vector itself gets exactly the array the host path would give it.
+This module holds no Flower type, so the server rules (Flower-free) can read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from flwr.common import Parameters
-
-DEVICE_TENSOR_TYPE = "fedsuite.device-tensors"  # a DeviceParameters' tensor_type: no bytes, tensors beside
-
-
-@dataclass
-class DeviceParameters(Parameters):
-    """`Parameters` whose arrays are float32 tensors on a device (`arrays`), never encoded (module docstring)."""
-
-    arrays: list[torch.Tensor] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, tensors: list[torch.Tensor]) -> DeviceParameters:
-        return cls(tensors=[], tensor_type=DEVICE_TENSOR_TYPE, arrays=list(tensors))
-
-
-def device_tensors(parameters: Parameters) -> list[torch.Tensor] | None:
-    """The tensors of a DeviceParameters, or None for encoded parameters."""
-    return parameters.arrays if isinstance(parameters, DeviceParameters) else None
 
 
 def uplink_tensor(value: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,9 @@ def cross_checks(v: dict[str, Scalar]) -> list[str]:
     errors += system_errors(v)  # local work, deadline, availability, and client-level DP with them
     if "run-name" in v and (problem := run_name_problem(str(v["run-name"]))) is not None:
         errors.append(problem)  # one folder inside out-dir: nothing is written or removed outside it
+    if v.get("client-state") == "device" and (v.get("checkpoint-every") or v.get("resume-from")):
+        errors.append("client-state='device' keeps client state on the training device, where no checkpoint can "
+                      "copy it; with checkpoint-every or resume-from use 'auto', 'memory' or 'disk'")  # fmt: skip
     if "lowrank-rank" in v and "lowrank-size" in v and int(v["lowrank-rank"]) > int(v["lowrank-size"]):
         errors.append(f"lowrank-rank={v['lowrank-rank']}: must be <= lowrank-size={v['lowrank-size']}")
     try:

@@ -267,8 +267,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("lowrank-size", 64, "synthetic-lowrank: side of the square matrix X (docs/lowrank/index.md)", low=1,
         app=APP_OWN_DATA),
     Key("lowrank-rank", 4, "synthetic-lowrank: rank r of the ground truth X_G = diag(I_r, 0)", low=0, app=APP_OWN_DATA),
-    Key("client-state", "auto", "where persistent client state lives (auto: memory while it fits the budget)",
-        ("auto", "memory", "disk"), resumable=True, app=APP_STATE),
+    Key("client-state", "auto", "where persistent client state lives (auto: memory while it fits the budget, on a "
+        "CUDA card's memory when the whole federation runs in one process and fits a quarter of it; device: on the "
+        "training device, in-process engine only, docs/running/scale.md#state-on-the-device)",
+        ("auto", "memory", "disk", "device"), resumable=True, app=APP_STATE),
     Key("client-state-budget-mb", 4096.0, "memory budget for all clients' state (auto mode)", low=0.0,
         resumable=True, app=APP_STATE),
     Key("client-state-dir", "", "folder for on-disk client state (client-state=disk); empty = a per-run temp folder",

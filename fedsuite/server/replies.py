@@ -5,13 +5,14 @@ aggregated. Also: one-line descriptions of Flower's failures."""
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 import torch
 from flwr.common import FitRes
 
-from fedsuite.codec.device_arrays import DeviceArrays, device_tensors
+from fedsuite.codec.device_arrays import DeviceArrays
+from fedsuite.codec.device_parameters import device_tensors
 from fedsuite.codec.payload import ARRAYS_KEY, PayloadError, nbytes, unpack
 from fedsuite.rules.rounds import Reply
 from fedsuite.server import blockwise
@@ -40,26 +41,7 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
     if "error" in metrics:
         error = str(metrics["error"])
         raise RejectedReply(error, error.startswith(DIVERGENCE_ERRORS), str(metrics.get("traceback", "")))
-    on_device = device_tensors(res.parameters)  # the in-process batched round's tensors (DeviceParameters)
-    try:
-        received = arrays_of(res.parameters) if on_device is None else on_device  # views of the bytes, or tensors
-        arrays = unpack(received, str(metrics.get(ARRAYS_KEY, "")))
-    except PayloadError as err:
-        raise RejectedReply(str(err)) from err
-    pid = metric_number(metrics, "partition-id", -1)
-    wanted = expected(pid)
-    if set(arrays) != set(wanted):
-        raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
-    for name, a in arrays.items():
-        if tuple(a.shape) != (dim,):
-            raise RejectedReply(f"array {name!r} has shape {tuple(a.shape)}, expected ({dim},)")
-        finite = all_finite(a) if on_device is None else bool(torch.isfinite(a).all())
-        if not finite:  # as received: a float32 entry is finite exactly when its float64 copy is
-            raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
-    if on_device is None:  # the float64 copies the rule aggregates
-        wide = {name: a.astype(np.float64) if widen is None else widen(a) for name, a in arrays.items()}
-    else:  # kept on the device; widened where the rule reads them (fedsuite/codec/device_arrays.py)
-        wide = DeviceArrays(arrays)
+    pid, wide, received = _checked_arrays(res, metrics, expected, dim, widen)
     if pid not in sampled:
         raise RejectedReply(f"partition-id {pid} was not sampled this round")
     steps = metric_number(metrics, "steps", 0)
@@ -82,8 +64,36 @@ def validate(res: FitRes, expected: Callable[[int], Collection[str]], sampled: C
         lr=metric_number(metrics, "lr", 0.0),
         arrays=wide,
         metrics=metrics,
-        uplink_bytes=nbytes(list(arrays.values())) if on_device is None else sum(4 * a.numel() for a in received),
+        uplink_bytes=received,
     )
+
+
+def _checked_arrays(res: FitRes, metrics: dict, expected: Callable[[int], Collection[str]], dim: int,
+                    widen: Callable[[np.ndarray], np.ndarray] | None) -> tuple[int, Mapping, int]:  # fmt: skip
+    """`validate`'s checks of the reply's arrays (names, shapes, finiteness), in its order: (the partition id, the
+    arrays the rule aggregates, the bytes received)."""
+    on_device = device_tensors(res.parameters)  # the in-process batched round's tensors (DeviceParameters)
+    try:
+        received = arrays_of(res.parameters) if on_device is None else on_device  # views of the bytes, or tensors
+        arrays = unpack(received, str(metrics.get(ARRAYS_KEY, "")))
+    except PayloadError as err:
+        raise RejectedReply(str(err)) from err
+    pid = metric_number(metrics, "partition-id", -1)
+    wanted = expected(pid)
+    if set(arrays) != set(wanted):
+        raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
+    for name, a in arrays.items():
+        if tuple(a.shape) != (dim,):
+            raise RejectedReply(f"array {name!r} has shape {tuple(a.shape)}, expected ({dim},)")
+        finite = all_finite(a) if on_device is None else bool(torch.isfinite(a).all())
+        if not finite:  # as received: a float32 entry is finite exactly when its float64 copy is
+            raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
+    if on_device is None:  # the float64 copies the rule aggregates, and the bytes received
+        size = nbytes(list(arrays.values()))
+        wide = {name: a.astype(np.float64) if widen is None else widen(a) for name, a in arrays.items()}
+    else:  # kept on the device; widened where the rule reads them (fedsuite/codec/device_arrays.py)
+        wide, size = DeviceArrays(arrays), sum(4 * a.numel() for a in received)
+    return pid, wide, size
 
 
 def metric_number(metrics: dict, key: str, default: float | int) -> float | int:

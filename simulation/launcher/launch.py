@@ -26,6 +26,7 @@ from fedsuite.results.folder import (
 )
 from fedsuite.results.tracking import tracking_errors
 from fedsuite.run.stop_note import leave_stop_note
+from fedsuite.state.plan import DEVICE_NEEDS_ONE_PROCESS
 from simulation.launcher.console import LaunchLog, stream
 from simulation.launcher.flower import (
     cuda_visible,
@@ -72,6 +73,8 @@ def run(
     cfg, overrides = checked_config(overrides, quiet)
     for problem in tracking_errors(cfg):  # also when the data checks are skipped
         raise ConfigError(problem)
+    if cfg["client-state"] == "device":  # the ClientApps of `flwr run` are other processes
+        raise ConfigError(DEVICE_NEEDS_ONE_PROCESS)
     flwr = flwr_executable()
     if check_data:
         preflight(cfg, quiet)
