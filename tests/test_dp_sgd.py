@@ -142,6 +142,32 @@ def test_the_seeded_noise_stream_is_a_function_of_the_rounds_generator_and_the_s
     assert not torch.equal(first_draw(7, "secure"), first_draw(7, "secure"))
 
 
+def test_draw_noise_gives_the_numbers_release_draws():
+    """The stacked step draws each client's noise into its row of a buffer (fedsuite/batched/private.py): the same
+    numbers, from the same stream, as one client's release."""
+    _, first, _ = _private(1.0, 1.0, 4)
+    _, second, _ = _private(1.0, 1.0, 4)
+    rows = torch.empty(3, 2000)
+    for _ in range(2):  # the stream advances alike
+        second.draw_noise(rows[1])
+        assert torch.equal(rows[1], torch.randn(2000, generator=first._noise_stream))
+
+
+def test_a_round_whose_loop_took_no_private_gradient_releases_nothing():
+    """An engine that trained the client without its oracle is caught before the uplink: its update has no noise."""
+    stage = dp_sgd.SampleLevelStage()
+    never_bound = dp_sgd.DpSgd(1.0, 1.0, 4, 100, 1e-5, Sampler(4, "fixed", 2), 3, 1)
+    with pytest.raises(RuntimeError, match="client 3's local loop took no private gradient this round"):
+        stage.before_release(SimpleNamespace(private=never_bound))
+    _, bound, _ = _private(1.0, 1.0, 4)
+    with pytest.raises(RuntimeError, match="took no private gradient"):
+        stage.before_release(SimpleNamespace(private=bound))  # bound, but no step released anything
+    _, trained, oracle = _private(1.0, 1.0, 4)
+    trained.new_step()
+    oracle.loss_and_grad(loss_function("regression"), torch.zeros(4, 2000), torch.zeros(4))
+    stage.before_release(SimpleNamespace(private=trained))  # no target: nothing else to refuse
+
+
 # ---- accounting -------------------------------------------------------------------------------------------------
 def _expected_epsilons(cfg: dict, releases_per_step: int, n: int, batch: int) -> list[float]:
     """Per round: the largest ε over the round's cohort, each client's from the accountant over the steps of the

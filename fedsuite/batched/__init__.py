@@ -6,6 +6,8 @@ One job per module:
     stacking   one stacked update rule from a group's per-client rules (their tensors stacked), or why not, and the
                stages' final tensors written back to each client's own
     loop       `train_stacked`: `fedsuite.local.loop.train_local`'s steps for C clients at once
+    private    `StackedPrivateModel`: DP-SGD's per-record gradients inside the stacked step, each client's records
+               clipped and summed at its own row, its noise from its own stream, its ledger its own
     draws      a client's whole round of minibatches drawn at once, in the one-at-a-time loop's order
     graph      a group's step recorded once as a CUDA graph and replayed (cuda-graphs)
     grouping   which prepared clients of a round can train together (K_i, minibatch sizes, rule), and why not

@@ -5,7 +5,9 @@ Each client draws its minibatches (and their augmentation) from its own batch so
 fedsuite/batched/draws.py); the minibatches are stacked (C, B, …) and one
 vmapped gradient (fedsuite/batched/model.py) serves the whole group. The rest of the step is `fedsuite.local.loop.move`
 on the (C, d) rows: clipping and SAM's normalisation use each client's own (row) norm. Losses are summed per client.
-The clients must share K_i and every step's minibatch size (fedsuite/batched/grouping.py).
+The clients must share K_i and every step's minibatch size (fedsuite/batched/grouping.py). With DP-SGD (`privates`)
+the oracle is a `StackedPrivateModel` (fedsuite/batched/private.py): each client's gradients are its private ones,
+counted in its own ledger.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from fedsuite.batched.draws import drawable, drawn_round
 from fedsuite.batched.graph import RecordedStep, not_replayable
 from fedsuite.batched.model import StackedModel
+from fedsuite.batched.private import StackedPrivateModel, ledgers_kept_on_failure
 from fedsuite.batched.stacking import stack_rules
 from fedsuite.local.loop import LocalData, LocalResult, LocalSettings, StepContext, UpdateRule, move, plain_batches
 from fedsuite.models.networks import FlatModel
@@ -36,6 +39,7 @@ def train_stacked(
     cuda_graphs: bool = False,
     on_graph_failure: Callable[[str], None] | None = None,
     on_not_recorded: Callable[[str], None] | None = None,
+    privates: Sequence[Any] | None = None,
     **keywords: Any,
 ) -> list[LocalResult]:
     """One LocalResult per client, its x a row of the stacked iterate. The clients share `settings` (η_l, K_i, E, B,
@@ -45,6 +49,8 @@ def train_stacked(
     `cuda_graphs`: on a CUDA device, record the step once and replay it (fedsuite/batched/graph.py) where the rule
     allows; `on_graph_failure(reason)` hears of a recording that could not be made, `on_not_recorded(reason)` of a
     CUDA group whose rule the recording does not take (it runs step by step).
+    `privates`: each client's fedsuite.privacy.dp_sgd.DpSgd (dp-sgd=true), whose private gradients the oracle takes
+    (fedsuite/batched/private.py); None: the plain gradients. A failed attempt leaves their ledgers as they were.
     Each result's `seconds` is the group's time divided by C."""
     settings = LocalSettings.given(settings, keywords)
     start = time.perf_counter()
@@ -56,28 +62,44 @@ def train_stacked(
     x.copy_(x0)
     ctx = StepContext(x=x, x0=x0, lr=settings.lr)
     loss_sum = torch.zeros(len(rules), device=x.device)
+    oracle = _oracle(model_c, rules, generators, privates)
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = rule.point(model_c, loss_fn, inputs, targets)
+        loss = rule.point(oracle, loss_fn, inputs, targets)
         move(model_c.grad, ctx, rule, batch=targets.shape[1], settings=settings)
         return loss
 
-    recorded = _recorded(step, rule, x.device, settings.steps, rules[0].batches, cuda_graphs, on_not_recorded)
+    batches = rules[0].batches
+    recorded = _recorded(step, rule, x.device, settings.steps, batches, cuda_graphs, on_not_recorded, privates)
     draws = _steps(datas, rules, settings.epochs, settings.steps, settings.batch_size, generators)
-    k, first_loss = _run(step, recorded, ctx, draws, loss_sum)
+    with ledgers_kept_on_failure(privates):
+        k, first_loss = _run(step, recorded, ctx, draws, loss_sum, getattr(oracle, "new_step", None))
     if recorded is not None and recorded.failed and on_graph_failure is not None:
         on_graph_failure(recorded.failed)
     stacked.write_back()
     return _results(x0s, x, k, loss_sum, first_loss, start)
 
 
-def _run(step, recorded, ctx: StepContext, draws, loss_sum: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+def _oracle(model_c: StackedModel, rules, generators, privates) -> StackedModel | StackedPrivateModel:
+    """The model the group's point stage takes its gradients from: the stacked model, or with `privates` the
+    private one, each client's noise stream started from its own rule and generator as one client's loop does."""
+    if privates is None:
+        return model_c
+    for private, rule, generator in zip(privates, rules, generators, strict=True):
+        private.start(rule, generator, model_c.x.device)
+    return StackedPrivateModel(model_c, privates)
+
+
+def _run(step, recorded, ctx: StepContext, draws, loss_sum: torch.Tensor, new_step=None) -> tuple[int, Any]:
     """Every step of the round, by `step` or by its recorded graph: each client's losses summed into `loss_sum`
-    (in place); returns the number of steps and the first step's losses (None: no step)."""
+    (in place); returns the number of steps and the first step's losses (None: no step). `new_step()`, when given,
+    is called before each step (the DP-SGD ledgers' step)."""
     first_loss = None
     k = 0
     for inputs, targets, blocks in draws:
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
+        if new_step is not None:
+            new_step()
         loss = step(inputs, targets) if recorded is None else recorded.run(k, inputs, targets)
         loss_sum += loss
         if first_loss is None:
@@ -86,12 +108,18 @@ def _run(step, recorded, ctx: StepContext, draws, loss_sum: torch.Tensor) -> tup
     return k, first_loss
 
 
-def _recorded(step, rule: UpdateRule, device: torch.device, steps: int, batches, cuda_graphs: bool, on_not_recorded):
+def _recorded(step, rule: UpdateRule, device: torch.device, steps: int, batches, cuda_graphs: bool, on_not_recorded,
+              privates=None):  # fmt: skip
     """The step recorded as a CUDA graph (fedsuite/batched/graph.py) when asked for on a CUDA device and the rule
-    allows it, else None; `on_not_recorded(reason)` hears why a CUDA group runs step by step."""
+    allows it, else None; `on_not_recorded(reason)` hears why a CUDA group runs step by step. A DP-SGD step
+    (`privates`) is not recorded: it draws from each client's own noise generator and counts its ledgers on the
+    host."""
     if not cuda_graphs or device.type != "cuda":
         return None
-    why = not_replayable(rule, device, steps, batches) if steps else "epoch mode (local-steps=0)"
+    if privates is not None:
+        why = "dp-sgd draws each client's noise from its own generator and counts its steps on the host"
+    else:
+        why = not_replayable(rule, device, steps, batches) if steps else "epoch mode (local-steps=0)"
     if why is None:
         return RecordedStep(step, device)
     if on_not_recorded is not None:

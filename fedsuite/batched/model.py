@@ -40,6 +40,16 @@ class StackedModel:
         self._gradients = {}  # loss_fn → its vmapped gradient function
         self._params = self._views()  # x is only ever updated in place, so the views stay valid
 
+    @property
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """Each trainable parameter's (C, *shape) view into `x`, by name (functional_call's dict, per client row)."""
+        return self._params
+
+    @property
+    def layout(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of each trainable parameter, in the order of a row of `x`."""
+        return self._layout
+
     def _views(self) -> dict[str, torch.Tensor]:
         """Each trainable parameter of every client: a (C, *shape) view into `x`."""
         params, offset, clients = {}, 0, self.x.shape[0]

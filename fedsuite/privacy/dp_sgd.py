@@ -26,6 +26,10 @@ A target ε (dp-target-epsilon) is the client's own guard: a round that would ta
 nothing (PrivacyBudgetSpent, which ends the run with status budget-spent), and every reply says what one more
 round would bring its ε to, so the server stops the run before such a round (fedsuite/server/sample_budget.py).
 
+The stacked loop of fedsuite/batched/private.py uses the same per-client pieces: `start` (the noise stream),
+`draw_noise` (the numbers `release` draws) and the ledger (`new_step`, `releases`). A loop that bypassed the oracle
+is caught before anything is released (`check_trained`).
+
 `SampleLevelStage` is DP-SGD's client stage (fedsuite/stages/client.py): it gives each round's loop its `DpSgd`
 oracle, refuses a round past the target before anything is released, and replaces the training losses of the
 reply's metrics by the client's ε.
@@ -121,21 +125,36 @@ class DpSgd:
     # ---- the local loop's hooks (fedsuite/local/loop.py)
     # ---------------------------------------------------------------
     def bind(self, model: FlatModel, rule, generator: torch.Generator) -> PrivateModel:
-        """The model the round's oracle sees; the noise stream: secret, or from the round's generator's seed."""
+        """The model the round's oracle sees (after `start`)."""
+        self.start(rule, generator, model.device)
+        return PrivateModel(model, self)
+
+    def start(self, rule, generator: torch.Generator, device: torch.device) -> None:
+        """The round's noise stream on `device`: secret, or from the round's generator's seed; a rule with a batch
+        source of its own is refused. One client's loop (`bind`) and the stacked loop (fedsuite/batched/private.py)
+        both start here."""
         if rule.batches is not None:
             raise ValueError("dp-sgd=true: this algorithm's steps train on batches of its own (fixed blocks), not on "
                              "sampled batches the privacy accountant describes")  # fmt: skip
         seed = np.random.SeedSequence([generator.initial_seed(), NOISE_STREAM]).generate_state(1)[0]
-        self._noise_stream = torch_stream(self.noise_source, int(seed), model.device)
-        return PrivateModel(model, self)
+        self._noise_stream = torch_stream(self.noise_source, int(seed), device)
 
     def new_step(self) -> None:
         self.releases.append(0)
 
+    def check_batch(self, records: int) -> None:
+        """A step's batch must be the B the accountant counts."""
+        if records != self.batch:
+            raise ValueError(f"dp-sgd=true: a step trained on {records} records, expected batch size {self.batch}")
+
+    def draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        """`out` filled with N(0, 1) from this client's noise stream: the numbers `torch.randn(out.shape)` would
+        draw from it (`out` in the default dtype, as `release` draws them)."""
+        return out.normal_(generator=self._noise_stream)
+
     def release(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Σ clip(per-record gradient) + N(0, σ_s²C_s²·I), over B, into model.grad; returns the batch's mean loss."""
-        if len(targets) != self.batch:
-            raise ValueError(f"dp-sgd=true: a step trained on {len(targets)} records, expected batch size {self.batch}")
+        self.check_batch(len(targets))
         losses, grads = per_record_gradients(model, loss_fn, inputs, targets)
         total = clip_records(grads, self.clip).sum(dim=0)
         if self.noise > 0:
@@ -160,6 +179,13 @@ class DpSgd:
             rounds = participations(self.sampler, self.partition_id, self.server_round) + more_rounds
             self._epsilons[more_rounds] = RunAccountant(self.delta, self.events(rounds)).epsilon()
         return self._epsilons[more_rounds]
+
+    def check_trained(self) -> None:
+        """Raise, before anything is released, when no local loop took this round's gradients through this oracle
+        (an engine that trained the client without it): its update would carry no noise."""
+        if self._noise_stream is None or not any(self.releases):
+            raise RuntimeError(f"dp-sgd=true: client {self.partition_id}'s local loop took no private gradient "
+                               "this round; nothing of it is released")  # fmt: skip
 
     def check_budget(self) -> None:
         """Raise PrivacyBudgetSpent, before anything of this round is released, when it takes ε past the target."""
@@ -211,6 +237,7 @@ class SampleLevelStage(ClientStage):
         return for_client(node, ctx.round)
 
     def before_release(self, fit) -> None:
+        fit.private.check_trained()  # a loop that bypassed the oracle: nothing released
         fit.private.check_budget()  # past dp-target-epsilon: nothing released, no state moved
 
     def metrics(self, metrics, fit):
