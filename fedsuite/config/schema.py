@@ -257,9 +257,9 @@ COMMON_KEYS: tuple[Key, ...] = (
         app="fedsuite.app clients train one at a time"),
     Key("batch-chunk", 0, "with batch-clients=true: the most clients one stacked computation trains; a larger "
         "group trains in even chunks, one after another (0 = the memory plan chooses: on a CUDA device as many as "
-        "its free memory holds, measured, on a CPU the whole group; the same numbers up to float rounding, "
-        "docs/running/batched.md#large-cohorts-chunks)", low=0, tunable=False,
-        app="fedsuite.app clients train one at a time"),
+        "its free memory holds, measured; on a CPU the whole group while half the available host memory holds its "
+        "vectors; the same numbers up to float rounding, docs/running/batched.md#large-cohorts-chunks)", low=0,
+        tunable=False, app="fedsuite.app clients train one at a time"),
     Key("synthetic-dim", 20, "d of the synthetic federation", low=1, app=APP_OWN_DATA),
     Key("synthetic-samples", 50, "samples per client of the synthetic federation", low=1, app=APP_OWN_DATA),
     Key("synthetic-heterogeneity", 1.0, "spread of client optima and feature scales", low=0.0, app=APP_OWN_DATA),
