@@ -179,7 +179,7 @@ def test_the_cuda_plan_probes_once_per_kind_and_splits_evenly(monkeypatch):
     plan = MemoryPlan()
     sample = _sample("cuda")  # 5 steps of the plain rule: recorded, so passing counts twice → 2 GiB a client + draws
     first = plan.plan(40, 0, sample, "kind", cuda_graphs=True)
-    assert first.sizes == [7, 7, 7, 7, 6, 6]  # 0.8 × 20 GiB hold 7 clients of 2 GiB and 640 B: 40 in 6 even chunks
+    assert first.sizes == [7, 7, 7, 7, 6, 6]  # 0.8 × 20 GiB hold 7 clients of 2 GiB and 1280 B: 40 in 6 even chunks
     assert "20.00 GiB free on cuda:0 × 0.8" in first.why and "×2 for the recorded step" in first.why
     eager = plan.plan(40, 0, sample, "kind", cuda_graphs=False)  # 1.5 GiB a client: 10 fit
     assert eager.sizes == [10] * 4 and len(probes) == 1  # the same kind: measured once
@@ -204,7 +204,7 @@ def test_on_a_cpu_the_plan_is_the_whole_group_while_the_hosts_memory_holds_its_v
     assert MemoryPlan().plan(40, 0, sample, "kind", cuda_graphs=True).sizes == [40]
     assert MemoryPlan().plan(40, 6, sample, "kind", cuda_graphs=True).sizes == [6, 6, 6, 6, 6, 5, 5]
     per_client = chunks.vector_bytes(sample)
-    assert per_client == 3 * 3 * 8 + 5 * (4 * 3 + 4) * 8  # x, gradient, x0 (d = 3, float64); 5 minibatches of 4
+    assert per_client == 3 * 3 * 8 + 2 * 5 * (4 * 3 + 4) * 8  # x, gradient, x0 (d = 3, float64); 5 minibatches, twice
     monkeypatch.setattr(chunks, "available_host_bytes", lambda: 20 * per_client)  # half of it: 10 clients' vectors
     assert MemoryPlan().plan(10, 0, sample, "kind", cuda_graphs=True).sizes == [10]
     split = MemoryPlan().plan(40, 0, sample, "kind", cuda_graphs=True)
@@ -236,7 +236,9 @@ def test_the_probes_step_leaves_the_client_it_copies_untouched():
     for name, value in before.items():
         assert torch.equal(getattr(sample.rule.step, name), value), name
     assert torch.equal(sample.x0, torch.zeros(3, dtype=torch.float64)) and torch.equal(vector, torch.ones(3))
-    assert sample.draws_bytes() == 5 * (4 * 3 + 4) * 8  # K_i minibatches of 4 samples: 3 features and a target
+    assert sample.draws_bytes() == 2 * 5 * (4 * 3 + 4) * 8  # K_i minibatches of 4 samples (3 features, a target)
+    sample.settings = LocalSettings(lr=0.1, steps=0, epochs=1, batch_size=4, weight_decay=0.0, clip_norm=0.0)
+    assert sample.draws_bytes() == 2 * (4 * 3 + 4) * 8  # epoch mode: drawn one step at a time
 
 
 @pytest.mark.parametrize(("value", "error"), [(-1, "batch-chunk=-1: must be >= 0"),

@@ -23,8 +23,8 @@ clients, split evenly (`even_chunks`: 40 clients with room for 15 → 14, 13, 13
 
   and what the one-client step costs beyond that is `fixed` (library workspaces). A client then costs held +
   passing (twice passing when the step is recorded as a CUDA graph: the recording keeps a memory pool of its own
-  for the step's temporaries, next to the one the eager first step used) + its round of minibatches (K_i × one
-  minibatch's inputs and targets: the loop draws a client's whole round at once, fedsuite/batched/draws.py). The
+  for the step's temporaries, next to the one the eager first step used) + its minibatches (`draws_bytes`: in
+  iteration mode the loop draws a client's whole round at once, fedsuite/batched/draws.py). The
   free bytes are the device's free memory (torch.cuda.mem_get_info) plus what the allocator holds cached but unused
   (reserved − allocated), measured before each chunk for the clients left; `most_clients` keeps SAFETY of them,
   less `fixed`, and divides by one client's cost.
@@ -111,9 +111,12 @@ class GroupSample:
         return self.data.inputs[: self.batch], self.data.targets[: self.batch]
 
     def draws_bytes(self) -> int:
-        """A client's round of minibatches as the loop draws it at once: K_i × one minibatch, bytes."""
+        """A client's minibatches while its group trains, bytes: in iteration mode with the default batch source the
+        loop draws the whole round at once, K_i minibatches (fedsuite/batched/draws.py), else one a step; either
+        twice, as the client's own draws and their rows of the group's stacked copy are both held."""
         inputs, targets = self.minibatch()
-        return max(1, self.steps) * (inputs.nbytes + targets.nbytes)
+        at_once = self.settings.steps > 0 and self.rule.batches is None
+        return 2 * (self.steps if at_once else 1) * (inputs.nbytes + targets.nbytes)
 
 
 def one_step(sample: GroupSample, clients: int, inputs: torch.Tensor, targets: torch.Tensor) -> tuple:
