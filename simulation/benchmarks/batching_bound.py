@@ -13,6 +13,12 @@ the same random CIFAR-shaped inputs, after a warm-up:
   weights, each client's own batch): `stacked_ratio` to one at a time.
 Each is the median of --repeats timings. Prints the three in ms, `grad_max_abs_diff` (each client's gradient against
 its row of the stacked one), `stacked_ratio <x>`, and last `batching_bound <x>`.
+
+Between them, on CUDA, whole steps (gradient and SGD move) measured in the same process
+(simulation/benchmarks/step_variants.py): the stacked step recorded as one CUDA graph, and against it the variants of
+--variants: `compile` (torch.compile of the stacked step, then recorded), `channels-last` (NHWC inputs) and `streams`
+(per-client graphs on --streams CUDA streams), each in ms per step over --steps steps. A variant that fails prints
+one line why and the others still run. On a CPU they are skipped unless --variants names them (then eagerly).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import torch
 
 from fedsuite.batched.model import StackedModel
 from fedsuite.models.networks import FlatModel, build_model
+from simulation.benchmarks import step_variants
+from simulation.benchmarks.step_bounds import Workload
 
 INPUT_SHAPE, CLASSES = (3, 32, 32), 10
 
@@ -82,10 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=10, help="K, clients batched together")
     parser.add_argument("--batch", type=int, default=50, help="B, each client's minibatch")
     parser.add_argument("--repeats", type=int, default=10, help="timings per figure (the median is printed)")
+    parser.add_argument("--variants", default="auto",
+                        help=f"comma-separated of {', '.join(step_variants.VARIANTS)}, or none; auto: all on CUDA, "
+                        "none on a CPU")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=20, help="steps per timing of a whole step (the variants)")
+    parser.add_argument("--streams", type=int, default=4, help="CUDA streams of the streams variant")
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (compile variant)")
+    parser.add_argument("--compile-mode", default="default", help="torch.compile's mode (compile variant)")
     args = parser.parse_args(argv)
-    for flag in ("clients", "batch", "repeats"):
+    for flag in ("clients", "batch", "repeats", "steps", "streams"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be at least 1")
+    variants = chosen_variants(parser, args.variants, args.device)
     device = torch.device(args.device)
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     print(f"device {card}, torch {torch.__version__}; model {args.model}, {args.clients} clients × batch {args.batch}, "
@@ -93,11 +109,36 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(args.model, device, args.clients, args.batch, args.repeats)
     print(f"one at a time ({args.clients} × batch {args.batch}): {result['one_at_a_time_s'] * 1e3:.1f} ms")
     print(f"one model, batch {args.clients * args.batch}: {result['one_model_all_samples_s'] * 1e3:.1f} ms")
-    print(f"stacked (vmap over {args.clients} clients): {result['stacked_s'] * 1e3:.1f} ms")
+    print(f"stacked (vmap over {args.clients} clients): {result['stacked_s'] * 1e3:.1f} ms", flush=True)
+    whole_steps(args, device, variants)
     print(f"grad_max_abs_diff {result['grad_max_abs_diff']:.3g}")
     print(f"stacked_ratio {result['stacked_ratio']:.3f}")
     print(f"batching_bound {result['batching_bound']:.3f}")
     return 0
+
+
+def chosen_variants(parser: argparse.ArgumentParser, text: str, device: str) -> list[str] | None:
+    """The variants to run, [] for none, None for 'auto' on a CPU (skipped, and said so); refused in one line when
+    a name is not one of them."""
+    if text == "auto":
+        return list(step_variants.VARIANTS) if torch.device(device).type == "cuda" else None
+    names = [] if text == "none" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in step_variants.VARIANTS]
+    if unknown:
+        parser.error(f"--variants {text!r}: allowed values are {', '.join(step_variants.VARIANTS)}, auto or none")
+    return names
+
+
+def whole_steps(args, device: torch.device, variants: list[str] | None) -> None:
+    """The graphed stacked step and the variants, one line each (step_variants.lines)."""
+    if variants is None:
+        print("variants: skipped on a CPU (they measure CUDA graphs, streams and compiled kernels; --variants names "
+              "some to run them eagerly)", flush=True)  # fmt: skip
+        return
+    work = Workload(args.model, args.clients, args.batch, args.steps, device)
+    found = step_variants.measure(work, variants, args.repeats, args.streams, args.compile_backend, args.compile_mode)
+    for line in step_variants.lines(work, found, args.compile_backend, args.compile_mode):
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

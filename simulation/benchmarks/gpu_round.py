@@ -18,7 +18,16 @@ folder unless --data-dir names a folder holding cifar-10-batches-py/), the same 
 A round is timed from the end of the previous round's aggregation to the end of its own, so the central evaluation
 of round 0 and of the last round is not counted; the steady figure is the median of rounds 2..R (round 1 warms up).
 Prints each path's seconds per round and peak device memory, the ratios suite/bare and batched/suite, the card and
-torch version; the last line is `gpu_suite_ratio <x>`, the worst algorithm's suite/bare.
+torch version; the last line is `gpu_suite_ratio <x>`, the worst algorithm's suite/bare (`n/a` when --paths leaves
+out the suite or the bare path).
+
+In the same process, before the paths, the card's bounds for the same arithmetic (simulation/benchmarks/
+step_bounds.py): `bound_s`, the batched path's stacked step alone recorded as one CUDA graph and replayed --steps
+times, and `dense_s`, ONE model on all the clients' samples at once, recorded and replayed the same way (on a CPU
+both run eagerly, and their lines say so); for two-gradient algorithms also `bound_sam_s` and `dense_sam_s`. Each
+batched row is followed by `bound_ratio` (the batched round ÷ its rule's stacked bound) and `dense_ratio` (÷ the
+one-model bound). --variant adds a batched row with more run-config keys (`dp-sgd=true`, …) and its ratio to the
+plain batched row.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedsuite.config.keys import parse_pairs
 from fedsuite.config.run_config import resolve
 from fedsuite.config.schema import ConfigError
 from fedsuite.data import load_dataset
@@ -44,9 +54,13 @@ from fedsuite.run.inprocess import run_inprocess
 from fedsuite.server.app import initial_model
 from fedsuite.server.observers import RoundObserver
 from fedsuite.state.host_memory import reuse_host_memory
+from simulation.benchmarks import step_bounds
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
 
-TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing"})  # the SAM rule's cost
+# the SAM rule's cost: the algorithms whose point takes two gradients per step (clients/fedsam.py, fedspeed.py,
+# fedgamma.py, fedsmoo.py)
+TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing", "fedgamma", "fedsmoo"})
+PATHS = ("suite", "batched", "bare")
 SAM_RHO = 0.1  # as simulation/benchmarks/local_loop.py
 BATCHED = {"batch-clients": True}
 HOST_MEMORY = {"reuse": "kept for reuse", "return": "returned to the OS"}  # --host-memory, as the header says it
@@ -67,6 +81,7 @@ def reference_config(args, algorithm: str, data_dir: str) -> dict:
         "num-server-rounds": args.rounds, "eval-every": args.rounds + 1, "device": args.device,
         "client-threads": torch.get_num_threads(), "seed": 0,
         "reuse-host-memory": args.host_memory == "reuse",
+        **({"autocast": args.autocast} if getattr(args, "autocast", "none") != "none" else {}),
     }  # fmt: skip
 
 
@@ -237,74 +252,146 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m simulation.benchmarks.gpu_round", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--algorithms", default="fedavg,scaffold,fedspeed,fadamgt")
-    parser.add_argument(
-        "--stepwise",
-        action="store_true",
-        help="also the batched path with cuda-graphs=false (what recording the step saves)",
-    )
+    parser.add_argument("--stepwise", action="store_true",
+                        help="also the batched path with cuda-graphs=false (what recording saves)")  # fmt: skip
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"which of {', '.join(PATHS)} to run")
+    parser.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                        help="run-config autocast of every path and bound")  # fmt: skip
+    parser.add_argument("--variant", action="append", default=[], metavar="'KEY=VALUE …'",
+                        help="also a batched row with these run-config keys added (repeatable)")  # fmt: skip
+    parser.add_argument("--no-bounds", action="store_true", help="skip the stand-alone bounds")
+    parser.add_argument("--bound-repeats", type=int, default=3, help="rounds each bound is timed (the median)")
     args = workload_arguments(parser, argv, "path")
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    args.paths = checked_paths(parser, args.paths)
+    args.variants = checked_variants(parser, args.variant)
+    if args.bound_repeats < 1:
+        parser.error("--bound-repeats must be at least 1")
     device = torch.device(args.device)
     logging.getLogger("flwr").setLevel(logging.WARNING)  # no per-round lines from Flower's loop
     with tempfile.TemporaryDirectory(prefix="gpu-round-") as tmp:
         data_dir = args.data_dir or str(write_fake_cifar10(Path(tmp), args.clients * args.samples, 1000))
         try:
             for algorithm in algorithms:  # every name and value checked before anything trains
-                resolve(reference_config(args, algorithm, data_dir))
+                for extra in ({}, *args.variants.values()):
+                    resolve({**reference_config(args, algorithm, data_dir), **extra})
         except ConfigError as err:
             parser.error(one_line(err))
         report = measure(args, algorithms, data_dir, device)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
-    print(f"gpu_suite_ratio {report['gpu_suite_ratio']:.3f}")
+    worst = report["gpu_suite_ratio"]
+    print(f"gpu_suite_ratio {'n/a' if worst is None else f'{worst:.3f}'}")
     return 0
+
+
+def checked_paths(parser: argparse.ArgumentParser, text: str) -> tuple[str, ...]:
+    paths = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown or not paths:
+        parser.error(f"--paths {text!r}: allowed values are {', '.join(PATHS)} (comma-separated)")
+    return paths
+
+
+def checked_variants(parser: argparse.ArgumentParser, texts: list[str]) -> dict[str, dict]:
+    """Each --variant's text → its run-config keys (refused in one line when not key=value pairs)."""
+    variants = {}
+    for text in texts:
+        try:
+            variants[" ".join(text.split())] = parse_pairs(text)
+        except ValueError as err:
+            parser.error(f"--variant {text!r}: {err}")
+    return variants
 
 
 def measure(args, algorithms: list[str], data_dir: str, device: torch.device) -> dict:
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    x_dim = None
     applied = reuse_host_memory(args.host_memory == "reuse")  # the bare loop too: one allocator setting for all
     how = HOST_MEMORY[args.host_memory] if applied else "as the C library does by default (the setting was refused)"
+    bf16 = ", bf16 autocast" if args.autocast == "bf16" else ""
     print(f"device {card}, torch {torch.__version__}; model {args.model} on CIFAR-10-shaped data, {args.clients} "
-          f"clients × {args.steps} steps of batch {args.batch}, {args.rounds} rounds (steady: median of rounds "
+          f"clients × {args.steps} steps of batch {args.batch}{bf16}, {args.rounds} rounds (steady: median of rounds "
           f"2..{args.rounds}); freed host buffers {how}", flush=True)  # fmt: skip
     report: dict = {"device": card, "torch": torch.__version__, "model": args.model, "clients": args.clients,
-                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds,
-                    "host_memory": args.host_memory if applied else "default", "algorithms": {}}  # fmt: skip
+                    "steps": args.steps, "batch": args.batch, "rounds": args.rounds, "autocast": args.autocast,
+                    "paths": list(args.paths), "host_memory": args.host_memory if applied else "default",
+                    "algorithms": {}}  # fmt: skip
+    cfg = resolve(reference_config(args, algorithms[0], data_dir))
+    report["d"] = int(initial_model(cfg, load_dataset(cfg)).size)
+    rules = sorted({"sam" if a in TWO_GRADIENTS else "sgd" for a in algorithms})
+    report["bounds"] = {}
+    for rule in [] if args.no_bounds else rules:  # the card's bounds first: short, and kept if a path hangs
+        work = step_bounds.Workload(args.model, args.clients, args.batch, args.steps, device, args.autocast, rule)
+        report["bounds"][rule] = step_bounds.printed(work, args.bound_repeats)
     bare: dict[bool, dict] = {}
     for algorithm in algorithms:
-        run_config = reference_config(args, algorithm, data_dir)
-        if x_dim is None:
-            cfg = resolve(run_config)
-            x_dim = int(initial_model(cfg, load_dataset(cfg)).size)
-            report["d"] = x_dim
-        entry: dict = {"suite": suite_path(run_config, device)}
+        report["algorithms"][algorithm] = measure_algorithm(args, algorithm, data_dir, device, bare, report["bounds"])
+        if args.json:  # after every algorithm: a run stopped by a time limit keeps what it measured
+            Path(args.json).write_text(json.dumps(report, indent=2))
+    ratios = [e["suite_over_bare"] for e in report["algorithms"].values() if e["suite_over_bare"] is not None]
+    report["gpu_suite_ratio"] = max(ratios) if ratios else None
+    return report
+
+
+def measure_algorithm(args, algorithm: str, data_dir: str, device: torch.device, bare: dict, found: dict) -> dict:
+    """One algorithm's paths of --paths, each row printed, then its ratios; `bare` caches the bare loop by rule."""
+    run_config = reference_config(args, algorithm, data_dir)
+    two = algorithm in TWO_GRADIENTS
+    entry: dict = {}
+    if "suite" in args.paths:
+        entry["suite"] = suite_path(run_config, device)
         print(row(algorithm, "suite", entry["suite"]), flush=True)
+    if "batched" in args.paths:
         entry["batched"] = batched_path(algorithm, run_config, device)
         if args.stepwise and "not_available" not in entry["batched"]:  # the same, without the recorded step
             entry["batched_stepwise"] = batched_path(algorithm, {**run_config, **STEPWISE}, device, "batched, stepwise")
-        two = algorithm in TWO_GRADIENTS
+        entry["variants"] = {text: batched_path(algorithm, {**run_config, **keys}, device, f"batched ({text})")
+                             for text, keys in args.variants.items()}  # fmt: skip
+        rule = "sam" if two else "sgd"
+        entry.update(step_bounds.ratios(algorithm, steady_of(entry, "batched"), found.get(rule), rule))
+        variant_ratios(algorithm, entry)
+    if "bare" in args.paths:
         if two not in bare:
             bare[two] = bare_path(run_config, two, device)
         entry["bare"] = {**bare[two], "rule": "sam" if two else "sgd"}
         print(row(algorithm, f"bare ({entry['bare']['rule']} loop)", entry["bare"]), flush=True)
-        entry["suite_over_bare"] = entry["suite"]["steady_s"] / entry["bare"]["steady_s"]
-        batched = entry["batched"].get("steady_s")
-        entry["batched_over_suite"] = None if batched is None else batched / entry["suite"]["steady_s"]
-        entry["train_loss_max_abs_diff_bare"] = (
-            loss_gap(entry["suite"]["losses"], entry["bare"]["losses"]) if algorithm == "fedavg" else None
-        )
-        entry["train_loss_max_abs_diff_batched"] = loss_gap(entry["suite"]["losses"], entry["batched"].get("losses"))
-        ratio = "n/a" if batched is None else f"{entry['batched_over_suite']:.3f}"
-        gaps = [f"{path} {entry[f'train_loss_max_abs_diff_{path}']:.3g}" for path in ("bare", "batched")
-                if entry[f"train_loss_max_abs_diff_{path}"] is not None]  # fmt: skip
-        same = f"  train_loss_max_abs_diff: {', '.join(gaps)}" if gaps else ""
-        print(f"{algorithm:<9} suite/bare {entry['suite_over_bare']:.3f}  batched/suite {ratio}{same}", flush=True)
-        report["algorithms"][algorithm] = entry
-        if args.json:  # after every algorithm: a run stopped by a time limit keeps what it measured
-            Path(args.json).write_text(json.dumps(report, indent=2))
-    report["gpu_suite_ratio"] = max(e["suite_over_bare"] for e in report["algorithms"].values())
-    return report
+    path_ratios(algorithm, entry)
+    return entry
+
+
+def steady_of(entry: dict, path: str) -> float | None:
+    return entry.get(path, {}).get("steady_s")
+
+
+def variant_ratios(algorithm: str, entry: dict) -> None:
+    """Each variant's batched round over the plain batched one, printed."""
+    batched = steady_of(entry, "batched")
+    for text, variant in entry["variants"].items():
+        seconds = variant.get("steady_s")
+        variant["over_batched"] = None if seconds is None or batched is None else seconds / batched
+        if variant["over_batched"] is not None:
+            print(f"{algorithm:<9} variant_over_batched {variant['over_batched']:.3f}  ({text})", flush=True)
+
+
+def path_ratios(algorithm: str, entry: dict) -> None:
+    """suite/bare, batched/suite and, where the paths did the same work, the training losses' largest gap; printed
+    in one line (n/a where a path did not run)."""
+    suite, bare, batched = steady_of(entry, "suite"), steady_of(entry, "bare"), steady_of(entry, "batched")
+    entry["suite_over_bare"] = None if suite is None or bare is None else suite / bare
+    entry["batched_over_suite"] = None if batched is None or suite is None else batched / suite
+    losses = entry.get("suite", {}).get("losses")
+    entry["train_loss_max_abs_diff_bare"] = (
+        loss_gap(losses, entry.get("bare", {}).get("losses")) if algorithm == "fedavg" else None
+    )
+    entry["train_loss_max_abs_diff_batched"] = loss_gap(losses, entry.get("batched", {}).get("losses"))
+    ratios = [
+        f"{name} {'n/a' if entry[key] is None else f'{entry[key]:.3f}'}"
+        for name, key in (("suite/bare", "suite_over_bare"), ("batched/suite", "batched_over_suite"))
+    ]
+    gaps = [f"{path} {entry[f'train_loss_max_abs_diff_{path}']:.3g}" for path in ("bare", "batched")
+            if entry[f"train_loss_max_abs_diff_{path}"] is not None]  # fmt: skip
+    same = f"  train_loss_max_abs_diff: {', '.join(gaps)}" if gaps else ""
+    print(f"{algorithm:<9} {'  '.join(ratios)}{same}", flush=True)
 
 
 if __name__ == "__main__":

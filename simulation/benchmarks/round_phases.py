@@ -12,6 +12,7 @@ calling thread:
 | phase | what it times |
 |---|---|
 | `configure_fit` | the strategy's instructions for the round |
+| `train` | a client's local loop, one client at a time (one at a time, or a batched run's fallback) |
 | `prepare` | each batched client built and given its downlink (on the device) |
 | `train_stacked` | the batched groups' training, until its losses are on the host |
 | `eager_step0`, `record_step1` | inside it, on CUDA: step 1 run as usual, the recording of step 2 (synchronised) |
@@ -21,15 +22,25 @@ calling thread:
 | `consistency` | inside it, the local-consistency figure |
 
 Where some clients of a batched run trained one at a time, or a group's steps were not recorded, a line after the
-first says why (as gpu_round's rows do). The last line is `steady_s <s>`: the median of rounds 2..R, as gpu_round
-measures a round.
+first says why (as gpu_round's rows do). Then `training_s <s>  round_s <s>  round_over_training <x>`: the training
+phase (`train_stacked`, plus `train`, a client trained one at a time) and the round, each the median of rounds
+2..R, and their ratio: what the round costs beyond the card's training. The last line is `steady_s <s>`: the median
+of rounds 2..R, as gpu_round measures a round.
+
+--algorithms a,b,c runs several algorithms one after the other in the same process (the same data), each block as
+above, then one summary line per algorithm and last `round_over_training_max <x>`, the worst of them. The stateful
+methods, whose client state is read and written every round:
+
+    python -m simulation.benchmarks.round_phases --rounds 4 --algorithms scaffold,feddyn,fedspeed,fedsmoo,fadamgt,losac
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import logging
+import statistics
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -80,6 +91,7 @@ class PhaseClock:
 # (owner, attribute, phase, device-synchronised, ends the round): every name the module docstring's table times
 TIMED = (
     (adapter.RuleStrategy, "configure_fit", "configure_fit", False, False),
+    (client_adapter.RuleClient, "train", "train", False, False),
     (dispatch.BatchedDispatcher, "_prepare", "prepare", False, False),
     (dispatch, "train_stacked", "train_stacked", False, False),
     (graph.RecordedStep, "_warm_up", "eager_step0", True, False),
@@ -102,39 +114,87 @@ def timers(clock: PhaseClock) -> Iterator[None]:
         yield
 
 
+TRAINING = ("train_stacked", "train")  # the phases that train: a batched group, a client one at a time
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m simulation.benchmarks.round_phases", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--algorithm", default="fedavg")
+    parser.add_argument("--algorithm", default="fedavg", help="one algorithm (--algorithms: several)")
+    parser.add_argument(
+        "--algorithms", default="", help="comma-separated algorithms, one run each (overrides --algorithm)"
+    )
     parser.add_argument("--one-at-a-time", action="store_true", help="batch-clients=false (default: batched)")
+    parser.add_argument("--autocast", choices=("none", "bf16"), default="none", help="run-config autocast")
     args = workload_arguments(parser, argv, "run")
+    algorithms = [a.strip() for a in (args.algorithms or args.algorithm).split(",") if a.strip()]
     device = torch.device(args.device)
     logging.getLogger("flwr").setLevel(logging.WARNING)
-    clock = PhaseClock(device)
+    report: dict = {"device": str(device), "algorithms": {}}
     with tempfile.TemporaryDirectory(prefix="round-phases-") as tmp:
         data_dir = args.data_dir or str(write_fake_cifar10(Path(tmp), args.clients * args.samples, 1000))
-        run_config = reference_config(args, args.algorithm, data_dir)
-        if not args.one_at_a_time:
-            run_config.update(BATCHED)
+        configs = {algorithm: run_config_of(args, algorithm, data_dir) for algorithm in algorithms}
         try:  # every name and value checked before anything trains
-            resolve(run_config)
+            for run_config in configs.values():
+                resolve(run_config)
         except ConfigError as err:
             parser.error(one_line(err))
         reuse_host_memory(args.host_memory == "reuse")
-        with timers(clock):
-            result = suite_path(run_config, device)
+        for algorithm, run_config in configs.items():
+            report["algorithms"][algorithm] = phases_of(args, algorithm, run_config, device)
+            if args.json:  # after every algorithm: a run stopped by a time limit keeps what it measured
+                Path(args.json).write_text(json.dumps(report, indent=2))
+    if len(algorithms) > 1:
+        summary(report["algorithms"])
+    return 0
+
+
+def run_config_of(args, algorithm: str, data_dir: str) -> dict:
+    run_config = reference_config(args, algorithm, data_dir)
+    return run_config if args.one_at_a_time else {**run_config, **BATCHED}
+
+
+def phases_of(args, algorithm: str, run_config: dict, device: torch.device) -> dict:
+    """One run with the timers on, its block printed (module docstring); its figures."""
+    clock = PhaseClock(device)
+    with timers(clock):
+        result = suite_path(run_config, device)
     path = "one at a time" if args.one_at_a_time else "batched"
-    print(f"{args.algorithm} {path} on {device}; round seconds {[round(s, 3) for s in result['seconds']]}")
+    print(f"{algorithm} {path} on {device}; round seconds {[round(s, 3) for s in result['seconds']]}")
     for label, reasons in (("fell back to one at a time", result["fell_back"]),
                            ("steps not recorded", result["not_recorded"])):  # fmt: skip
         if reasons:  # the phases are then not those of a batched (or recorded) round: said, as gpu_round says it
             print(f"{label}: {'; '.join(reasons)}")
+    rounds = []
     for number, seconds in zip(sorted(clock.rounds), result["seconds"], strict=False):
-        phases = "  ".join(f"{phase} {value:.3f}" for phase, value in sorted(clock.rounds[number].items()))
-        print(f"round {number}: {seconds:.3f} s  {phases}")
-    print(f"steady_s {result['steady_s']:.3f}")
-    return 0
+        phases = dict(sorted(clock.rounds[number].items()))
+        rounds.append({"round": number, "seconds": seconds, "phases": phases})
+        print(
+            f"round {number}: {seconds:.3f} s  " + "  ".join(f"{phase} {value:.3f}" for phase, value in phases.items())
+        )
+    training = [sum(r["phases"].get(phase, 0.0) for phase in TRAINING) for r in rounds]
+    figures = {"rounds": rounds, "round_s": result["steady_s"], "fell_back": result["fell_back"],
+               "training_s": statistics.median(training[1:] or training),
+               "not_recorded": result["not_recorded"]}  # fmt: skip
+    figures["round_over_training"] = figures["round_s"] / figures["training_s"] if figures["training_s"] else None
+    print(f"training_s {figures['training_s']:.3f}  round_s {figures['round_s']:.3f}  "
+          f"round_over_training {shown(figures['round_over_training'])}")  # fmt: skip
+    print(f"steady_s {result['steady_s']:.3f}", flush=True)
+    return figures
+
+
+def shown(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def summary(algorithms: dict) -> None:
+    """One line per algorithm, then the worst round ÷ training."""
+    for algorithm, figures in algorithms.items():
+        print(f"{algorithm:<9} training {figures['training_s']:.3f} s  round {figures['round_s']:.3f} s  "
+              f"round_over_training {shown(figures['round_over_training'])}")  # fmt: skip
+    ratios = [f["round_over_training"] for f in algorithms.values() if f["round_over_training"] is not None]
+    print(f"round_over_training_max {shown(max(ratios) if ratios else None)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""Other ways to run the batched step, each timed against the stacked step recorded as one CUDA graph (the bound of
+simulation/benchmarks/step_bounds.py), in the same process, for simulation/benchmarks/batching_bound.py:
+
+- `compile`: the same stacked step through `torch.compile`, then recorded and replayed as the suite records its step;
+- `channels-last`: the stacked step recorded and replayed on inputs whose pixels lie in NHWC memory order;
+- `streams`: no stacking: each client's own one-model step recorded as its own CUDA graph, the clients' replays
+  spread over several CUDA streams so that they may overlap on the card.
+
+Every variant is guarded: one that fails (a compiler that cannot trace the step, memory) gives its one-line reason
+and the others still run. On a CPU there are no graphs or streams: a variant asked for there runs the same steps
+eagerly (one after the other for `streams`), which checks that it runs, not what it saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from simulation.benchmarks import step_bounds
+from simulation.benchmarks.step_bounds import Workload
+
+VARIANTS = ("compile", "channels-last", "streams")
+
+
+def graphed_stacked(work: Workload, repeats: int, compiled: Callable | None = None, channels_last: bool = False):
+    """Seconds and how of `work.steps` stacked steps: recorded where the device allows; the step passed through
+    `compiled` (torch.compile with its settings) when given; inputs in NHWC order when `channels_last`."""
+    model = step_bounds.flat_model(work)
+    step = step_bounds.stacked_step(work, model)[0]
+    if compiled is not None:
+        step = compiled(step)
+    run, how = step_bounds.replayer(step, step_bounds.minibatches(work, False, channels_last), work.device)
+    return step_bounds.time_round(run, work, repeats), how
+
+
+def per_client_streams(work: Workload, repeats: int, streams: int) -> tuple[float, str]:
+    """Seconds and how of `work.steps` steps of every client, each client its own model and recorded step, client c
+    replayed on stream c mod `streams` (on a CPU: eagerly, one after the other)."""
+    one = replace(work, clients=1)
+    cuda = work.device.type == "cuda"
+    lanes = [torch.cuda.Stream(work.device) for _ in range(streams)] if cuda else [None]
+    runs, hows = [], set()
+    for client in range(work.clients):
+        model = step_bounds.flat_model(one)
+        step = step_bounds.dense_step(one, model)  # one model on its own batch of B
+        pool = step_bounds.minibatches(one, dense=True)
+        run, how = step_bounds.replayer(step, pool, work.device)
+        runs.append((lanes[client % len(lanes)], run))
+        hows.add(how)
+    losses = [torch.zeros((), device=work.device) for _ in runs]  # each client's, summed on its own lane
+    nothing = torch.zeros((), device=work.device)
+    if cuda:
+        for lane in lanes:  # the models and pools were made on the default stream
+            lane.wait_stream(torch.cuda.current_stream(work.device))
+
+    def every_client(k: int) -> torch.Tensor:
+        """Step k of every client; time_round's synchronisation waits for every lane."""
+        for (lane, run), loss in zip(runs, losses, strict=True):
+            if lane is None:
+                loss += run(k)
+                continue
+            with torch.cuda.stream(lane):
+                loss += run(k)
+        return nothing
+
+    seconds = step_bounds.time_round(every_client, work, repeats)
+    where = f"spread over {len(lanes)} CUDA streams" if cuda else "one after the other on a CPU"
+    return seconds, f"{work.clients} per-client steps {where}, each {' / '.join(sorted(hows))}"
+
+
+def compiler(backend: str, mode: str) -> Callable:
+    """torch.compile with these settings (mode 'default' passes none)."""
+    return lambda fn: torch.compile(fn, backend=backend, **({} if mode == "default" else {"mode": mode}))
+
+
+def measure(work: Workload, names: list[str], repeats: int, streams: int, backend: str, mode: str) -> dict:
+    """The graphed stacked step, then each variant of `names`: {name: {"seconds", "how"} or {"error"}}."""
+    runs = {
+        "graphed": lambda: graphed_stacked(work, repeats),
+        "compile": lambda: graphed_stacked(work, repeats, compiled=compiler(backend, mode)),
+        "channels-last": lambda: graphed_stacked(work, repeats, channels_last=True),
+        "streams": lambda: per_client_streams(work, repeats, streams),
+    }
+    found = {}
+    for name in ("graphed", *names):
+        try:
+            seconds, how = runs[name]()
+            found[name] = {"seconds": seconds, "how": how}
+        except Exception as err:  # a variant that cannot run is said in one line; the others still run
+            found[name] = {"error": step_bounds.one_line(err)}
+        finally:
+            if work.device.type == "cuda":
+                torch.cuda.empty_cache()
+    return found
+
+
+def lines(work: Workload, found: dict, backend: str, mode: str) -> list[str]:
+    """One printed line per timing: ms per step (a step of all the clients) and the ratio to the graphed stacked
+    step, or why it could not run."""
+    base = found["graphed"].get("seconds")
+    labels = {"graphed": f"stacked step ({work.clients} clients, SGD move)",
+              "compile": f"variant compile (torch.compile backend {backend}, mode {mode})",
+              "channels-last": "variant channels-last (NHWC inputs)", "streams": "variant streams"}  # fmt: skip
+    out = []
+    for name, result in found.items():
+        if "error" in result:
+            out.append(f"{labels[name]}: could not run: {result['error']}")
+            continue
+        ms = result["seconds"] / work.steps * 1e3
+        ratio = "" if name == "graphed" or base is None else f", {result['seconds'] / base:.3f}× the stacked step"
+        out.append(f"{labels[name]}: {ms:.2f} ms/step ({result['how']}{ratio})")
+    return out
