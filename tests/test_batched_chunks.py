@@ -24,6 +24,7 @@ from fedsuite import testing as kit
 from fedsuite.batched import chunks, dispatch
 from fedsuite.batched.chunks import Footprint, GroupSample, MemoryPlan, even_chunks, footprint, most_clients, one_step
 from fedsuite.batched.model import StackedModel
+from fedsuite.batched.private import probe_oracle
 from fedsuite.config.run_config import resolve
 from fedsuite.config.schema import ConfigError
 from fedsuite.local.adaptive import AdamStep
@@ -286,3 +287,45 @@ def test_a_cuda_run_measured_by_the_plan_equals_the_whole_group_and_one_at_a_tim
     starved = kit.run_algorithm("scaffold", ON_CUDA)
     assert chunks_trained == [[], []]
     assert _gap(alone.x, measured.x) <= TOLERANCE_FLOAT64 and _gap(alone.x, starved.x) <= TOLERANCE_FLOAT64
+
+
+PRIVATE = {"dp-sgd": True, "dp-sgd-noise": 1.0, "dp-sgd-clip": 0.3, "dp-noise-source": "seeded",
+           "model": "tests.test_batched_dp_sgd:double_split_linear"}  # fmt: skip
+
+
+def test_dp_sgd_clients_that_reach_the_dispatcher_train_in_chunks_with_their_own_ledgers(monkeypatch):
+    # DP-SGD clients train stacked once their stage stops asking to train alone (fedsuite/batched/private.py)
+    pytest.importorskip("dp_accounting")
+    from fedsuite.privacy.dp_sgd import SampleLevelStage
+
+    monkeypatch.setattr(SampleLevelStage, "trains_alone", None)
+    calls: list[tuple[int, bool]] = []
+    real = dispatch.train_stacked
+
+    def counting(*args, **kwargs):
+        calls.append((len(args[1]), kwargs.get("privates") is not None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "train_stacked", counting)
+    private = {**SEVEN, **PRIVATE}
+    alone = kit.run_algorithm("scaffold", private)
+    chunked = kit.run_algorithm("scaffold", {**private, "batch-clients": True, "batch-chunk": 3})
+    assert calls == [(3, True), (2, True), (2, True)] * 2  # every chunk stacked, with each client's DpSgd
+    assert _gap(alone.x, chunked.x) <= TOLERANCE_FLOAT64 and _gap(alone.x, alone.x0) > 1e-3
+    assert [r.row["rejected"] for r in chunked.rounds] == [0, 0]
+
+
+def test_the_probes_private_step_takes_throwaway_copies_of_the_clients_dp_sgd(monkeypatch):
+    from fedsuite.privacy.dp_sgd import DpSgd
+    from fedsuite.server.sampling import Sampler
+
+    sample = _sample()
+    sample.private = DpSgd(1.0, 0.3, 4, 12, 1e-5, Sampler(4, "fixed", 2), 0, 1, noise_source="seeded")
+    made = []
+    monkeypatch.setattr(
+        chunks, "probe_oracle", lambda model, private: made.append(private) or probe_oracle(model, private)
+    )
+    inputs, targets = (torch.stack([t] * 2) for t in sample.minibatch())
+    model, x0, _, _ = one_step(sample, 2, inputs, targets)
+    assert made == [sample.private] and sample.private.releases == []  # the client's own ledger counted nothing
+    assert not torch.equal(model.x, x0)

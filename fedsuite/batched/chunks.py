@@ -36,11 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from fedsuite.batched.graph import not_replayable
 from fedsuite.batched.model import StackedModel
+from fedsuite.batched.private import probe_oracle
 from fedsuite.batched.stacking import RULE_FIELDS, SEQUENCES, stack_rules
 from fedsuite.local.loop import LocalData, LocalSettings, StepContext, UpdateRule, move
 from fedsuite.models.networks import FlatModel
@@ -95,7 +97,9 @@ def footprint(one: tuple[int, int], two: tuple[int, int]) -> Footprint:
 @dataclass
 class GroupSample:
     """A group's first client, as the probe steps it: the shared model, its x0, data, loss and rule, the round's
-    settings, and the batch plan's K_i and largest minibatch (fedsuite.batched.grouping.plan_shape)."""
+    settings, the batch plan's K_i and largest minibatch (fedsuite.batched.grouping.plan_shape), and its DP-SGD
+    (`private`: a fedsuite.privacy.dp_sgd.DpSgd, whose per-record gradients the probe's step then takes; None
+    without dp-sgd)."""
 
     model: FlatModel
     x0: torch.Tensor
@@ -105,6 +109,7 @@ class GroupSample:
     settings: LocalSettings
     steps: int
     batch: int
+    private: Any = None
 
     def minibatch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The client's first `batch` samples: one step's inputs and targets, of the shapes its draws have."""
@@ -122,14 +127,16 @@ class GroupSample:
 def one_step(sample: GroupSample, clients: int, inputs: torch.Tensor, targets: torch.Tensor) -> tuple:
     """One stacked step (the loop's: fedsuite/batched/loop.py) of `clients` copies of the sample client on the
     stacked (C, B, …) `inputs`; returns what the loop keeps for the round (iterate, gradient, x0, stacked rule) so
-    that the caller can count it. The sample's own rule and x0 are read, never written."""
+    that the caller can count it. The sample's own rule, x0 and DP-SGD ledger are read, never written (a private
+    step's oracle is fedsuite.batched.private.probe_oracle: throwaway copies of the client's DpSgd)."""
     stacked = stack_rules([sample.rule] * clients)  # copies of the rule's tensors
     model = StackedModel(sample.model, clients)
     x0 = torch.stack([sample.x0] * clients)
     model.x.copy_(x0)
     ctx = StepContext(x=model.x, x0=x0, lr=sample.settings.lr)
     ctx.block = None if sample.rule.batches is None else [0] * clients
-    stacked.rule.point(model, sample.loss_fn, inputs, targets)
+    oracle = model if sample.private is None else probe_oracle(model, sample.private)
+    stacked.rule.point(oracle, sample.loss_fn, inputs, targets)
     move(model.grad, ctx, stacked.rule, batch=targets.shape[1], settings=sample.settings)
     return model, x0, stacked, ctx
 

@@ -160,7 +160,9 @@ class BatchedDispatcher:
         first, fit = group[0].client, group[0].fit
         node = first.node
         steps, batch = plan_shape(key[1])
-        sample = GroupSample(node.model, fit.x0, node.data, node.loss_fn, fit.rule, _settings(group[0]), steps, batch)
+        sample = GroupSample(
+            node.model, fit.x0, node.data, node.loss_fn, fit.rule, _settings(group[0]), steps, batch, fit.private
+        )
         batching = node.cfg.batching
         try:
             plan = self.memory.plan(len(group), batching.chunk, sample, key[1:], batching.cuda_graphs)
@@ -191,6 +193,7 @@ class BatchedDispatcher:
                     f"a group's step could not be recorded as a CUDA graph ({why}); it ran step by step"
                 ),
                 on_not_recorded=lambda why: self.note(f"{first.node.cfg['algorithm']}'s steps run one by one: {why}"),
+                privates=None if group[0].fit.private is None else [item.fit.private for item in group],
             )
         except Exception as err:
             message = f"{type(err).__name__}: {err}".splitlines()[0][:300]

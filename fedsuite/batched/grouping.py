@@ -1,6 +1,6 @@
 """Which prepared clients of a round can train as one stacked computation: the same K_i, the same minibatch size at
-every step (the same batch plan) and rules that stack (fedsuite/batched/stacking.py). `group_key` says it for one
-client, or raises NotBatchable with the reason in a few words."""
+every step (the same batch plan), rules that stack (fedsuite/batched/stacking.py) and, with dp-sgd, the same DP-SGD
+settings. `group_key` says it for one client, or raises NotBatchable with the reason in a few words."""
 
 from __future__ import annotations
 
@@ -34,17 +34,18 @@ def batch_plan(data: LocalData, batches, epochs: int, steps: int, batch_size: in
 
 
 def group_key(client, fit) -> tuple:
-    """The key clients of one group share: (lr, batch plan, rule signature) of a prepared fit
-    (fedsuite.node.client.PreparedFit) of `client` (a RuleClient)."""
+    """The key clients of one group share: (lr, batch plan, rule signature, DP-SGD settings) of a prepared fit
+    (fedsuite.node.client.PreparedFit) of `client` (a RuleClient). With dp-sgd the clients of a group share σ_s, C_s
+    and B (fedsuite/batched/private.py); each keeps its own noise stream and ledger."""
     node, local = client.node, client.node.cfg.local
-    if fit.private is not None:
-        raise NotBatchable("dp-sgd clips per-record gradients one client at a time")
     try:
         signature = rule_signature(fit.rule)
     except NotStackable as err:
         raise NotBatchable(str(err)) from None
     plan = batch_plan(node.data, fit.rule.batches, local.epochs, fit.steps, local.batch_size)
-    return (fit.ctx.lr, plan, signature)
+    private = fit.private
+    dp_sgd = () if private is None else ("dp-sgd", private.noise, private.clip, private.batch)
+    return (fit.ctx.lr, plan, signature, dp_sgd)
 
 
 def plan_shape(plan: tuple) -> tuple[int, int]:
