@@ -329,3 +329,19 @@ def test_the_probes_private_step_takes_throwaway_copies_of_the_clients_dp_sgd(mo
     model, x0, _, _ = one_step(sample, 2, inputs, targets)
     assert made == [sample.private] and sample.private.releases == []  # the client's own ledger counted nothing
     assert not torch.equal(model.x, x0)
+
+
+def test_the_probe_reads_the_allocators_counts_around_each_step(monkeypatch):
+    # the allocator's counts, faked on a CPU: before and after the 1-client step, then the 2-client step
+    allocated = iter([10 * GIB, 11 * GIB, 10 * GIB, 12 * GIB])
+    peaks = iter([12 * GIB, 13 * GIB + GIB // 2])
+    resets = []
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: next(allocated))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: next(peaks))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", resets.append)
+    steps = []
+    monkeypatch.setattr(chunks, "one_step", lambda sample, clients, inputs, targets: steps.append(inputs.shape))
+    found = chunks.probe(_sample())
+    assert steps == [(1, 4, 3), (2, 4, 3)] and len(resets) == 2  # the stacked minibatches of 1 and 2 clients
+    # held 1 and 2 GiB, passing 1 and 1.5 GiB: a client holds 1, passes 0.75 (half of two's); 0.25 fixed
+    assert found == Footprint(GIB, 3 * GIB // 4, GIB // 4)
