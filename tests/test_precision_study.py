@@ -22,15 +22,16 @@ FP32 = {0: [0.70, 0.76, 0.81, 0.82], 1: [0.60, 0.70, 0.77, 0.80], 2: [0.74, 0.78
 BF16 = {0: [0.70, 0.75, 0.81, 0.83], 1: [0.61, 0.70, 0.76, 0.80], 2: [0.74, 0.78]}  # seed 2 still running
 SINGLE = {0: [0.70, 0.76, 0.80, 0.82], 1: [0.60, 0.71, 0.77, 0.81], 2: [0.74, 0.78, 0.79, 0.83]}
 REFERENCE = {0: [0.70, 0.76, 0.81, 0.81], 1: [0.60, 0.70, 0.77, 0.79]}  # seed 1 ran with another lr
+OTHER_SWEEP = [0.5, 0.5, 0.5, 0.5]  # the reference's other sweep: same algorithm and seed, another relaxed-init
 COMPUTE = {"none": 2.0, "bf16": 1.5}  # client training seconds per round
 
 
-def write_run(root, seed, accuracies, batched=True, autocast="none", algorithm="fedavg", lr=0.05, sweep=None):
+def write_run(root, seed, accuracies, batched=True, autocast="none", algorithm="fedavg", lr=0.05, sweep=None, **more):
     config = {"algorithm": algorithm, "seed": seed, "lr": lr, "batch-clients": batched, "autocast": autocast,
-              "out-dir": str(root)}  # fmt: skip
+              "out-dir": str(root), **more}  # fmt: skip
     if not batched:
         config.pop("autocast")  # an older run's config: no autocast key (it trained in float32)
-    grid = f"autocast={autocast}" if batched else "default"
+    grid = f"autocast={autocast}" if batched else ",".join(f"{k}={v}" for k, v in more.items()) or "default"
     folder = (root / sweep if sweep else root) / "runs" / algorithm / grid / f"seed-{seed}"
     recorder = RunRecorder(folder, config, {}, [0.75, 0.8], 4)
     recorder.record({"round": 0, "loss": 2.3, "accuracy": 0.1})
@@ -51,9 +52,10 @@ def written(tmp_path_factory):
         for seed in range(3):
             write_run(root, seed, FP32[seed])
             write_run(root, seed, BF16[seed], autocast="bf16")
-            write_run(root, seed, SINGLE[seed], batched=False, sweep="one-at-a-time")
+            write_run(root, seed, SINGLE[seed], batched=False, sweep="one-at-a-time", lr=0.05 if seed < 2 else 0.1)
         for seed, accuracies in REFERENCE.items():
             write_run(reference, seed, accuracies, batched=False, lr=0.05 if seed == 0 else 0.1)
+        write_run(reference, 0, OTHER_SWEEP, batched=False, sweep="relaxed-init", **{"relaxed-init": 0.1})
         write_run(reference, 0, FP32[0], batched=False, algorithm="fedprox")  # not in the study: not read
         assert study.main(["--study", str(root), "--reference", str(reference), "--out", str(out)]) == 0
     with open(out / "table.csv") as f:
@@ -106,22 +108,25 @@ def test_bf16_minus_fp32_seed_by_seed(written):
     assert "×0.75 [0.75, 0.75]" in text
 
 
-def test_batched_against_one_at_a_time(written):
-    _, paired, _, _ = written
+def test_batched_against_one_at_a_time_over_the_same_protocol(written):
+    _, paired, text, _ = written
     row = paired[("fedavg", "batched − one at a time, fp32")]
-    diffs = [FP32[s][-1] - SINGLE[s][-1] for s in range(3)]
-    assert row["pairs"] == "3"
+    diffs = [FP32[s][-1] - SINGLE[s][-1] for s in (0, 1)]
+    assert row["pairs"] == "2"
     assert close(row["final_acc_diff_mean"], statistics.mean(diffs))
     assert close(row["largest_gap"], 0.01)
+    assert "seed 2 left out, the runs differ in lr" in text
 
 
-def test_a_reference_run_with_another_protocol_is_left_out(written):
-    _, paired, text, _ = written
-    row = paired[("fedavg", "batched − one at a time (cpu-study), fp32")]
-    assert row["pairs"] == "1"
-    assert close(row["final_acc_diff_mean"], FP32[0][-1] - REFERENCE[0][-1])
-    assert row["final_acc_diff_ci_low"] == ""  # one pair: no interval
-    assert "seed 1 left out, the runs differ in lr" in text
+def test_only_reference_runs_with_the_studys_protocol_are_read(written, capsys):
+    table, paired, _, _ = written
+    row = table[("fedavg", "one at a time, fp32 (cpu-study)")]
+    assert (row["completed"], row["runs"]) == ("1", "1")  # seed 1's other lr and the relaxed-init sweep: not read
+    assert close(row["final_acc_mean"], REFERENCE[0][-1])
+    pair = paired[("fedavg", "batched − one at a time (cpu-study), fp32")]
+    assert pair["pairs"] == "1"
+    assert close(pair["final_acc_diff_mean"], FP32[0][-1] - REFERENCE[0][-1])
+    assert pair["final_acc_diff_ci_low"] == ""  # one pair: no interval
     assert not any(a == "fedprox" for a, _ in paired)
 
 
@@ -149,3 +154,9 @@ def test_gradient_check_bf16_applies_stacked_and_one_at_a_time():
 def test_gradients_flag_prints_the_table(capsys):
     assert study.main(["--gradients"]) == 0
     assert "| bf16 |" in capsys.readouterr().out
+
+
+def test_no_seconds_ratio_against_another_study(written):
+    _, paired, _, _ = written
+    assert paired[("fedavg", "batched − one at a time (cpu-study), fp32")]["compute_ratio"] == ""
+    assert close(paired[("fedavg", "batched − one at a time, fp32")]["compute_ratio"], 1.0)

@@ -29,6 +29,7 @@ import math
 import sys
 from pathlib import Path
 
+from fedsuite.registry.known import BUILT_IN_SCHEMA
 from simulation.experiment import intervals, report
 from simulation.experiment.intervals import Interval, t_interval
 from simulation.experiment.report import FINISHED
@@ -80,14 +81,14 @@ def read_run(folder: Path, source: str, targets=TARGETS) -> dict | None:
     return record
 
 
-def read_runs(root: Path, source: str, targets=TARGETS) -> list[dict]:
-    """Every run under root/runs/… and root/<sweep>/runs/…; a second folder with the same key (setting, algorithm,
-    seed) is named on stderr and skipped."""
+def read_runs(root: Path, source: str, targets=TARGETS, keep=lambda record: True) -> list[dict]:
+    """Every run under root/runs/… and root/<sweep>/runs/… that `keep` accepts; a second folder with the same key
+    (setting, algorithm, seed) is named on stderr and skipped."""
     folders = sorted({*root.glob("runs/*/*/seed-*"), *root.glob("*/runs/*/*/seed-*")})
     kept: dict[tuple, dict] = {}
     for folder in folders:
         record = read_run(folder, source, targets) if folder.is_dir() else None
-        if record is None:
+        if record is None or not keep(record):
             continue
         key = (record["setting"], record["algorithm"], record["seed"])
         if key in kept:
@@ -173,8 +174,33 @@ def table(groups: dict, targets=TARGETS) -> tuple[list[str], list[dict]]:
 
 
 def protocol_differences(a: dict, b: dict) -> list[str]:
-    """The run-config keys, both runs holding them and not in NOT_PROTOCOL, on which the two differ."""
-    return sorted(k for k in a.keys() & b.keys() if k not in NOT_PROTOCOL and a[k] != b[k])
+    """The run-config keys outside NOT_PROTOCOL on which the two differ. A key one run lacks (a run made before the
+    key existed) counts at the key's default; a key that is not a built-in one must be held by both alike."""
+    missing = object()
+
+    def value(config: dict, key: str):
+        if key in config:
+            return config[key]
+        return BUILT_IN_SCHEMA[key].default if key in BUILT_IN_SCHEMA else missing
+
+    return sorted(k for k in a.keys() | b.keys() if k not in NOT_PROTOCOL and value(a, k) != value(b, k))
+
+
+def same_protocol_as(records: list[dict]):
+    """A filter for another study's runs: one-at-a-time float32 runs of an algorithm and seed the study ran, with
+    the protocol of one of the study's runs of that algorithm and seed (the other study's other sweeps, e.g. with
+    another relaxed-init, are not read)."""
+    study = {}
+    for r in records:
+        study.setdefault((r["algorithm"], r["seed"]), []).append(r["config"])
+
+    def keep(record: dict) -> bool:
+        _, batched, autocast = record["setting"]
+        configs = study.get((record["algorithm"], record["seed"]), [])
+        return (not batched and autocast == "none"
+                and any(not protocol_differences(record["config"], c) for c in configs))  # fmt: skip
+
+    return keep
 
 
 def largest_gap(a: dict, b: dict) -> float | None:
@@ -252,6 +278,8 @@ def paired_table(groups: dict, targets=TARGETS) -> tuple[list[str], list[dict]]:
     lines, rows, notes = [], [], []
     for algorithm, what, setting, base in comparisons(groups):
         c = compare(groups[(algorithm, setting)], groups[(algorithm, base)], targets)
+        if setting[0] != base[0]:
+            c["compute_ratio"] = None  # seconds measured in another study, on another day's machine load
         to = []
         for t in targets:
             d = c[f"rounds_to_{t:g}"]
@@ -370,9 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     if not records:
         print(f"--study {args.study}: no runs under <study>/runs/ or <study>/<sweep>/runs/", file=sys.stderr)
         return 2
-    algorithms = {r["algorithm"] for r in records}
     for folder in args.reference:
-        records += [r for r in read_runs(folder, folder.name) if r["algorithm"] in algorithms]
+        records += read_runs(folder, folder.name, keep=same_protocol_as(records))
     groups = grouped(records)
     lines, rows = table(groups)
     pairs, pair_rows = paired_table(groups)
