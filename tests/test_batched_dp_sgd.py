@@ -10,7 +10,10 @@ model differs by float32 rounding (TOLERANCE_FLOAT32, relative to the model's si
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -102,6 +105,73 @@ def _gap(a: np.ndarray, b: np.ndarray) -> float:
 def _epsilons(seen: _Replies) -> dict[int, dict[int, tuple[float, float]]]:
     keys = (dp_sgd.EPSILON_METRIC, dp_sgd.NEXT_EPSILON_METRIC)
     return {r: {p: tuple(m[k] for k in keys) for p, m in by.items()} for r, by in seen.metrics.items()}
+
+
+# ---- through the engine ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", ["fedavg", "scaffold", "fedsam", "fedspeed"])
+def test_batched_dp_sgd_equals_one_at_a_time(algorithm, stacked_calls, caplog):
+    alone, _ = _run(algorithm, DOUBLE)
+    assert not stacked_calls
+    with caplog.at_level(logging.INFO, logger="flwr.fedsuite"):
+        batched, _ = _run(algorithm, {**DOUBLE, "batch-clients": True})
+    assert not [r.getMessage() for r in caplog.records if "batch-clients" in r.getMessage()]
+    assert stacked_calls == [(BASE["clients-per-round"], True)] * BASE["num-server-rounds"]
+    assert alone.models.keys() == batched.models.keys() == {1, 2}
+    for r, x in alone.models.items():
+        assert _gap(x, batched.models[r]) <= TOLERANCE_FLOAT64, f"round {r}: {_gap(x, batched.models[r]):.3e}"
+    epsilons = _epsilons(alone)
+    assert epsilons == _epsilons(batched)  # each client's ε, now and after one more round: exactly equal
+    assert all(0 < now < nxt < math.inf for by in epsilons.values() for now, nxt in by.values())
+    assert all("loss" not in m for by in batched.metrics.values() for m in by.values())  # no training loss sent
+
+
+def test_the_float32_model_batched_is_equal_up_to_float32_rounding(stacked_calls):
+    config = {**BASE, **PRIVATE}
+    alone, _ = _run("fedsam", config)
+    batched, _ = _run("fedsam", {**config, "batch-clients": True})
+    scale = max(1.0, float(np.abs(alone.models[2]).max()))
+    assert _gap(alone.models[2], batched.models[2]) <= TOLERANCE_FLOAT32 * scale
+    assert _epsilons(alone) == _epsilons(batched)
+    assert stacked_calls and all(private for _, private in stacked_calls)
+
+
+def _any_client(reason: str) -> str:
+    return re.sub(r"client \d+", "client N", reason)
+
+
+def _recorded(tmp_path, name: str, config: dict):
+    config = {**config, "algorithm": "fedavg", "out-dir": str(tmp_path), "run-name": name}
+    strategy = run_inprocess(config, record=True)
+    folder = tmp_path / name
+    rows = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    return strategy, rows, json.loads((folder / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(("noise", "target", "rounds"), [(0.5, 1.0, 3), (4.0, 4.0, 12)])
+def test_the_budget_refusal_is_the_same_batched(tmp_path, stacked_calls, noise, target, rounds):
+    """σ_s = 0.5: the first round would pass the target and releases nothing; σ_s = 4: the server stops before the
+    round that would take a client past it. Batched, the same rows, the same reason, the same model."""
+    config = {**PARTIAL, **PRIVATE, "dp-sgd-noise": noise, "dp-sgd-clip": 1.0, "dp-target-epsilon": target,
+              "num-server-rounds": rounds}  # fmt: skip
+    alone = _recorded(tmp_path, "alone", config)
+    assert not stacked_calls
+    batched = _recorded(tmp_path, "batched", {**config, "batch-clients": True})
+    assert stacked_calls and all(private for _, private in stacked_calls)
+    assert batched[2]["status"] == alone[2]["status"] == "budget-spent"
+    # the reason names the first refusal the server heard of: the same words and ε, maybe another client of the cohort
+    assert _any_client(batched[2]["reason"]) == _any_client(alone[2]["reason"])
+    keys = ("round", "dp_sgd_epsilon")
+    assert [{k: r.get(k) for k in keys} for r in batched[1]] == [{k: r.get(k) for k in keys} for r in alone[1]]
+    assert np.abs(np.asarray(batched[0].x) - np.asarray(alone[0].x)).max() <= TOLERANCE_FLOAT32
+
+
+def test_with_secret_noise_two_batched_runs_differ(stacked_calls):
+    secret = {**DOUBLE, "dp-noise-source": "secure", "batch-clients": True, "num-server-rounds": 1}
+    a, _ = _run("fedavg", secret)
+    b, _ = _run("fedavg", secret)
+    assert stacked_calls == [(BASE["clients-per-round"], True)] * 2
+    assert not np.array_equal(a.models[1], b.models[1])
+    assert _epsilons(a) == _epsilons(b)  # the noise differs, the privacy it buys does not
 
 
 # ---- the stacked private gradient -----------------------------------------------------------------------------

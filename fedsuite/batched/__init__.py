@@ -15,6 +15,6 @@ One job per module:
     shares     a SuperNode's share of a round as one message and one reply (under `flwr run`), packed and unpacked
     share_node a SuperNode's half of a share: its clients through the dispatcher, their replies packed
     server     the round loops: in process through the dispatcher; under `flwr run` one share message per node
-    notice     where batch-clients=true still trains one client at a time (fixed mapping, secure sums, DP-SGD,
-               buffers), and the one line that says so
+    notice     where batch-clients=true still trains one client at a time (fixed mapping, secure sums, buffers),
+               and the one line that says so
 """

@@ -26,9 +26,11 @@ A target ε (dp-target-epsilon) is the client's own guard: a round that would ta
 nothing (PrivacyBudgetSpent, which ends the run with status budget-spent), and every reply says what one more
 round would bring its ε to, so the server stops the run before such a round (fedsuite/server/sample_budget.py).
 
-The stacked loop of fedsuite/batched/private.py uses the same per-client pieces: `start` (the noise stream),
-`draw_noise` (the numbers `release` draws) and the ledger (`new_step`, `releases`). A loop that bypassed the oracle
-is caught before anything is released (`check_trained`).
+With batch-clients=true a round's clients train stacked (fedsuite/batched/private.py): the stacked step takes every
+client's per-record gradients at once, and each client's `DpSgd` still starts its own noise stream (`start`),
+draws its own noise (`draw_noise`, the numbers `release` draws) and counts its own releases, so its noise, ε and
+refusal are those of the client trained alone. A loop that bypassed the oracle is caught before anything is
+released (`check_trained`).
 
 `SampleLevelStage` is DP-SGD's client stage (fedsuite/stages/client.py): it gives each round's loop its `DpSgd`
 oracle, refuses a round past the target before anything is released, and replaces the training losses of the
@@ -224,9 +226,10 @@ def for_client(node, server_round: int) -> DpSgd | None:
 
 class SampleLevelStage(ClientStage):
     """DP-SGD on the client's side of a round (module docstring): the round's private oracle, the target's refusal,
-    the reply's ε instead of its training losses. The batched engine trains its clients one at a time."""
+    the reply's ε instead of its training losses. The batched engine trains its clients stacked, each with its own
+    oracle (fedsuite/batched/private.py)."""
 
-    trains_alone = "dp-sgd clips per-record gradients one client at a time"
+    trains_alone = None  # the stacked loop takes each client's private gradients (docs/privacy-dp-sgd.md)
 
     @classmethod
     def of_run(cls, cfg) -> SampleLevelStage | None:
