@@ -135,6 +135,29 @@ def test_the_float32_model_batched_is_equal_up_to_float32_rounding(stacked_calls
     assert stacked_calls and all(private for _, private in stacked_calls)
 
 
+def test_a_group_whose_stacked_training_raises_trains_alone_with_exact_ledgers(monkeypatch, stacked_calls, caplog):
+    """The stacked attempt fails in its second step, after it counted a step in every client's ledger and drew
+    noise: the clients then train one at a time, and their models and ε are the one-at-a-time run's."""
+    real, calls = StackedPrivateModel.loss_and_grad, []
+
+    def broken(self, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("no room on the card")
+        return real(self, *args)
+
+    alone, _ = _run("fedavg", DOUBLE)
+    monkeypatch.setattr(StackedPrivateModel, "loss_and_grad", broken)
+    with caplog.at_level(logging.INFO, logger="flwr.fedsuite"):
+        batched, _ = _run("fedavg", {**DOUBLE, "batch-clients": True})
+    said = [r.getMessage() for r in caplog.records if "batch-clients" in r.getMessage()]
+    assert len(said) == 1 and "raised RuntimeError: no room on the card" in said[0], said
+    assert len(stacked_calls) == BASE["num-server-rounds"] and len(calls) > 2  # round 2 trained stacked
+    assert _epsilons(alone) == _epsilons(batched)
+    for r, x in alone.models.items():
+        assert _gap(x, batched.models[r]) <= TOLERANCE_FLOAT64, f"round {r}"
+
+
 def _any_client(reason: str) -> str:
     return re.sub(r"client \d+", "client N", reason)
 
