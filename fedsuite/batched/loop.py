@@ -58,8 +58,7 @@ def train_stacked(
     rule = stacked.rule
     model_c = StackedModel(model, len(rules))
     x0 = torch.stack(list(x0s))
-    x = model_c.x
-    x.copy_(x0)
+    x = model_c.x.copy_(x0)
     ctx = StepContext(x=x, x0=x0, lr=settings.lr)
     loss_sum = torch.zeros(len(rules), device=x.device)
     oracle = _oracle(model_c, rules, generators, privates)
@@ -69,8 +68,8 @@ def train_stacked(
         move(model_c.grad, ctx, rule, batch=targets.shape[1], settings=settings)
         return loss
 
-    batches = rules[0].batches
-    recorded = _recorded(step, rule, x.device, settings.steps, batches, cuda_graphs, on_not_recorded, privates)
+    recorded = _recorded(step, rule, x.device, settings.steps, rules[0].batches, cuda_graphs, on_not_recorded,
+                         privates)  # fmt: skip
     draws = _steps(datas, rules, settings.epochs, settings.steps, settings.batch_size, generators)
     with ledgers_kept_on_failure(privates):
         k, first_loss = _run(step, recorded, ctx, draws, loss_sum, getattr(oracle, "new_step", None))
