@@ -233,7 +233,6 @@ def test_a_member_answering_for_another_client_is_rejected_for_each_client():
 @pytest.mark.parametrize("changes, why", [
     ({"secagg": True, "client-mapping": "fixed"}, "secagg=true"),
     ({"client-mapping": "fixed"}, "client-mapping='fixed'"),
-    ({"dp-sgd": True, "local-steps": 3}, "dp-sgd"),
     ({}, "the model has buffers"),
 ])  # fmt: skip
 def test_what_keeps_a_rounds_clients_in_one_message_each_is_said(changes, why):
@@ -246,3 +245,13 @@ def test_what_keeps_a_rounds_clients_in_one_message_each_is_said(changes, why):
     assert why in why_not_shared(cfg, has_buffers) and batch_shares(cfg, has_buffers) == 0
     assert batch_shares(resolve({"batch-clients": True, "batch-messages": 3}), False) == 3
     assert batch_shares(resolve({"batch-messages": 3}), False) == 0
+
+
+def test_dp_sgd_clients_travel_in_one_message_per_node():
+    """DP-SGD's clients train stacked (fedsuite/batched/private.py), so they share a node's message."""
+    from fedsuite.batched.notice import why_not_shared
+    from fedsuite.config.run_config import resolve
+    from fedsuite.server.compose import batch_shares
+
+    cfg = resolve({"batch-clients": True, "batch-messages": 3, "dp-sgd": True, "local-steps": 3})
+    assert why_not_shared(cfg, False) is None and batch_shares(cfg, False) == 3

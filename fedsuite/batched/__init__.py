@@ -11,7 +11,11 @@ One job per module:
     draws      a client's whole round of minibatches drawn at once, in the one-at-a-time loop's order
     graph      a group's step recorded once as a CUDA graph and replayed (cuda-graphs)
     grouping   which prepared clients of a round can train together (K_i, minibatch sizes, rule), and why not
+    chunks     how many clients one stacked computation trains (batch-chunk): even chunks, the memory measured on a
+               CUDA device
+    kept_steps a group's recorded step kept for the run (its tensors refilled each round), not recorded anew
     dispatch   a round's fit instructions → one reply per client: prepare each, train each group, finish each
+    device_replies  in process on a CUDA card, the replies' arrays left on the device for the server
     shares     a SuperNode's share of a round as one message and one reply (under `flwr run`), packed and unpacked
     share_node a SuperNode's half of a share: its clients through the dispatcher, their replies packed
     server     the round loops: in process through the dispatcher; under `flwr run` one share message per node

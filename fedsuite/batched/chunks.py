@@ -197,7 +197,8 @@ def on_cuda(clients: int, sample: GroupSample, found: Footprint, cuda_graphs: bo
     """The chunks of a group of `clients` like `sample` whose footprint is `found`, on its CUDA device now."""
     device = sample.model.x.device
     steps = sample.settings.steps  # 0 in epoch mode, which is never recorded (fedsuite/batched/loop.py)
-    recorded = cuda_graphs and steps > 0 and not_replayable(sample.rule, device, steps) is None
+    replayable = not_replayable(sample.rule, device, steps) is None
+    recorded = cuda_graphs and steps > 0 and sample.private is None and replayable  # DP-SGD steps are not recorded
     per_client = found.client_bytes(recorded, sample.draws_bytes())
     free = free_bytes(device)
     most = most_clients(free, per_client, found.fixed)

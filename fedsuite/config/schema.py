@@ -244,8 +244,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("batch-clients", False, "train each round's clients with the same K_i, minibatch sizes and update rule as "
         "one stacked computation (GPU speed option; equal up to float rounding, docs/running/batched.md): in "
         "process, and under flwr run with client-mapping='logical', where each node's share of a round travels in "
-        "one message (batch-messages); under flwr run, client-mapping='fixed', secagg=true, dp-sgd=true and models "
-        "with buffers keep one message per client, said in one line", tunable=False,
+        "one message (batch-messages); under flwr run, client-mapping='fixed', secagg=true and models with buffers "
+        "keep one message per client, said in one line", tunable=False,
         app="fedsuite.app clients train one at a time"),
     Key("batch-messages", 1, "with batch-clients=true under flwr run: how many nodes (at most the connected ones) a "
         "round's clients are split over in consecutive blocks, each node's block in one message, trained there as "
