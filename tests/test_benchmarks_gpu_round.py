@@ -15,7 +15,7 @@ TINY = ["--model", "cnn", "--clients", "2", "--steps", "2", "--rounds", "2", "--
 
 def test_gpu_round_prints_every_path_and_the_suite_does_the_bare_loops_work(tmp_path, capsys):
     out = tmp_path / "round.json"
-    assert gpu_round.main([*TINY, "--algorithms", "fedavg,fedspeed", "--json", str(out)]) == 0
+    assert gpu_round.main([*TINY, "--algorithms", "fedavg,fedspeed", "--bound-repeats", "1", "--json", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("device cpu, torch ")
     for algorithm, rule in (("fedavg", "sgd"), ("fedspeed", "sam")):
@@ -115,17 +115,18 @@ def test_peers_prints_both_apps_and_the_ratio(tmp_path, capsys):
 
 
 def test_a_batched_row_that_fell_back_says_so(tmp_path):
-    """A batched path whose clients trained one at a time (here: dp-sgd clips per record) reports why, so its figure
-    is never read as batching's."""
+    """A batched path whose clients trained one at a time (here: a model with BatchNorm statistics, which each
+    client's forward pass updates) reports why, so its figure is never read as batching's."""
     import argparse
 
+    from fedsuite.batched.notice import BUFFERS
+
     write_fake_cifar10(tmp_path, train_rows=120, test_rows=20)
-    args = argparse.Namespace(model="cnn", clients=2, steps=2, batch=10, rounds=2, device="cpu", host_memory="reuse")
-    run_config = {**gpu_round.reference_config(args, "fedavg", str(tmp_path)), **gpu_round.BATCHED,
-                  "dp-sgd": True, "dp-sgd-noise": 0.0, "dp-sgd-clip": 1e6}  # fmt: skip
+    args = argparse.Namespace(model="tests.test_user_models:small_bn", clients=2, steps=2, batch=10, rounds=2,
+                              device="cpu", host_memory="reuse")  # fmt: skip
+    run_config = {**gpu_round.reference_config(args, "fedavg", str(tmp_path)), **gpu_round.BATCHED}
     result = gpu_round.suite_path(run_config, gpu_round.torch.device("cpu"))
-    assert result["fell_back"] == ["fedavg trains one client at a time: dp-sgd clips per-record gradients one client "
-                                   "at a time"]  # fmt: skip
+    assert result["fell_back"] == [f"fedavg trains one client at a time: {BUFFERS}"]
     plain = gpu_round.suite_path({**run_config, "batch-clients": False}, gpu_round.torch.device("cpu"))
     assert plain["fell_back"] == []
 

@@ -117,12 +117,14 @@ GPU_ROUND="$PYTHON -m simulation.benchmarks.gpu_round --algorithms fedavg --path
     part cuda_tests 90 bash -c cuda_tests
     part stateful 150 "$PYTHON" -m simulation.benchmarks.round_phases $WORK --clients $C10 \
         --algorithms scaffold,feddyn,fedspeed,fedsmoo,fadamgt,losac --json "$OUT/stateful.json"
-    part fedavg40 100 $GPU_ROUND $WORK --rounds $ROUNDS_SHORT --clients $C40 --json "$OUT/fedavg40.json"
+    part fedavg40 100 $GPU_ROUND $WORK --rounds $ROUNDS_SHORT --clients $C40 --bound-repeats 2 \
+        --json "$OUT/fedavg40.json"
     part bf16 80 $GPU_ROUND $WORK --clients $C10 --autocast bf16 --json "$OUT/bf16.json"
     part dpsgd 110 $GPU_ROUND $WORK --rounds $ROUNDS_SHORT --clients $C10 --no-bounds \
         --variant "dp-sgd=true dp-sgd-noise=1.0 dp-sgd-clip=1.0" --json "$OUT/dpsgd.json"
     part variants 80 "$PYTHON" -m simulation.benchmarks.batching_bound $BOUND --variants channels-last,streams
-    part fedavg100 160 $GPU_ROUND $WORK --rounds $ROUNDS_SHORT --clients $C100 --json "$OUT/fedavg100.json"
+    part fedavg100 160 $GPU_ROUND $WORK --rounds $ROUNDS_SHORT --clients $C100 --bound-repeats 2 \
+        --json "$OUT/fedavg100.json"
     part compile 150 "$PYTHON" -m simulation.benchmarks.batching_bound $BOUND --variants compile \
         $([ "$SMOKE" = 1 ] && echo "--compile-backend eager")
 }

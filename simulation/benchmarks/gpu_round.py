@@ -57,8 +57,7 @@ from fedsuite.state.host_memory import reuse_host_memory
 from simulation.benchmarks import step_bounds
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
 
-# the SAM rule's cost: the algorithms whose point takes two gradients per step (clients/fedsam.py, fedspeed.py,
-# fedgamma.py, fedsmoo.py)
+# the SAM rule's cost: algorithms whose point takes two gradients a step (clients/fedsam.py, fedspeed.py, fedsmoo.py …)
 TWO_GRADIENTS = frozenset({"fedsam", "mofedsam", "fedspeed", "fedspeed-ing", "fedgamma", "fedsmoo"})
 PATHS = ("suite", "batched", "bare")
 SAM_RHO = 0.1  # as simulation/benchmarks/local_loop.py
@@ -82,6 +81,7 @@ def reference_config(args, algorithm: str, data_dir: str) -> dict:
         "client-threads": torch.get_num_threads(), "seed": 0,
         "reuse-host-memory": args.host_memory == "reuse",
         **({"autocast": args.autocast} if getattr(args, "autocast", "none") != "none" else {}),
+        **({"batch-chunk": args.chunk} if getattr(args, "chunk", 0) else {}),
     }  # fmt: skip
 
 
@@ -238,6 +238,7 @@ def workload_arguments(parser: argparse.ArgumentParser, argv: list[str] | None, 
     parser.add_argument("--samples", type=int, default=500, help="training samples per client in the fake data")
     parser.add_argument("--data-dir", default="", help="a folder holding cifar-10-batches-py/ (default: fake files)")
     parser.add_argument("--json", default="", help="also write every figure to this file")
+    parser.add_argument("--chunk", type=int, default=0, help="run-config batch-chunk (0: the memory plan chooses)")
     parser.add_argument("--host-memory", choices=("reuse", "return"), default="reuse",
                         help="freed host buffers kept for reuse (the run-config default) or returned to the OS "
                         "(reuse-host-memory=false); every path of the command runs with the same")  # fmt: skip

@@ -19,6 +19,7 @@ it ran (`how`), so an eager figure is never read as a graphed one.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -160,15 +161,26 @@ def measure(work: Workload, dense: bool, repeats: int = 3, graphed: bool = True)
     """{"seconds", "how"} of one bound (`dense`: one model on C·B samples, else the stacked step), or {"error"}
     in one line where it could not run (out of memory, a model the stacked step does not take)."""
     try:
-        model = flat_model(work)
-        step = dense_step(work, model) if dense else stacked_step(work, model)[0]
-        run, how = replayer(step, minibatches(work, dense), work.device, graphed)
-        return {"seconds": time_round(run, work, repeats), "how": how}
+        return _timed(work, dense, repeats, graphed)
     except Exception as err:  # a bound that cannot run is said in one line; the benchmark goes on
         return {"error": one_line(err)}
     finally:
-        if work.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(work.device)
+
+
+def _timed(work: Workload, dense: bool, repeats: int, graphed: bool) -> dict:
+    model = flat_model(work)
+    step = dense_step(work, model) if dense else stacked_step(work, model)[0]
+    run, how = replayer(step, minibatches(work, dense), work.device, graphed)
+    return {"seconds": time_round(run, work, repeats), "how": how}
+
+
+def release(device: torch.device) -> None:
+    """The device memory of a finished timing (its models, minibatches and recording, unreferenced once its
+    function has returned) handed back, so the next timing and the suite's peak memory start from nothing."""
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def describe(work: Workload, dense: bool, result: dict) -> str:

@@ -91,8 +91,7 @@ def measure(work: Workload, names: list[str], repeats: int, streams: int, backen
         except Exception as err:  # a variant that cannot run is said in one line; the others still run
             found[name] = {"error": step_bounds.one_line(err)}
         finally:
-            if work.device.type == "cuda":
-                torch.cuda.empty_cache()
+            step_bounds.release(work.device)
     return found
 
 
