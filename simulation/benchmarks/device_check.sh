@@ -7,7 +7,8 @@
 #
 # Each part runs under `timeout` (its own limit, never past what is left of the budget) and writes everything it
 # prints to $OUT/<part>.txt (and its figures to $OUT/<part>.json where the benchmark writes one); a part started too
-# late to fit says so in its file. $OUT/summary.txt has every part's exit status, seconds and figure lines. The
+# late to fit says so in its file; the script ends within the budget plus 10 s (a part past its limit is killed 10 s
+# after being asked to stop). $OUT/summary.txt has every part's exit status, seconds and figure lines. The
 # parts, most wanted first (the workload: ResNet-18-GN, 50 steps of batch 50 per client, fake CIFAR-10):
 #   env        nvidia-smi, torch and its CUDA, the git commit
 #   fedavg10   gpu_round: FedAvg batched, 10 clients, with bound_s / dense_s and bound_ratio / dense_ratio
