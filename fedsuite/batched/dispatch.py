@@ -23,6 +23,7 @@ from flwr.common import Code, FitIns, FitRes, Status
 
 from fedsuite.batched.chunks import GroupSample, MemoryPlan, Plan
 from fedsuite.batched.grouping import NotBatchable, group_key, plan_shape
+from fedsuite.batched.kept_steps import KeptSteps
 from fedsuite.batched.loop import train_stacked
 from fedsuite.batched.model import unbatchable_model
 from fedsuite.local.device import one_move_per_array
@@ -72,6 +73,7 @@ class BatchedDispatcher:
         self.said: set[str] = set()
         self.stacked: list[int] = []  # the sizes of the chunks the last `train` trained stacked, in order
         self.memory = MemoryPlan()  # how many clients one stacked computation trains
+        self.kept = KeptSteps()  # each kind of group's recorded step, kept for the run (fedsuite/batched/kept_steps.py)
 
     def say(self, reason: str) -> None:
         if reason not in self.said:
@@ -194,6 +196,7 @@ class BatchedDispatcher:
                 ),
                 on_not_recorded=lambda why: self.note(f"{first.node.cfg['algorithm']}'s steps run one by one: {why}"),
                 privates=None if group[0].fit.private is None else [item.fit.private for item in group],
+                kept=self.kept,
             )
         except Exception as err:
             message = f"{type(err).__name__}: {err}".splitlines()[0][:300]

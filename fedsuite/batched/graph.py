@@ -73,7 +73,7 @@ class RecordedStep:
     def run(self, k: int, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if self.failed is not None:
             return self.step(inputs, targets)
-        if k == 0:
+        if k == 0 and self.graph is None:  # a kept recording (fedsuite/batched/kept_steps.py) replays step 0 too
             return self._warm_up(inputs, targets)
         if self.graph is None:
             self._record(inputs, targets)

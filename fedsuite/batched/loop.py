@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
+from fedsuite.batched import kept_steps
 from fedsuite.batched.draws import drawable, drawn_round
 from fedsuite.batched.graph import RecordedStep, not_replayable
+from fedsuite.batched.kept_steps import KeptStep, KeptSteps, group_key, refill
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.private import StackedPrivateModel, ledgers_kept_on_failure
 from fedsuite.batched.stacking import stack_rules
@@ -40,6 +42,7 @@ def train_stacked(
     on_graph_failure: Callable[[str], None] | None = None,
     on_not_recorded: Callable[[str], None] | None = None,
     privates: Sequence[Any] | None = None,
+    kept: KeptSteps | None = None,
     **keywords: Any,
 ) -> list[LocalResult]:
     """One LocalResult per client, its x a row of the stacked iterate. The clients share `settings` (η_l, K_i, E, B,
@@ -51,16 +54,45 @@ def train_stacked(
     CUDA group whose rule the recording does not take (it runs step by step).
     `privates`: each client's fedsuite.privacy.dp_sgd.DpSgd (dp-sgd=true), whose private gradients the oracle takes
     (fedsuite/batched/private.py); None: the plain gradients. A failed attempt leaves their ledgers as they were.
+    `kept`: the run's kept steps (fedsuite/batched/kept_steps.py): a recorded step is kept there and serves the
+    later rounds of its kind of group, which are then not recorded again.
     Each result's `seconds` is the group's time divided by C."""
     settings = LocalSettings.given(settings, keywords)
     start = time.perf_counter()
     stacked = stack_rules(rules)
-    rule = stacked.rule
+    graphs = (cuda_graphs, on_not_recorded, kept)
+    group = _group(model, x0s, datas, loss_fn, rules, stacked.rule, settings, generators, privates, graphs)
+    draws = _steps(datas, rules, settings.epochs, settings.steps, settings.batch_size, generators)
+    with ledgers_kept_on_failure(privates):
+        k, first_loss = _run(group.step, group.recorded, group.ctx, draws, group.loss_sum,
+                             getattr(group.oracle, "new_step", None))  # fmt: skip
+    if group.recorded is not None and group.recorded.failed and on_graph_failure is not None:
+        on_graph_failure(group.recorded.failed)
+    x = group.model.x
+    if group.rule is not stacked.rule:  # a kept step's tensors serve the next round: the round's own take its values
+        refill(stacked.rule, group.rule)
+        x = x.clone()
+    stacked.write_back()
+    return _results(x0s, x, k, group.loss_sum, first_loss, start)
+
+
+def _group(model, x0s, datas, loss_fn, rules, rule, settings, generators, privates, graphs) -> KeptStep:
+    """The group's step on its tensors: the run's kept step of this kind of group with this round's values written
+    into it (fedsuite/batched/kept_steps.py), or a new one (kept for the run when it was recorded)."""
+    cuda_graphs, on_not_recorded, kept = graphs
+    key = None
+    if kept is not None and privates is None:
+        key = group_key(rules, len(rules), settings, datas[0].inputs, model.module, loss_fn)
+        held = kept.get(key)
+        if held is not None:
+            refill(held.rule, rule)
+            torch.stack(list(x0s), out=held.x0)
+            held.model.x.copy_(held.x0)
+            held.loss_sum.zero_()
+            return held
     model_c = StackedModel(model, len(rules))
     x0 = torch.stack(list(x0s))
-    x = model_c.x.copy_(x0)
-    ctx = StepContext(x=x, x0=x0, lr=settings.lr)
-    loss_sum = torch.zeros(len(rules), device=x.device)
+    ctx = StepContext(x=model_c.x.copy_(x0), x0=x0, lr=settings.lr)
     oracle = _oracle(model_c, rules, generators, privates)
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -68,15 +100,12 @@ def train_stacked(
         move(model_c.grad, ctx, rule, batch=targets.shape[1], settings=settings)
         return loss
 
-    recorded = _recorded(step, rule, x.device, settings.steps, rules[0].batches, cuda_graphs, on_not_recorded,
-                         privates)  # fmt: skip
-    draws = _steps(datas, rules, settings.epochs, settings.steps, settings.batch_size, generators)
-    with ledgers_kept_on_failure(privates):
-        k, first_loss = _run(step, recorded, ctx, draws, loss_sum, getattr(oracle, "new_step", None))
-    if recorded is not None and recorded.failed and on_graph_failure is not None:
-        on_graph_failure(recorded.failed)
-    stacked.write_back()
-    return _results(x0s, x, k, loss_sum, first_loss, start)
+    recorded = _recorded(step, rule, model_c.x.device, settings.steps, rules[0].batches, cuda_graphs,
+                         on_not_recorded, privates)  # fmt: skip
+    group = KeptStep(model_c, x0, ctx, rule, torch.zeros(len(rules), device=x0.device), step, recorded, oracle)
+    if key is not None and recorded is not None:
+        kept.keep(key, group)
+    return group
 
 
 def _oracle(model_c: StackedModel, rules, generators, privates) -> StackedModel | StackedPrivateModel:
@@ -113,6 +142,10 @@ def _recorded(step, rule: UpdateRule, device: torch.device, steps: int, batches,
     allows it, else None; `on_not_recorded(reason)` hears why a CUDA group runs step by step. A DP-SGD step
     (`privates`) is not recorded: it draws from each client's own noise generator and counts its ledgers on the
     host."""
+    if device.type != "cuda" and cuda_graphs and kept_steps.ON_CPU:  # tests: a kept step's path on the CPU
+        if privates is None and not_replayable(rule, torch.device("cuda"), steps, batches) is None:
+            return kept_steps.StepOnCpu(step)
+        return None
     if not cuda_graphs or device.type != "cuda":
         return None
     if privates is not None:

@@ -296,12 +296,21 @@ def initial_vector(
 
 
 def loss_function(task: str):
-    """Mean loss over a minibatch: cross-entropy, logistic, or (1/2)·squared error."""
+    """Mean loss over a minibatch: cross-entropy, logistic, or (1/2)·squared error; the same function object on every
+    call (a kept recorded step, fedsuite/batched/kept_steps.py, knows its loss by it)."""
     if task == "classification":
         return F.cross_entropy
     if task == "binary":
-        return lambda out, y: F.binary_cross_entropy_with_logits(out.squeeze(-1), y)
-    return lambda out, y: 0.5 * F.mse_loss(out.squeeze(-1), y)
+        return logistic_loss
+    return half_squared_loss
+
+
+def logistic_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(out.squeeze(-1), y)
+
+
+def half_squared_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return 0.5 * F.mse_loss(out.squeeze(-1), y)
 
 
 def loss_inputs(out: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,111 @@
+"""A group's recorded step kept for the whole run, not made again every round (docs/running/batched.md#cuda-graphs).
+
+A CUDA graph replays kernels on the very tensors it was recorded with. `fedsuite.batched.loop.train_stacked` builds
+new ones every round (the stacked iterate, x⁰, the stacked rule's tensors), so a graph recorded in one round cannot
+serve the next, and each round paid for a step run as usual and a recording. Here the run keeps, per kind of group,
+those tensors with the graph recorded on them (`KeptStep`); a later round of the same kind writes its own values
+into them and replays the graph from its first step:
+
+- the clients' x⁰ into the kept x⁰ and the kept iterate;
+- the stacked rule's tensors (SCAFFOLD's c − c_i, FedDyn's duals, the Adam moments …) into the kept rule's, stage
+  by stage (`refill`), and after the round the kept rule's final tensors back into the round's own stacked rule, whose
+  write-back then hands each client its row as before;
+- the round's minibatches into the recording's input buffers, as within a round.
+
+A recording also fixes every number the step read as a Python value when it was made: the learning rate, the
+weight decay, the clip, the stages' scalars, the minibatch size. So the kind of group (`group_key`) is all of them:
+the rule's signature (its stage types and scalar settings, fedsuite/batched/stacking.py), the number of clients, the
+round's LocalSettings (η_l included: with lr-decay below 1 every round is a kind of its own and is recorded anew), the
+input shape and dtype, the model's module, the loss function and the device. Only rules that are recorded at all
+(fedsuite/batched/graph.py's `not_replayable`) are kept.
+
+Stage attributes whose names start with an underscore are scratch buffers written before they are read in every
+step (SAM's saved iterate, the Adam step's direction); they stay as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import astuple, dataclass
+from typing import Any
+
+import torch
+
+from fedsuite.batched.stacking import RULE_FIELDS, SEQUENCES, rule_signature
+from fedsuite.local.loop import LocalSettings, StepContext, UpdateRule
+
+
+@dataclass
+class KeptStep:
+    """One kind of group's step and the tensors its recording runs on (module docstring)."""
+
+    model: Any  # the StackedModel whose rows are the iterate
+    x0: torch.Tensor
+    ctx: StepContext
+    rule: UpdateRule  # the stacked rule the recording reads
+    loss_sum: torch.Tensor
+    step: Callable  # (inputs, targets) → per-client losses, on the kept tensors
+    recorded: Any  # its RecordedStep (fedsuite/batched/graph.py); None: run step by step, not kept
+    oracle: Any = None  # what the point stage takes gradients from (the model, or DP-SGD's private one)
+
+
+ON_CPU = False  # tests: on the CPU too, groups a recording would take keep their step, replayed as `StepOnCpu`
+
+
+class StepOnCpu:
+    """What stands for a recording on the CPU when ON_CPU is set: the step function of the round that made it, called
+    again in every later round. It runs on that round's tensors, as a graph would, so a value a later round failed
+    to write into them shows as a different result (tests/test_kept_steps.py); numbers a graph would fix, it reads
+    anew (the key holds them)."""
+
+    failed = None
+
+    def __init__(self, step: Callable):
+        self.step = step
+
+    def run(self, k: int, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.step(inputs, targets)
+
+
+class KeptSteps:
+    """The kept steps of one run (the batched dispatcher holds one), by `group_key`."""
+
+    def __init__(self):
+        self._kept: dict[Hashable, KeptStep] = {}
+
+    def get(self, key: Hashable) -> KeptStep | None:
+        return self._kept.get(key)
+
+    def keep(self, key: Hashable, kept: KeptStep) -> None:
+        self._kept[key] = kept
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+def group_key(rules, clients: int, settings: LocalSettings, inputs: torch.Tensor, module, loss_fn) -> Hashable:
+    """What must be equal for a kept recording to serve a group (module docstring); `inputs` is a client's data (its
+    samples' shape and dtype; the minibatch size is the settings')."""
+    return (rule_signature(rules[0]), clients, astuple(settings), tuple(inputs.shape[1:]), inputs.dtype,
+            str(inputs.device), id(module), id(loss_fn))  # fmt: skip
+
+
+def _owners(rule: UpdateRule) -> list[Any]:
+    """The objects that hold the rule's tensors, in field order (a bound method's object; a plain function)."""
+    stages = []
+    for name in RULE_FIELDS:
+        value = getattr(rule, name)
+        stages.extend(value if name in SEQUENCES else (value,))
+    return [getattr(stage, "__self__", stage) for stage in stages]
+
+
+def refill(target: UpdateRule, source: UpdateRule) -> None:
+    """Write every public tensor of `source`'s stages into the same tensor of `target`'s, stage by stage (two rules
+    of one signature); scratch buffers (a leading underscore) are left."""
+    for into, out_of in zip(_owners(target), _owners(source), strict=True):
+        if into is out_of or not hasattr(out_of, "__dict__"):
+            continue
+        for name, value in vars(out_of).items():
+            if name.startswith("_") or not isinstance(value, torch.Tensor):
+                continue
+            getattr(into, name).copy_(value)
