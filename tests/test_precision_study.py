@@ -130,9 +130,22 @@ def test_only_reference_runs_with_the_studys_protocol_are_read(written, capsys):
     assert not any(a == "fedprox" for a, _ in paired)
 
 
-def test_the_plot_is_written(written):
+def test_the_plots_are_written(written):
     *_, out = written
-    assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("accuracy.png", "difference.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_difference_curves_are_per_seed_over_the_same_protocol():
+    def run(seed, curve, lr=0.05):
+        return {"seed": seed, "status": "completed", "curve": curve, "config": {"algorithm": "fedavg", "lr": lr}}
+
+    mine = [run(0, [(0, 0.1), (5, 0.7), (10, 0.8)]), run(1, [(0, 0.1), (5, 0.6)]), run(2, [(5, 0.5)], lr=0.1)]
+    base = [run(0, [(0, 0.1), (5, 0.65), (10, 0.82)]), run(1, [(0, 0.1), (5, 0.6)]), run(2, [(5, 0.4)])]
+    curves = study.difference_curves(mine, base)
+    assert len(curves) == 2  # seed 2's runs differ in lr
+    assert [n for n, _ in curves[0]] == [5, 10] and curves[1] == [(5, 0.0)]
+    assert math.isclose(curves[0][0][1], 0.05) and math.isclose(curves[0][1][1], -0.02)
 
 
 def test_no_runs_is_an_error(tmp_path, capsys):

@@ -15,7 +15,9 @@ config: algorithm, `batch-clients`, `autocast` and seed, and by the study it cam
   batching, batched − one-at-a-time in float32, and batched − the reference's runs: the mean difference of final and
   best accuracy and of rounds to each target with its 95 % interval, the largest |difference| of test accuracy over
   every evaluated round of every pair, and the ratio of client training seconds per round;
-- accuracy.png: test accuracy per round, one panel per algorithm, mean over seeds with its 95 % interval.
+- accuracy.png: test accuracy per round, one panel per algorithm, mean over seeds with its 95 % interval;
+- difference.png: per algorithm, bf16 − fp32 and batched − one at a time in test accuracy per round, the mean over
+  the seeds of the per-seed difference with its 95 % interval.
 
 Only runs that completed are averaged; the others are counted. Two runs are paired only when their run configs
 agree on every key both hold, apart from those that choose how a run is computed or where it is written (NOT_PROTOCOL).
@@ -36,7 +38,7 @@ from simulation.experiment.report import FINISHED
 
 TARGETS = (0.75, 0.8)
 ORDER = ("fedavg", "scaffold", "feddyn", "fedspeed")  # algorithms first in this order, then by name
-FILES = ("table.md", "table.csv", "paired.md", "paired.csv", "accuracy.png")
+FILES = ("table.md", "table.csv", "paired.md", "paired.csv", "accuracy.png", "difference.png")
 # run-config keys that choose how a run is computed or where it goes, not what it computes
 NOT_PROTOCOL = frozenset({"out-dir", "batch-clients", "batch-messages", "autocast", "channels-last", "cuda-graphs",
                           "client-threads", "reuse-host-memory", "checkpoint-every", "tensorboard", "wandb-mode",
@@ -320,6 +322,35 @@ def plot(path: Path, groups: dict) -> None:
         report.plot(path, panels, figsize=(4 * len(panels), 4))
 
 
+def difference_curves(runs: list[dict], base: list[dict]) -> list[list[tuple[int, float]]]:
+    """Per seed both completed with the same protocol, the accuracy of `runs` minus that of `base` at every round
+    both evaluated (after round 0)."""
+    mine, theirs = {r["seed"]: r for r in done(runs)}, {r["seed"]: r for r in done(base)}
+    curves = []
+    for s in sorted(mine.keys() & theirs.keys()):
+        if protocol_differences(mine[s]["config"], theirs[s]["config"]):
+            continue
+        a, b = dict(mine[s]["curve"]), dict(theirs[s]["curve"])
+        curves.append([(n, a[n] - b[n]) for n in sorted(a.keys() & b.keys()) if n > 0])
+    return curves
+
+
+def plot_differences(path: Path, groups: dict) -> None:
+    """difference.png: one panel per algorithm, each comparison within the study (bf16 − fp32 batched, batched −
+    one at a time) as the mean over seeds of the per-seed accuracy difference per round, with its 95 % interval."""
+    panels = []
+    for algorithm in dict.fromkeys(a for a, _ in groups):
+        within = [c for c in comparisons(groups) if c[0] == algorithm and c[3][0] == STUDY]
+        lines = [report.Line(what, difference_curves(groups[(a, setting)], groups[(a, base)]), "-", colour,
+                             band="interval")
+                 for colour, (a, what, setting, base) in enumerate(within)]  # fmt: skip
+        if lines:
+            panels.append(report.Panel(lines, ylabel="test accuracy difference", title=algorithm, legend_size=7,
+                                       legend_columns=1))  # fmt: skip
+    if panels:
+        report.plot(path, panels, figsize=(4 * len(panels), 4))
+
+
 # --- the gradient check ---------------------------------------------------------------------------------------------
 
 
@@ -409,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     report.write_text(args.out / "paired.md", "\n".join(pairs) + "\n")
     report.write_csv(args.out / "paired.csv", pair_rows)
     plot(args.out / "accuracy.png", groups)
+    plot_differences(args.out / "difference.png", groups)
     print("\n".join(lines), "", "\n".join(pairs), sep="\n")
     print(f"wrote: {', '.join(str(args.out / name) for name in FILES)}")
     return 0
