@@ -131,7 +131,7 @@ class RuleClient(NumPyClient):
     """An algorithm's ClientRule behind Flower's NumPyClient API (module docstring)."""
 
     READ_ONLY_ARRAYS = True  # fit and evaluate copy what they keep: the in-process engines may pass read-only views
-    keeps_uplink_on_device = False  # `finish` leaves the uplink on the device (the in-process batched round's)
+    keeps_uplink_on_device = False  # `finish` leaves the uplink on the device (fedsuite/codec/device_arrays.py)
 
     def __init__(self, client_rule: ClientRule, stages: list[ClientStage] | None = None):
         """`stages`: the client's round stages; by default those of its node's run config (`client_stages`)."""
@@ -221,8 +221,8 @@ class RuleClient(NumPyClient):
         the stages' release, what they keep, the state save, the packed arrays, the metrics and example count as the
         stages leave them; returns NumPyClient.fit's (arrays, examples, metrics). The arrays are float32 tensors left
         on the device (fedsuite/codec/device_arrays.py) where `keep_on_device` (default: the client's
-        `keeps_uplink_on_device`, which the in-process batched round sets) says so and no stage handles the upload;
-        else numpy arrays on the host."""
+        `keeps_uplink_on_device`, set by the engine that keeps replies in process) says so and no stage handles
+        the upload; else numpy arrays on the host."""
         node, config, ctx = self.node, fit.config, fit.ctx
         for stage in self.stages:  # before the rule's uplink moves any state
             stage.before_release(fit)
