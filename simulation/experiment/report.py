@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,16 @@ def read_summary(folder: Path) -> dict:
         return json.loads((folder / "summary.json").read_text())
     except ValueError as err:
         raise DamagedRun(f"{folder / 'summary.json'} is damaged ({err}); run it again") from None
+
+
+def read_run_config(folder: Path) -> dict | None:
+    """The run config a results folder ran with (its config.json), or None, with a line on stderr, when there is no
+    readable one (nothing then says what the folder ran)."""
+    try:
+        return json.loads((folder / "config.json").read_text())["run_config"]
+    except (OSError, ValueError, KeyError) as err:
+        print(f"skipped {folder}: no readable config.json ({err})", file=sys.stderr)
+        return None
 
 
 def read_rows(folder: Path) -> list[dict]:

@@ -12,7 +12,6 @@ target (the rows' accounting, as simulation/experiment/report.py counts it; 1 MB
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,10 +121,8 @@ def read_run(folder: Path, targets=TARGETS) -> dict | None:
     """One run's record: algorithm, setting, feedback, seed, status, d, and measures() when it finished (a run whose
     files cannot be read whole is `damaged`: counted, never averaged). None, with a line on stderr, for a folder
     without a readable config.json (nothing says what it ran)."""
-    try:
-        config = json.loads((folder / "config.json").read_text())["run_config"]
-    except (OSError, ValueError, KeyError) as err:
-        print(f"skipped {folder}: no readable config.json ({err})", file=sys.stderr)
+    config = report.read_run_config(folder)
+    if config is None:
         return None
     record = {
         "algorithm": config["algorithm"],

@@ -26,7 +26,6 @@ agree on every key both hold, apart from those that choose how a run is computed
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -61,10 +60,8 @@ def read_run(folder: Path, source: str, targets=TARGETS) -> dict | None:
     """One run's record: algorithm, seed, setting (source, batched, autocast), status, its run config, and
     report.run_summary's numbers when it completed (a run whose files cannot be read whole counts as `damaged`).
     None, with a line on stderr, for a folder without a readable config.json."""
-    try:
-        config = json.loads((folder / "config.json").read_text())["run_config"]
-    except (OSError, ValueError, KeyError) as err:
-        print(f"skipped {folder}: no readable config.json ({err})", file=sys.stderr)
+    config = report.read_run_config(folder)
+    if config is None:
         return None
     record = {
         "algorithm": str(config["algorithm"]),
