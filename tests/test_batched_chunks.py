@@ -188,6 +188,11 @@ def test_the_cuda_plan_probes_once_per_kind_and_splits_evenly(monkeypatch):
     assert len(probes) == 2
     assert plan.plan(40, 15, sample, "kind", cuda_graphs=True).sizes == [14, 13, 13]  # the key wins, no probe
     assert len(probes) == 2
+    # a plan made is kept for the run: a later round trains the same chunks (and replays the steps kept for them,
+    # whose memory the free bytes then no longer show)
+    monkeypatch.setattr(chunks, "free_bytes", lambda device: 10 * GIB)
+    assert plan.plan(40, 0, sample, "kind", cuda_graphs=True).sizes == first.sizes
+    assert MemoryPlan().plan(40, 0, sample, "kind", cuda_graphs=True).sizes != first.sizes  # a new run plans anew
 
 
 def test_a_failing_probe_leaves_the_whole_group(monkeypatch):

@@ -27,7 +27,9 @@ clients, split evenly (`even_chunks`: 40 clients with room for 15 → 14, 13, 13
   iteration mode the loop draws a client's whole round at once, fedsuite/batched/draws.py). The
   free bytes are the device's free memory (torch.cuda.mem_get_info) plus what the allocator holds cached but unused
   (reserved − allocated), measured before each chunk for the clients left; `most_clients` keeps SAFETY of them,
-  less `fixed`, and divides by one client's cost.
+  less `fixed`, and divides by one client's cost. A CUDA plan, once made for a kind of group and a number of
+  clients, is kept for the run: every round then trains the same chunks and replays the steps kept for them
+  (fedsuite/batched/kept_steps.py), whose tensors and recordings later readings of the free memory would exclude.
 
 The probe resets the device's peak-memory statistics, once per run and kind of group, before the group trains.
 """
@@ -174,6 +176,7 @@ class MemoryPlan:
 
     def __init__(self):
         self._footprints: dict[Hashable, Footprint | str] = {}  # kind → its footprint, or why the probe failed
+        self._plans: dict[Hashable, Plan] = {}  # (kind, clients, cuda_graphs) → the CUDA plan made for it
 
     def plan(self, clients: int, chunk: int, sample: GroupSample, kind: Hashable, cuda_graphs: bool) -> Plan:
         """The chunk sizes of a group of `clients` like `sample` (`kind`: what its probe is cached by): at most
@@ -190,7 +193,10 @@ class MemoryPlan:
         found = self._footprints[kind]
         if isinstance(found, str):
             return Plan([clients], f"the memory probe raised {found}: the whole group")
-        return on_cuda(clients, sample, found, cuda_graphs)
+        made = (kind, clients, cuda_graphs)  # kept for the run: every round then trains the same chunks and replays
+        if made not in self._plans:  # the steps kept for them (fedsuite/batched/kept_steps.py), whose tensors and
+            self._plans[made] = on_cuda(clients, sample, found, cuda_graphs)  # recordings the free memory excludes
+        return self._plans[made]
 
 
 def on_cuda(clients: int, sample: GroupSample, found: Footprint, cuda_graphs: bool) -> Plan:
