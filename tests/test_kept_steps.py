@@ -15,9 +15,9 @@ import torch
 from fedsuite import testing as kit
 from fedsuite.batched import kept_steps
 from fedsuite.batched.graph import not_replayable
-from fedsuite.batched.kept_steps import StepOnCpu, refill
+from fedsuite.batched.kept_steps import KeptStep, KeptSteps, StepOnCpu, group_key, refill
 from fedsuite.local.adaptive import AdamStep
-from fedsuite.local.loop import AddVector, UpdateRule
+from fedsuite.local.loop import AddVector, LocalSettings, UpdateRule
 from fedsuite.registry import known as registry
 from tests.test_batched_clients import BASE
 
@@ -107,3 +107,30 @@ def test_only_steps_a_recording_takes_are_kept():
 
     changing = UpdateRule(after_step=(GradientSum(0.0),))
     assert not_replayable(changing, torch.device("cuda"), 5) is not None
+
+
+def _kind(rule: UpdateRule, batch: int, lr: float = 0.1):
+    settings = LocalSettings(lr, 5, 1, 8, 0.0, 0.0)
+    inputs, targets = torch.zeros(4, batch, 3), torch.zeros(4, batch, dtype=torch.long)
+    return group_key([rule], settings, inputs, targets, "module", "loss")
+
+
+def test_a_kept_step_serves_only_the_minibatch_shape_it_was_recorded_with():
+    """A client with fewer samples than batch-size draws smaller minibatches: a recording's buffers would not take
+    them, so that group is a kind of its own."""
+    rule = UpdateRule()
+    assert _kind(rule, 8) == _kind(rule, 8)
+    assert _kind(rule, 8)[0] != _kind(rule, 5)[0]
+    assert _kind(rule, 8, lr=0.1)[0] == _kind(rule, 8, lr=0.05)[0]  # the kind; η_l beside it
+
+
+def test_a_step_kept_for_a_new_learning_rate_replaces_the_old_one():
+    """lr-decay: each round records anew, and the run holds one recording per kind of group, not one per round."""
+    kept, rule = KeptSteps(), UpdateRule()
+    old, new = (KeptStep(None, None, None, rule, None, None, None) for _ in range(2))
+    kept.keep(_kind(rule, 8, lr=0.1), old)
+    assert kept.get(_kind(rule, 8, lr=0.1)) is old and kept.get(_kind(rule, 8, lr=0.09)) is None
+    kept.keep(_kind(rule, 8, lr=0.09), new)
+    assert len(kept) == 1 and kept.get(_kind(rule, 8, lr=0.09)) is new and kept.get(_kind(rule, 8, lr=0.1)) is None
+    kept.drop(_kind(rule, 8, lr=0.09))
+    assert len(kept) == 0

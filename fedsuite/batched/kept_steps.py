@@ -12,12 +12,15 @@ into them and replays the graph from its first step:
   write-back then hands each client its row as before;
 - the round's minibatches into the recording's input buffers, as within a round.
 
-A recording also fixes every number the step read as a Python value when it was made: the learning rate, the
-weight decay, the clip, the stages' scalars, the minibatch size. So the kind of group (`group_key`) is all of them:
-the rule's signature (its stage types and scalar settings, fedsuite/batched/stacking.py), the number of clients, the
-round's LocalSettings (η_l included: with lr-decay below 1 every round is a kind of its own and is recorded anew), the
-input shape and dtype, the model's module, the loss function and the device. Only rules that are recorded at all
-(fedsuite/batched/graph.py's `not_replayable`) are kept.
+A recording also fixes every number the step read as a Python value when it was made, and the shapes of its
+buffers: the learning rate, the weight decay, the clip, the stages' scalars, the minibatch's shape. So a kept step
+serves a group (`group_key`) only with all of them equal: the rule's signature (its stage types and scalar settings,
+fedsuite/batched/stacking.py), the round's LocalSettings, the shapes and dtypes of the round's first stacked
+minibatch (the number of clients and the minibatch size the clients really draw, which a small partition makes
+smaller than batch-size), the model's module, the loss function and the device, and η_l. A step recorded for a new
+η_l (lr-decay below 1: every round) replaces the kept one of its kind, so at most one recording per kind of group is
+held. Only rules that are recorded at all (fedsuite/batched/graph.py's `not_replayable`) are kept, and a kept step
+whose round raised is dropped.
 
 Stage attributes whose names start with an underscore are scratch buffers written before they are read in every
 step (SAM's saved iterate, the Adam step's direction); they stay as they are.
@@ -26,7 +29,7 @@ step (SAM's saved iterate, the Adam step's direction); they stay as they are.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 import torch
@@ -68,26 +71,36 @@ class StepOnCpu:
 
 
 class KeptSteps:
-    """The kept steps of one run (the batched dispatcher holds one), by `group_key`."""
+    """The kept steps of one run (the batched dispatcher holds one), by `group_key`. One per kind of group whatever
+    its learning rate: a step recorded for a new η_l (lr-decay) replaces the one of the old, whose tensors and
+    recording are then let go, so the kept steps hold at most one recording per kind of group."""
 
     def __init__(self):
-        self._kept: dict[Hashable, KeptStep] = {}
+        self._kept: dict[Hashable, tuple[float, KeptStep]] = {}  # kind → (η_l, its step)
 
-    def get(self, key: Hashable) -> KeptStep | None:
-        return self._kept.get(key)
+    def get(self, key: tuple[Hashable, float]) -> KeptStep | None:
+        kind, lr = key
+        held = self._kept.get(kind)
+        return held[1] if held is not None and held[0] == lr else None
 
-    def keep(self, key: Hashable, kept: KeptStep) -> None:
-        self._kept[key] = kept
+    def keep(self, key: tuple[Hashable, float], kept: KeptStep) -> None:
+        kind, lr = key
+        self._kept[kind] = (lr, kept)
+
+    def drop(self, key: tuple[Hashable, float]) -> None:
+        self._kept.pop(key[0], None)
 
     def __len__(self) -> int:
         return len(self._kept)
 
 
-def group_key(rules, clients: int, settings: LocalSettings, inputs: torch.Tensor, module, loss_fn) -> Hashable:
-    """What must be equal for a kept recording to serve a group (module docstring); `inputs` is a client's data (its
-    samples' shape and dtype; the minibatch size is the settings')."""
-    return (rule_signature(rules[0]), clients, astuple(settings), tuple(inputs.shape[1:]), inputs.dtype,
-            str(inputs.device), id(module), id(loss_fn))  # fmt: skip
+def group_key(rules, settings: LocalSettings, inputs: torch.Tensor, targets: torch.Tensor, module,
+              loss_fn) -> tuple[Hashable, float]:  # fmt: skip
+    """What must be equal for a kept recording to serve a group (module docstring), as (the kind of group, η_l);
+    `inputs` and `targets` are the round's first stacked minibatch (C clients, its real minibatch size)."""
+    kind = (rule_signature(rules[0]), astuple(replace(settings, lr=0.0)), tuple(inputs.shape), inputs.dtype,
+            tuple(targets.shape), targets.dtype, str(inputs.device), id(module), id(loss_fn))  # fmt: skip
+    return kind, settings.lr
 
 
 def _owners(rule: UpdateRule) -> list[Any]:

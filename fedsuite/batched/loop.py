@@ -12,6 +12,7 @@ counted in its own ledger.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,36 +61,50 @@ def train_stacked(
     settings = LocalSettings.given(settings, keywords)
     start = time.perf_counter()
     stacked = stack_rules(rules)
-    graphs = (cuda_graphs, on_not_recorded, kept)
-    group = _group(model, x0s, datas, loss_fn, rules, stacked.rule, settings, generators, privates, graphs)
     draws = _steps(datas, rules, settings.epochs, settings.steps, settings.batch_size, generators)
+    first = None if kept is None or privates is not None else next(draws, None)  # its shapes: part of a kept kind
+    draws = draws if first is None else itertools.chain([first], draws)
+    graphs = (cuda_graphs, on_not_recorded, kept)
     with ledgers_kept_on_failure(privates):
-        k, first_loss = _run(group.step, group.recorded, group.ctx, draws, group.loss_sum,
-                             getattr(group.oracle, "new_step", None))  # fmt: skip
-    if group.recorded is not None and group.recorded.failed and on_graph_failure is not None:
-        on_graph_failure(group.recorded.failed)
-    x = group.model.x
-    if group.rule is not stacked.rule:  # a kept step's tensors serve the next round: the round's own take its values
-        refill(stacked.rule, group.rule)
-        x = x.clone()
-    stacked.write_back()
+        group, key = _group(model, x0s, first, loss_fn, rules, stacked.rule, settings, generators, privates, graphs)
+        k, first_loss = _round(group, draws, kept, key)
+        if group.recorded is not None and group.recorded.failed and on_graph_failure is not None:
+            on_graph_failure(group.recorded.failed)
+        x = group.model.x
+        if key is not None:  # a kept step's tensors serve the next round: the round's own take their values
+            if group.rule is not stacked.rule:
+                refill(stacked.rule, group.rule)
+            x = x.clone()
+        stacked.write_back()
     return _results(x0s, x, k, group.loss_sum, first_loss, start)
 
 
-def _group(model, x0s, datas, loss_fn, rules, rule, settings, generators, privates, graphs) -> KeptStep:
-    """The group's step on its tensors: the run's kept step of this kind of group with this round's values written
-    into it (fedsuite/batched/kept_steps.py), or a new one (kept for the run when it was recorded)."""
+def _round(group: KeptStep, draws, kept: KeptSteps | None, key) -> tuple[int, Any]:
+    """`_run` of the group's step; a kept step (`key`) whose round raised is dropped: it serves no later round."""
+    try:
+        new_step = getattr(group.oracle, "new_step", None)  # DP-SGD's ledgers' step
+        return _run(group.step, group.recorded, group.ctx, draws, group.loss_sum, new_step)
+    except Exception:
+        if key is not None:
+            kept.drop(key)
+        raise
+
+
+def _group(model, x0s, first, loss_fn, rules, rule, settings, generators, privates, graphs):
+    """(the group's step on its tensors, its key in the run's kept steps or None): the kept step of this kind of
+    group with this round's values written into it (fedsuite/batched/kept_steps.py), or a new one, kept for the run
+    when it was recorded. `first`: the round's first stacked minibatch (None: nothing is kept)."""
     cuda_graphs, on_not_recorded, kept = graphs
     key = None
-    if kept is not None and privates is None:
-        key = group_key(rules, len(rules), settings, datas[0].inputs, model.module, loss_fn)
+    if first is not None:
+        key = group_key(rules, settings, first[0], first[1], model.module, loss_fn)
         held = kept.get(key)
         if held is not None:
             refill(held.rule, rule)
             torch.stack(list(x0s), out=held.x0)
             held.model.x.copy_(held.x0)
             held.loss_sum.zero_()
-            return held
+            return held, key
     model_c = StackedModel(model, len(rules))
     x0 = torch.stack(list(x0s))
     ctx = StepContext(x=model_c.x.copy_(x0), x0=x0, lr=settings.lr)
@@ -103,9 +118,10 @@ def _group(model, x0s, datas, loss_fn, rules, rule, settings, generators, privat
     recorded = _recorded(step, rule, model_c.x.device, settings.steps, rules[0].batches, cuda_graphs,
                          on_not_recorded, privates)  # fmt: skip
     group = KeptStep(model_c, x0, ctx, rule, torch.zeros(len(rules), device=x0.device), step, recorded, oracle)
-    if key is not None and recorded is not None:
-        kept.keep(key, group)
-    return group
+    if key is None or recorded is None:
+        return group, None
+    kept.keep(key, group)
+    return group, key
 
 
 def _oracle(model_c: StackedModel, rules, generators, privates) -> StackedModel | StackedPrivateModel:
