@@ -16,7 +16,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedsuite import testing as kit
 from fedsuite.batched import device_replies
-from fedsuite.codec.device_arrays import DeviceArrays
+from fedsuite.codec.device_arrays import DEVICE_FLOOR, DeviceArrays, leaves_floor, room_for
 from fedsuite.codec.device_parameters import DeviceParameters
 from fedsuite.registry import known as registry
 from fedsuite.rules.rounds import Reply
@@ -119,6 +119,15 @@ def test_a_rule_reading_a_vector_gets_the_host_paths_float64_copy():
     assert list(arrays) == ["delta"] and "delta" in arrays and len(arrays) == 1
 
 
+def test_a_value_a_stage_sets_is_a_host_array_from_then_on():
+    arrays = DeviceArrays({"delta": torch.ones(3), "c": torch.zeros(3)})
+    arrays["delta"] = np.full(3, 2.0)
+    assert not arrays.on_device("delta") and arrays.on_device("c") and list(arrays) == ["delta", "c"]
+    assert kit.identical(arrays["delta"], np.full(3, 2.0))
+    del arrays["c"]
+    assert list(arrays) == ["delta"] and "c" not in arrays and len(arrays) == 1
+
+
 def test_the_local_consistency_on_the_device_equals_the_host_figure():
     generator = torch.Generator().manual_seed(5)
     deltas = [torch.randn(300_000, generator=generator) for _ in range(6)]
@@ -141,3 +150,29 @@ def test_a_reply_on_the_device_is_checked_as_one_on_the_wire():
         validate(_fit_res([torch.ones(3)]), lambda pid: ("delta",), {0}, 4)
     with pytest.raises(RejectedReply, match="expects"):
         validate(_fit_res([torch.ones(4)], "c_i"), lambda pid: ("delta",), {0}, 4)
+
+
+def test_a_reply_stays_on_a_card_only_while_a_floor_of_its_memory_stays_free():
+    total = 100 * 2**30
+    assert leaves_floor(50 * 2**30, total, 10 * 2**30)
+    assert not leaves_floor(25 * 2**30, total, 10 * 2**30)  # 15 GiB left of 100: under the floor
+    assert leaves_floor(int((DEVICE_FLOOR + 0.1) * total), total, int(0.1 * total))
+    assert room_for([torch.ones(3)]) and room_for([])  # off a CUDA card: always
+
+
+def test_a_reply_that_finds_no_room_on_the_card_goes_to_the_host(monkeypatch):
+    """Mixed replies (some kept, some on the host) give the host path's means: the same models."""
+    from fedsuite.node import client as adapter
+
+    settings = {**BASE, "batch-clients": True}
+    host, _ = _run("scaffold", settings, monkeypatch, on_device=False)
+    seen_rooms = []
+
+    def every_other(tensors):
+        seen_rooms.append(len(seen_rooms) % 2 == 0)
+        return seen_rooms[-1]
+
+    monkeypatch.setattr(adapter, "room_for", every_other)
+    mixed, seen = _run("scaffold", settings, monkeypatch, on_device=True)
+    assert seen_rooms and not any(seen.kinds)  # no round had every reply on the device
+    assert kit.identical(host.x, mixed.x)

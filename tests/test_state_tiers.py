@@ -260,6 +260,18 @@ def test_the_plan_puts_state_that_fits_on_the_accelerator(monkeypatch):
     assert replace(small, budget_mb=(state - 1) / 2**20).tier() == "files"  # over the budget: disk, as before
 
 
+def test_state_on_the_device_is_described_and_sized_as_the_cards():
+    from dataclasses import replace
+
+    card = replace(plan_of({}, one_process=True), device_bytes=80 * 2**30)
+    assert "on the training device" in card.describe() and "of the card's 81,920 MiB" in card.describe()
+    assert card.capacity() is None
+    small_card = replace(card, mode="device", device_bytes=1000)  # 10 clients × 100 × 4 B × 2 = 8000 B
+    assert small_card.capacity()[0] == "error" and "client-state='auto' or 'disk'" in small_card.capacity()[1]
+    assert "/dev/shm" not in replace(plan_of({}), mode="device").describe()  # asked for: said so before the run
+    assert "on the training device" not in plan_of({}).describe()  # host memory, as before
+
+
 def test_client_state_device_needs_one_process():
     from dataclasses import replace
 

@@ -17,7 +17,7 @@ This module holds no Flower type, so the server rules (Flower-free) can read it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 
 import numpy as np
 import torch
@@ -29,35 +29,68 @@ def uplink_tensor(value: torch.Tensor) -> torch.Tensor:
     return value.detach().reshape(-1).to(torch.float32, copy=True)
 
 
-class DeviceArrays(Mapping):
+DEVICE_FLOOR = 0.2  # a reply stays on a CUDA card only while this share of the card's memory stays free after it
+
+
+def room_for(tensors) -> bool:
+    """Whether an uplink's `tensors` may stay on their device until the round is aggregated: always off a CUDA card;
+    on one while DEVICE_FLOOR of its memory stays free after them (a large cohort's replies would otherwise crowd
+    out the training of its last chunks: those replies go to the host, as any reply elsewhere)."""
+    tensors = list(tensors)
+    if not tensors or tensors[0].device.type != "cuda":
+        return True
+    free, total = torch.cuda.mem_get_info(tensors[0].device)
+    return leaves_floor(free, total, sum(4 * t.numel() for t in tensors))
+
+
+def leaves_floor(free: int, total: int, need: int) -> bool:
+    """Whether `need` bytes taken from `free` leave DEVICE_FLOOR of `total`."""
+    return free - need >= DEVICE_FLOOR * total
+
+
+class DeviceArrays(MutableMapping):
     """A valid reply's float32 device tensors by name; `self[name]` is the float64 numpy copy the host path makes
-    (made on first use and kept), `tensor(name)` the tensor itself."""
+    (made on first use and kept), `tensor(name)` the tensor itself. A value a stage sets is a host array from then
+    on: that name is no longer on the device (`on_device`)."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor]):
         self._tensors = dict(tensors)
         self._host: dict[str, np.ndarray] = {}
+        self._names = dict.fromkeys(self._tensors)  # every name, in order
 
     def tensor(self, name: str) -> torch.Tensor:
         return self._tensors[name]
+
+    def on_device(self, name: str) -> bool:
+        return name in self._tensors
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._host:
             self._host[name] = self._tensors[name].cpu().numpy().astype(np.float64)  # as the host path widens
         return self._host[name]
 
+    def __setitem__(self, name: str, value) -> None:
+        self._tensors.pop(name, None)
+        self._host[name] = value
+        self._names[name] = None
+
+    def __delitem__(self, name: str) -> None:
+        del self._names[name]
+        self._tensors.pop(name, None)
+        self._host.pop(name, None)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._tensors)
+        return len(self._names)
 
     def __contains__(self, name) -> bool:
-        return name in self._tensors
+        return name in self._names
 
 
-def all_on_device(arrays: list) -> bool:
-    """Whether every reply's arrays (a list of Reply.arrays) are DeviceArrays, on one device."""
-    if not arrays or not all(isinstance(a, DeviceArrays) for a in arrays):
+def all_on_device(arrays: list, name: str) -> bool:
+    """Whether every reply's arrays (a list of Reply.arrays) hold `name` as a tensor, all on one device."""
+    if not arrays or not all(isinstance(a, DeviceArrays) and a.on_device(name) for a in arrays):
         return False
-    devices = {t.device for a in arrays for t in a._tensors.values()}
-    return len(devices) <= 1
+    return len({a.tensor(name).device for a in arrays}) == 1

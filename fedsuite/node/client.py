@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from flwr.client import NumPyClient
 
-from fedsuite.codec.device_arrays import uplink_tensor
+from fedsuite.codec.device_arrays import room_for, uplink_tensor
 from fedsuite.codec.payload import (
     ALGORITHM_KEY,
     ARRAYS_KEY,
@@ -221,8 +221,8 @@ class RuleClient(NumPyClient):
         the stages' release, what they keep, the state save, the packed arrays, the metrics and example count as the
         stages leave them; returns NumPyClient.fit's (arrays, examples, metrics). The arrays are float32 tensors left
         on the device (fedsuite/codec/device_arrays.py) where `keep_on_device` (default: the client's
-        `keeps_uplink_on_device`, set by the engine that keeps replies in process) says so and no stage handles
-        the upload; else numpy arrays on the host."""
+        `keeps_uplink_on_device`, set by the engine that keeps replies in process) says so, no stage handles the
+        upload and the device has room for it; else numpy arrays on the host."""
         node, config, ctx = self.node, fit.config, fit.ctx
         for stage in self.stages:  # before the rule's uplink moves any state
             stage.before_release(fit)
@@ -238,7 +238,7 @@ class RuleClient(NumPyClient):
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
         keep = self.keeps_uplink_on_device if keep_on_device is None else keep_on_device
-        if keep and not self.stages:
+        if keep and not self.stages and room_for(uplink.values()):
             arrays, names = [uplink_tensor(v) for v in uplink.values()], names_of(uplink)
         else:
             arrays, names = pack({k: to_host(v) for k, v in uplink.items()})

@@ -139,7 +139,7 @@ class ServerRule:
 
     def cohort_mean(self, replies: Sequence[Reply], value: str | Callable[[Reply], np.ndarray]) -> np.ndarray:
         """mean_S of a named uplink array (or of value(reply)): uniform, or weighted by n_i (weighting='samples')."""
-        if isinstance(value, str) and all_on_device([r.arrays for r in replies]):  # the same sums, on the device
+        if isinstance(value, str) and all_on_device([r.arrays for r in replies], value):  # the same sums, on the device
             tensors = [r.arrays.tensor(value) for r in replies]
             if self.settings.expected_cohort is not None:
                 return device_mean(tensors, None, self.settings.expected_cohort)
@@ -172,7 +172,7 @@ class ServerRule:
     def displacement(self, replies: Sequence[Reply], name: str = "delta") -> np.ndarray:
         """The aggregate model move before η_g: mean_S(Δ_i), or Σ_S Δ_i / N with agg-scale='1/N'."""
         if self.settings.agg_scale == "1/N":
-            if all_on_device([r.arrays for r in replies]):
+            if all_on_device([r.arrays for r in replies], name):
                 return device_mean([r.arrays.tensor(name) for r in replies], None, self.num_clients)
             return sum(r.arrays[name] for r in replies) / self.num_clients
         return self.cohort_mean(replies, name)

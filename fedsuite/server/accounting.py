@@ -102,7 +102,7 @@ def _local_consistency(replies: Sequence[Reply]) -> float | None:
     """FedMIM's (1/S) Σ_i ‖x_{i,K} − mean_S x_{j,K}‖², from the displacements when they are sent."""
     if not replies or "delta" not in replies[0].arrays:
         return None
-    if all_on_device([r.arrays for r in replies]):  # on the device, to float64 rounding (docs/running/batched.md)
+    if all_on_device([r.arrays for r in replies], "delta"):  # there, to float64 rounding (docs/running/batched.md)
         return local_consistency_on_device([r.arrays.tensor("delta") for r in replies])
     return local_consistency([r.arrays["delta"] for r in replies])
 

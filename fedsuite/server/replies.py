@@ -82,11 +82,13 @@ def _checked_arrays(res: FitRes, metrics: dict, expected: Callable[[int], Collec
     wanted = expected(pid)
     if set(arrays) != set(wanted):
         raise RejectedReply(f"arrays {sorted(arrays)} but this algorithm expects {sorted(wanted)}")
-    for name, a in arrays.items():
+    # on the device: every array's finiteness read back at once (one wait for the device per reply)
+    flags = [torch.isfinite(a).all() for a in arrays.values()] if on_device is not None else []
+    finite = torch.stack(flags).tolist() if flags else None
+    for i, (name, a) in enumerate(arrays.items()):
         if tuple(a.shape) != (dim,):
             raise RejectedReply(f"array {name!r} has shape {tuple(a.shape)}, expected ({dim},)")
-        finite = all_finite(a) if on_device is None else bool(torch.isfinite(a).all())
-        if not finite:  # as received: a float32 entry is finite exactly when its float64 copy is
+        if not (all_finite(a) if finite is None else finite[i]):  # a float32 entry is finite iff its float64 copy is
             raise RejectedReply(f"array {name!r} has non-finite values", diverged=True)
     if on_device is None:  # the float64 copies the rule aggregates, and the bytes received
         size = nbytes(list(arrays.values()))

@@ -5,7 +5,7 @@ It is the memory tier (fedsuite.state.memory_tier) with one difference: a vector
 tensor, on the device it was trained on, instead of being brought to the host as a numpy array. So a round of a
 stateful algorithm (SCAFFOLD's c_i, FedDyn's duals, FedSpeed's ĝ_i, the Adam moments, LoSAC's tables) moves no client
 state between host and device: its client reads the tensor (a copy on the device, `ClientState.get`), trains, and
-saves the new one, and the flush keeps the tensor itself where it is already the client's own copy.
+saves the new one, which the flush copies on the device (so no tensor on the shelf is anyone else's).
 
 The rules of the memory tier hold unchanged: a flush puts the partition's new set on the shelf with one assignment
 (a failure while it copies leaves the last flush's state), a flushed value is never copied again (the previous

@@ -149,11 +149,29 @@ class StatePlan:
             return None
         return folders.state_folder("disk", self.configured)
 
+    @property
+    def kept_on_device(self) -> bool:
+        """Whether the state is held on the training device: asked for, or chosen there in one process."""
+        return self.holds and (self.mode == "device" or (self.one_process and self.on_device))
+
     def describe(self) -> str:
+        if self.kept_on_device:
+            total = sizing.state_bytes(self.num_clients, self.dim, self.vectors, self.extra)
+            card = f" of the card's {self.device_bytes / 2**20:,.0f} MiB" if self.device_bytes else ""
+            size = f"N={self.num_clients} × d={self.dim:,} × {self.vectors} vector(s) × 4 B × {sizing.COPIES}"
+            return f"client state: {size} = {total / 2**20:,.1f} MiB{card} → on the training device, in the process"
         return sizing.describe(self.host_mode, self.num_clients, self.dim, self.vectors, self.budget_mb, self.extra)
 
     def capacity(self) -> tuple[str, str] | None:
-        """fedsuite.state.sizing.capacity_check for this plan: ("error" | "warning", line) or None."""
+        """fedsuite.state.sizing.capacity_check for this plan: ("error" | "warning", line) or None; state held on a
+        CUDA card is compared with the card's memory."""
+        if self.kept_on_device and self.device_bytes:
+            total = sizing.state_bytes(self.num_clients, self.dim, self.vectors, self.extra)
+            if total > self.device_bytes:
+                need, has = total / 2**20, self.device_bytes / 2**20
+                return "error", (f"client state needs {need:,.0f} MiB on the training device, which has {has:,.0f} "
+                                 "MiB: use client-state='auto' or 'disk'")  # fmt: skip
+            return None
         return sizing.capacity_check(self.host_mode, self.num_clients, self.dim, self.vectors, self.budget_mb,
                                      self.configured, self.extra)  # fmt: skip
 
