@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsuite.run.inprocess import InProcessProxy, run_inprocess
+from fedsuite.run.inprocess import InProcessProxy, remove_client_state, run_inprocess
 from fedsuite.state.store import SHARED_MEMORY
 from simulation.launcher import flower, launch
 from simulation.launcher.processes import new_token, stop_tagged, tagged_processes
@@ -167,7 +167,8 @@ def test_stateful_algorithm_under_ray_equals_the_inprocess_run(tmp_path, flwr_ho
         return fit(self, ins, timeout, group_id)
 
     monkeypatch.setattr(InProcessProxy, "fit", forgetful_fit)
-    forgetful = run_inprocess(cfg)
+    forgetful = run_inprocess(cfg, keep_client_state=True)  # state in files (not the process's memory tier)
+    remove_client_state(forgetful)
     assert forgetful.plan.evaluate(forgetful.x)["relative_error"] != pytest.approx(ray_error, rel=1e-4)
 
 
