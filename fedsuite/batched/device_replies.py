@@ -2,8 +2,9 @@
 
 In process, a batched client's reply goes straight to the server's strategy in the same process; nothing travels
 over a wire. So where the clients train on a CUDA card, each client's uplink stays there as float32 tensors
-(`RuleClient.finish` with `keeps_uplink_on_device`), the reply carries them in a DeviceParameters
-(fedsuite/codec/device_arrays.py), the server checks them there, and the cohort means and the round's figures are
+(`RuleClient.finish` with `keeps_uplink_on_device`, while the card keeps room: fedsuite/codec/device_arrays.py), the
+reply carries them in a DeviceParameters (fedsuite/codec/device_parameters.py), the server checks them there
+(DeviceArrays, fedsuite/codec/device_arrays.py), and the cohort means and the round's figures are
 formed there in float64 (fedsuite/rules/server_rule.py, fedsuite/server/accounting.py). What a rule still reads
 vector by vector is brought to the host when it reads it, as the same float64 array the host path gives.
 
