@@ -184,7 +184,7 @@ def device_mean(tensors: Sequence[torch.Tensor], weights: np.ndarray | None, den
     never one fused multiply-add); or Σ float64(v_i) / denominator (a fixed expected cohort)."""
     out = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
     for i, vector in enumerate(tensors):
-        wide = vector.to(torch.float64)
+        wide = vector.to(torch.float64, copy=True)  # its own: the reply's tensor is never changed
         out.add_(wide if weights is None else wide.mul_(float(weights[i])))
     if denominator is not None:  # a divisor tensor: a scalar one may become a multiplication by its reciprocal
         out.div_(torch.full_like(out, denominator))
