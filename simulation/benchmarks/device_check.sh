@@ -7,7 +7,8 @@
 #
 # Each part runs under `timeout` (its own limit, never past what is left of the budget) and writes everything it
 # prints to $OUT/<part>.txt (and its figures to $OUT/<part>.json where the benchmark writes one); a part started too
-# late to fit says so in its file; the script ends within the budget plus 10 s (a part past its limit is killed 10 s
+# late to fit says so in its file, and the script then exits 1, as it does when a part fails or is stopped; it ends
+# within the budget plus 10 s (a part past its limit is killed 10 s
 # after being asked to stop). $OUT/summary.txt has every part's exit status, seconds and figure lines. The
 # parts, most wanted first (the workload: ResNet-18-GN, 50 steps of batch 50 per client, fake CIFAR-10):
 #   env        nvidia-smi, torch and its CUDA, the git commit
@@ -65,6 +66,7 @@ else
     TESTS_ARGS=""; MIN_LEFT=20
 fi
 START=$(date +%s)
+INCOMPLETE=""  # the parts that failed, stopped at their limit or did not fit the budget: the script then exits 1
 : >"$OUT/summary.txt"
 
 wanted() { [ -z "$ONLY" ] || case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -78,6 +80,7 @@ part() {
     [ "$left" -lt 0 ] && left=0
     if [ "$left" -le "$MIN_LEFT" ]; then
         echo "$name: not run: ${left} s of the ${BUDGET} s budget left" | tee "$OUT/$name.txt" >>"$OUT/summary.txt"
+        INCOMPLETE="$INCOMPLETE $name"
         return 0
     fi
     [ "$limit" -gt "$left" ] && limit=$left
@@ -88,6 +91,7 @@ part() {
     local note=""
     [ "$rc" = 124 ] || [ "$rc" = 137 ] && note=" (stopped at its ${limit} s limit)"
     echo "$name: exit $rc, $(($(date +%s) - began)) s$note" >>"$OUT/summary.txt"
+    [ "$rc" = 0 ] || INCOMPLETE="$INCOMPLETE $name"
 }
 
 environment() {
@@ -137,3 +141,7 @@ GPU_ROUND="$PYTHON -m simulation.benchmarks.gpu_round --algorithms fedavg --path
         "$OUT"/*.txt 2>/dev/null | grep -v "/summary.txt:" | sed "s|^$OUT/||"
 } >>"$OUT/summary.txt"
 cat "$OUT/summary.txt"
+if [ -n "$INCOMPLETE" ]; then
+    echo "device_check.sh: parts that did not complete:$INCOMPLETE (see summary.txt)" >&2
+    exit 1
+fi
