@@ -159,8 +159,8 @@ class DpSgd:
         self.check_batch(len(targets))
         losses, grads = per_record_gradients(model, loss_fn, inputs, targets)
         total = clip_records(grads, self.clip).sum(dim=0)
-        if self.noise > 0:
-            noise = torch.randn(total.shape, generator=self._noise_stream, device=total.device)
+        if self.noise > 0:  # the draws of the stacked step's too (fedsuite/batched/private.py): one definition
+            noise = self.draw_noise(torch.empty(total.shape, device=total.device))
             total.add_(noise, alpha=self.noise * self.clip)
         model.grad.copy_(total.div_(self.batch))
         self.releases[-1] += 1
