@@ -93,25 +93,23 @@ def stacked_step(work: Workload, model: FlatModel) -> tuple[Step, StackedModel]:
     """train_stacked's step for `work.clients` copies of `model` (every row starts at its x)."""
     stacked = StackedModel(model, work.clients)
     stacked.x.copy_(model.x.expand(work.clients, -1))
-    ctx = StepContext(x=stacked.x, x0=stacked.x.clone(), lr=LR)
-    rule, settings, loss_fn = update_rule(work.rule), local_settings(work), torch.nn.CrossEntropyLoss()
-
-    def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = rule.point(stacked, loss_fn, inputs, targets)
-        move(stacked.grad, ctx, rule, batch=targets.shape[1], settings=settings)
-        return loss
-
-    return step, stacked
+    return _loop_step(work, stacked, batch_axis=1), stacked
 
 
 def dense_step(work: Workload, model: FlatModel) -> Step:
     """The same step for ONE model on its (d,) vector (the minibatch holds every client's samples)."""
-    ctx = StepContext(x=model.x, x0=model.x.clone(), lr=LR)
+    return _loop_step(work, model, batch_axis=0)
+
+
+def _loop_step(work: Workload, oracle, batch_axis: int) -> Step:
+    """The loop's step (the rule's gradient point, then `move`) on `oracle`'s x, from where x is now; the minibatch
+    size is the targets' size along `batch_axis`."""
+    ctx = StepContext(x=oracle.x, x0=oracle.x.clone(), lr=LR)
     rule, settings, loss_fn = update_rule(work.rule), local_settings(work), torch.nn.CrossEntropyLoss()
 
     def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = rule.point(model, loss_fn, inputs, targets)
-        move(model.grad, ctx, rule, batch=targets.shape[0], settings=settings)
+        loss = rule.point(oracle, loss_fn, inputs, targets)
+        move(oracle.grad, ctx, rule, batch=targets.shape[batch_axis], settings=settings)
         return loss
 
     return step
