@@ -18,6 +18,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FAdam(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("y"),)
     sends = ("y",)
     uplink_some = ("delta_y",)  # from the clients in Y^t only
@@ -37,6 +38,6 @@ class FAdam(ServerRule):
         return ("delta", "delta_y") if partition_id in self.tracking(server_round) else ("delta",)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        change = sum((r.arrays["delta_y"] for r in replies if "delta_y" in r.arrays), np.zeros(self.dim))
+        change = sum((r.arrays["delta_y"] for r in replies if "delta_y" in r.arrays), self.vectors.zeros(self.dim))
         self.y = self.y + change / self.num_clients
         return self.x + self.server_lr * self.cohort_mean(replies, "delta")

@@ -11,6 +11,8 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedAvg(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
+
     def __init__(self, settings: RuleSettings, server_lr: float = 1.0):
         super().__init__(settings)
         self.server_lr = server_lr

@@ -15,6 +15,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedAvgM(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("v"),)
 
     def __init__(self, settings: RuleSettings, beta: float = 0.9, server_lr: float = 1.0):

@@ -12,6 +12,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedCM(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("D"),)
     sends = ("D",)
 

@@ -16,13 +16,14 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedDyn(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
+
     def __init__(self, settings: RuleSettings, dual_storage: str = "client"):
         self.dual_storage = dual_storage
         self.sends_each = ("h_i",) if dual_storage == "server" else ()
         self.start_shift = ("start_shift",) if settings.relaxed_init else ()
         self.uplink = (*type(self).uplink, *self.start_shift)  # a subclass's own uploads kept (FedSMOO's ν_i)
         super().__init__(settings)
-        self._zero = np.zeros(self.dim, np.float32)
 
     def state_specs(self):
         return (Vector("h_sum"), Table("h_table")) if self.dual_storage == "server" else (Vector("h_sum"),)
@@ -30,7 +31,7 @@ class FedDyn(ServerRule):
     def client_downlink(self, server_round: int, partition_id: int) -> dict[str, np.ndarray]:
         if self.dual_storage != "server":
             return {}
-        return {"h_i": self.h_table.get(partition_id, self._zero)}
+        return {"h_i": self.h_table.get(partition_id, self.vectors.zeros(self.dim, "float32"))}
 
     def record_duals(self, replies: list[Reply]) -> None:
         for r in replies:

@@ -11,6 +11,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedLADA(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("g_a"), Vector("v"))
     sends = ("g_a", "v")
     uplink = ("delta", "v")

@@ -12,6 +12,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedMIM(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     sends = ("a", "b")
 
     def __init__(
@@ -24,7 +25,7 @@ class FedMIM(ServerRule):
         return (History("history", length=len(self.alphas)),)  # δ_t, δ_{t−1}, … newest first
 
     def _combine(self, weights: tuple[float, ...]) -> np.ndarray:
-        out = np.zeros(self.dim, np.float64)
+        out = self.vectors.zeros(self.dim)
         for w, delta in zip(weights, self.history, strict=False):
             out += w * delta
         return out
@@ -33,7 +34,7 @@ class FedMIM(ServerRule):
         return {"a": self._combine(self.alphas), "b": self._combine(self.betas)}
 
     def empty_round(self, server_round: int) -> None:
-        self.history.appendleft(np.zeros(self.dim, np.float64))  # δ = 0: x did not move
+        self.history.appendleft(self.vectors.zeros(self.dim))  # δ = 0: x did not move
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         x_new = self.x + self.server_lr * self.cohort_mean(replies, "delta")

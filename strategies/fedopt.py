@@ -18,6 +18,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class FedOpt(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("m"), Vector("v"))
 
     def __init__(
@@ -33,19 +34,25 @@ class FedOpt(ServerRule):
         delta = self.cohort_mean(replies, "delta")
         self.m = self.beta1 * self.m + (1.0 - self.beta1) * delta
         self.v = self.second_moment(self.v, delta * delta)
-        return self.x + self.server_lr * self.m / (np.sqrt(self.v) + self.tau)
+        return self.x + self.server_lr * self.m / (self.vectors.sqrt(self.v) + self.tau)
 
 
 class FedAdam(FedOpt):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
+
     def second_moment(self, v, delta_sq):
         return self.beta2 * v + (1.0 - self.beta2) * delta_sq
 
 
 class FedYogi(FedOpt):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
+
     def second_moment(self, v, delta_sq):
-        return v - (1.0 - self.beta2) * delta_sq * np.sign(v - delta_sq)
+        return v - (1.0 - self.beta2) * delta_sq * self.vectors.sign(v - delta_sq)
 
 
 class FedAdagrad(FedOpt):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
+
     def second_moment(self, v, delta_sq):
         return v + delta_sq

@@ -14,6 +14,7 @@ from .feddyn import FedDyn
 
 
 class FedSMOO(FedDyn):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     sends = ("s",)
     uplink = ("delta", "nu")
 
@@ -27,5 +28,5 @@ class FedSMOO(FedDyn):
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         new_x = super().aggregate(server_round, replies)
         m = self.cohort_mean(replies, "nu")
-        self.s = self.rho * m / (np.linalg.norm(m) + 1e-7)
+        self.s = self.rho * m / (self.vectors.norm(m) + 1e-7)
         return new_x

@@ -15,6 +15,8 @@ from .feddyn import FedDyn
 
 
 class FedSpeed(FedDyn):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
+
     def __init__(self, settings: RuleSettings, dual_storage: str = "client", dual_agg: str = "all"):
         super().__init__(settings, dual_storage)
         self.dual_agg = dual_agg
@@ -37,12 +39,13 @@ class FedSpeed(FedDyn):
 class FedSpeedIng(FedSpeed):
     """Server keeps x^{t−1} and broadcasts x̃^t = x^t + ζ(x^t − x^{t−1}), x̃^0 = x^0 (+1 d downlink)."""
 
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     sends = ("x_tilde",)
 
     def __init__(self, settings: RuleSettings, zeta: float, dual_agg: str = "all"):
         super().__init__(settings, "client", dual_agg)
         self.zeta = zeta
-        self.x_prev = self.x.astype(np.float64)  # x^{−1} = x^0
+        self.x_prev = self.vectors.wide(self.x)  # x^{−1} = x^0
 
     def state_specs(self):
         return (*super().state_specs(), Vector("x_prev"))
@@ -51,8 +54,8 @@ class FedSpeedIng(FedSpeed):
         return {"x_tilde": self.x + self.zeta * (self.x - self.x_prev)}
 
     def empty_round(self, server_round: int) -> None:
-        self.x_prev = self.x.astype(np.float64)  # x^{t+1} = x^t: the next extrapolation adds nothing
+        self.x_prev = self.vectors.wide(self.x)  # x^{t+1} = x^t: the next extrapolation adds nothing
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        self.x_prev = self.x.astype(np.float64)
+        self.x_prev = self.vectors.wide(self.x)
         return super().aggregate(server_round, replies)

@@ -15,6 +15,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class LoSAC(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("phi"),)
     sends = ("phi",)
     uplink = ("delta", DELTA_PHI)

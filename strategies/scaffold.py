@@ -10,6 +10,7 @@ from fedsuite.rules.server_rule import Reply, RuleSettings, ServerRule
 
 
 class Scaffold(ServerRule):
+    runs_on_device = True  # its arithmetic runs where its vectors are (fedsuite/rules/vectors.py)
     state = (Vector("c"),)
     sends = ("c",)
     uplink = ("delta", "delta_c")

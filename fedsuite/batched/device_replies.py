@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from flwr.common import Code, FitRes, Status
 
-from fedsuite.codec.device_parameters import DeviceParameters
+from fedsuite.codec.device_parameters import DeviceParameters, device_tensors
 from fedsuite.node.client import RuleClient
 
 ON_CPU = False  # keep the replies as tensors when the clients train on the CPU too (the tests of this path)
@@ -52,3 +52,20 @@ def as_fit_res(reply):
         arrays, examples, metrics = reply
         return FitRes(Status(Code.OK, "Success"), DeviceParameters.of(arrays), examples, metrics)
     return reply
+
+
+def one_device(replies: list) -> torch.device | None:
+    """The device every reply that carries arrays holds them on as tensors (DeviceParameters), or None: some reply
+    holds host arrays, the devices differ, or no reply carries any."""
+    devices = set()
+    for reply in replies:
+        if isinstance(reply, FitRes):
+            tensors = device_tensors(reply.parameters)
+            if tensors is None:
+                if reply.parameters.tensors:
+                    return None
+                continue
+            devices |= {t.device for t in tensors}
+        elif isinstance(reply, tuple) and reply[0]:  # host arrays the dispatcher trained but did not keep
+            return None
+    return devices.pop() if len(devices) == 1 else None

@@ -3,7 +3,8 @@ gives the round loop (fedsuite.server.loop.RoundLoop). In process: Flower's fit 
 batched dispatcher (fedsuite/batched/dispatch.py) instead of one `fit` per proxy (BatchedRound). Under `flwr run`:
 each SuperNode's share of the round's clients sent as one message (fedsuite/batched/shares.py), which its ClientApp
 trains batched (SharedRound). Both replace only the fit round's exchange; the rest is Flower's fit round. In process
-on a CUDA card the replies stay on the device (fedsuite/batched/device_replies.py)."""
+on a CUDA card the replies stay on the device (fedsuite/batched/device_replies.py), and from the first round whose
+replies all did, the server rule's vectors too (fedsuite/server/placement.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from flwr.common import Code
 from fedsuite.batched import device_replies
 from fedsuite.batched.dispatch import BatchedDispatcher, Member, flower_results
 from fedsuite.batched.shares import LOST_KEY, pack_instructions, unpack_reply
+from fedsuite.codec.device_parameters import device_tensors
 from fedsuite.codec.payload import PARTITION_KEY
 from fedsuite.node.app import client_of
+from fedsuite.rules.vectors import OnDevice
 from fedsuite.server.loop import FitRound, RoundLoop
+from fedsuite.server.placement import allowed_on
 from fedsuite.server.wire import arrays_of
 
 log = logging.getLogger("flwr.fedsuite")
@@ -38,15 +42,33 @@ class BatchedRound(FitRound):
 
     def __init__(self):
         self.dispatcher = BatchedDispatcher()
+        self.placed = False  # the strategy was asked to keep its rule on the device (`_place`)
 
     def exchange(self, loop: RoundLoop, instructions: list, server_round: int, timeout: float | None):
         members = [
-            Member(device_replies.building(_builder(proxy, ins)), partial(arrays_of, ins.parameters), ins.config,
+            Member(device_replies.building(_builder(proxy, ins)), partial(_downlink, ins.parameters), ins.config,
                    partial(proxy.fit, ins, timeout, server_round))
             for proxy, ins in instructions
         ]  # fmt: skip
         replies = [device_replies.as_fit_res(reply) for reply in self.dispatcher.train(members)]
+        self._place(loop.strategy, replies, server_round)
         return flower_results(instructions, replies)
+
+    def _place(self, strategy, replies: list, server_round: int) -> None:
+        """The first round whose replies all kept their arrays on one device (allowed_on) asks the strategy to keep its
+        rule there for the rest of the run (fedsuite/server/placement.py); said once, either way."""
+        if self.placed or not hasattr(strategy, "place"):
+            return
+        device = device_replies.one_device(replies)
+        if device is None or not allowed_on(device):
+            return
+        self.placed = True
+        why = strategy.place(OnDevice(device))
+        if why is None:
+            log.info("fedsuite │ batch-clients: from round %d the server rule's vectors stay on %s", server_round,
+                     device)  # fmt: skip
+        else:
+            log.info("fedsuite │ batch-clients: the server rule's vectors stay on the host: %s", why)
 
 
 class SharedRound(FitRound):
@@ -68,6 +90,13 @@ class SharedRound(FitRound):
         with ThreadPoolExecutor(max_workers=loop.max_workers) as pool:
             answers = list(pool.map(lambda share: _send(share, server_round, timeout), shares.values()))
         return [r for results, _ in answers for r in results], [f for _, failures in answers for f in failures]
+
+
+def _downlink(parameters) -> list:
+    """A fit instruction's arrays: the tensors of one kept on the device (DeviceParameters), else read-only views of
+    its bytes."""
+    tensors = device_tensors(parameters)
+    return arrays_of(parameters) if tensors is None else list(tensors)
 
 
 def _builder(proxy, ins):

@@ -50,13 +50,15 @@ def leaves_floor(free: int, total: int, need: int) -> bool:
 
 class DeviceArrays(MutableMapping):
     """A valid reply's float32 device tensors by name; `self[name]` is the float64 numpy copy the host path makes
-    (made on first use and kept), `tensor(name)` the tensor itself. A value a stage sets is a host array from then
-    on: that name is no longer on the device (`on_device`)."""
+    (made on first use and kept), or, for a server rule whose own vectors are on the device (`wide_on_device`,
+    fedsuite/rules/vectors.py), the float64 copy made there; `tensor(name)` the tensor itself. A value a stage sets is
+    a host array from then on: that name is no longer on the device (`on_device`)."""
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+    def __init__(self, tensors: Mapping[str, torch.Tensor], wide_on_device: bool = False):
         self._tensors = dict(tensors)
-        self._host: dict[str, np.ndarray] = {}
+        self._wide: dict[str, np.ndarray | torch.Tensor] = {}
         self._names = dict.fromkeys(self._tensors)  # every name, in order
+        self.wide_on_device = wide_on_device
 
     def tensor(self, name: str) -> torch.Tensor:
         return self._tensors[name]
@@ -64,20 +66,24 @@ class DeviceArrays(MutableMapping):
     def on_device(self, name: str) -> bool:
         return name in self._tensors
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._host:
-            self._host[name] = self._tensors[name].cpu().numpy().astype(np.float64)  # as the host path widens
-        return self._host[name]
+    def __getitem__(self, name: str) -> np.ndarray | torch.Tensor:
+        if name not in self._wide:
+            tensor = self._tensors[name]
+            wide = (
+                tensor.to(torch.float64, copy=True) if self.wide_on_device else tensor.cpu().numpy().astype(np.float64)
+            )
+            self._wide[name] = wide  # widened as the host path widens
+        return self._wide[name]
 
     def __setitem__(self, name: str, value) -> None:
         self._tensors.pop(name, None)
-        self._host[name] = value
+        self._wide[name] = value
         self._names[name] = None
 
     def __delitem__(self, name: str) -> None:
         del self._names[name]
         self._tensors.pop(name, None)
-        self._host.pop(name, None)
+        self._wide.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)

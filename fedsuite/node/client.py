@@ -116,8 +116,11 @@ def error_reply(partition_id: int, err: BaseException) -> dict:
     return {"partition-id": partition_id, "error": message, "traceback": details}
 
 
-def _tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A downlink array as a tensor on `device` that the client may write (see RuleClient._downlink)."""
+def _tensor(array: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A downlink array as a tensor on `device` that the client may write (see RuleClient._downlink); a tensor (the
+    in-process engine's message kept on the device, fedsuite/server/placement.py) is copied there."""
+    if isinstance(array, torch.Tensor):
+        return array.to(device, copy=True)
     if array.flags.writeable:
         return torch.from_numpy(array).to(device)
     if device.type == "cpu":

@@ -12,12 +12,16 @@ validation, the run guard, recording, checkpoints); a rule only says
 optionally which model is evaluated (`evaluation_model`, x by default) and numbers for the round's row
 (`round_figures`, none by default).
 
+A rule's vectors are NumPy arrays on the host, or tensors on the training device where the run places them there
+(`place`, fedsuite/rules/vectors.py): a rule class whose own body says `runs_on_device = True` is written with the
+operators and `self.vectors` only, so its arithmetic runs on either unchanged.
+
 The declarations are also what the registry's communication table is derived from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +31,7 @@ import torch
 from fedsuite.codec.device_arrays import all_on_device
 from fedsuite.rules.declared import StateSpec, Vector, check_state
 from fedsuite.rules.rounds import Answer, Query, Reply
+from fedsuite.rules.vectors import HOST, HostVectors, host_array
 from fedsuite.server import blockwise
 from fedsuite.server.sampling import Sampler
 
@@ -66,6 +71,8 @@ class ServerRule:
     uplink: tuple[str, ...] = ("delta",)
     uplink_some: tuple[str, ...] = ()
     query: Query | None = None
+    vectors: HostVectors = HOST  # where x and the state live (fedsuite/rules/vectors.py); `place` moves them
+    runs_on_device = False  # a class that says True in its own body may be placed on the device (runs_on_device())
 
     def __init__(self, settings: RuleSettings):
         if type(self).aggregate is ServerRule.aggregate:
@@ -82,13 +89,20 @@ class ServerRule:
         return self.state
 
     def state_dict(self) -> dict[str, Any]:
-        """The global model and the declared state, by name (checkpoints)."""
-        return {MODEL.name: self.x, **{spec.name: getattr(self, spec.name) for spec in self.state_specs()}}
+        """The global model and the declared state, by name (checkpoints), as host arrays wherever they live."""
+        state = {MODEL.name: self.x, **{spec.name: getattr(self, spec.name) for spec in self.state_specs()}}
+        return state if not self.vectors.on_device else {k: HOST.held(v) for k, v in state.items()}
 
     def load_state_dict(self, values: Mapping[str, Any]) -> None:
         check_state((MODEL, *self.state_specs()), values, self.dim, type(self).__name__)
         for name, value in values.items():
-            setattr(self, name, value)
+            setattr(self, name, self.vectors.held(value))
+
+    def place(self, vectors: HostVectors) -> None:
+        """Hold x and the declared state with `vectors` from now on (the same values: fedsuite/rules/vectors.py)."""
+        for name, value in self.state_dict().items():
+            setattr(self, name, vectors.held(value))
+        self.vectors = vectors
 
     # ---- algorithm hooks -------------------------------------------------------------------------
     def downlink(self, server_round: int) -> dict[str, np.ndarray]:
@@ -139,22 +153,22 @@ class ServerRule:
 
     def cohort_mean(self, replies: Sequence[Reply], value: str | Callable[[Reply], np.ndarray]) -> np.ndarray:
         """mean_S of a named uplink array (or of value(reply)): uniform, or weighted by n_i (weighting='samples')."""
+        expected = self.settings.expected_cohort
+        weights = None if expected is not None else self.cohort_weights(replies)
         if isinstance(value, str) and all_on_device([r.arrays for r in replies], value):  # the same sums, on the device
-            tensors = [r.arrays.tensor(value) for r in replies]
-            if self.settings.expected_cohort is not None:
-                return device_mean(tensors, None, self.settings.expected_cohort)
-            return device_mean(tensors, self.cohort_weights(replies), None)
+            return self._held(device_mean([r.arrays.tensor(value) for r in replies], weights, expected))
         get = (lambda r: r.arrays[value]) if isinstance(value, str) else value
-        if self.settings.expected_cohort is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
-            return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / self.settings.expected_cohort
-        w = self.cohort_weights(replies)
+        if self.vectors.on_device:  # the rule's own vectors: tensors already
+            return device_mean((get(r) for r in replies), weights, expected)
+        if expected is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
+            return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / expected
         out = np.zeros(self.dim, np.float64)
         # out += w_i·v_i in reply order, each block of coordinates on its own (fedsuite/server/blockwise.py): every
         # element gets the operations of one whole-vector pass, in the same order, so the sum is the same bit for bit
         if isinstance(value, str):  # the vectors are there already: each block takes all of them at once
-            _add_weighted(out, list(zip(w, (r.arrays[value] for r in replies), strict=True)))
+            _add_weighted(out, list(zip(weights, (r.arrays[value] for r in replies), strict=True)))
         else:  # one computed vector at a time
-            for weight, r in zip(w, replies, strict=True):
+            for weight, r in zip(weights, replies, strict=True):
                 _add_weighted(out, [(weight, value(r))])
         return out
 
@@ -173,22 +187,31 @@ class ServerRule:
         """The aggregate model move before η_g: mean_S(Δ_i), or Σ_S Δ_i / N with agg-scale='1/N'."""
         if self.settings.agg_scale == "1/N":
             if all_on_device([r.arrays for r in replies], name):
-                return device_mean([r.arrays.tensor(name) for r in replies], None, self.num_clients)
+                return self._held(device_mean([r.arrays.tensor(name) for r in replies], None, self.num_clients))
+            if self.vectors.on_device:
+                return device_mean((r.arrays[name] for r in replies), None, self.num_clients)
             return sum(r.arrays[name] for r in replies) / self.num_clients
         return self.cohort_mean(replies, name)
 
+    def _held(self, mean: torch.Tensor):
+        """A mean formed on the device where the rule's vectors are: kept there, or brought to the host."""
+        return mean if self.vectors.on_device else host_array(mean)
 
-def device_mean(tensors: Sequence[torch.Tensor], weights: np.ndarray | None, denominator: float | None) -> np.ndarray:
-    """`cohort_mean` of float32 device tensors, on their device, as a float64 host array equal bit for bit to the
-    host path's: out += w_i·float64(v_i) in reply order, each product and sum rounded once as there (two kernels,
-    never one fused multiply-add); or Σ float64(v_i) / denominator (a fixed expected cohort)."""
-    out = torch.zeros(tensors[0].shape, dtype=torch.float64, device=tensors[0].device)
+
+def device_mean(tensors: Iterable[torch.Tensor], weights: np.ndarray | None, denominator: float | None) -> torch.Tensor:
+    """`cohort_mean` of device tensors (float32 uplinks, or the float64 vectors of a rule on the device), on their
+    device, as a float64 tensor equal bit for bit to the host path's array: out += w_i·float64(v_i) in reply order,
+    each product and sum rounded once as there (two kernels, never one fused multiply-add); or Σ float64(v_i) /
+    denominator (a fixed expected cohort)."""
+    out = None
     for i, vector in enumerate(tensors):
         wide = vector.to(torch.float64, copy=True)  # its own: the reply's tensor is never changed
+        if out is None:
+            out = torch.zeros(wide.shape, dtype=torch.float64, device=wide.device)
         out.add_(wide if weights is None else wide.mul_(float(weights[i])))
     if denominator is not None:  # a divisor tensor: a scalar one may become a multiplication by its reciprocal
         out.div_(torch.full_like(out, denominator))
-    return out.cpu().numpy()
+    return out
 
 
 def _add_weighted(out: np.ndarray, terms: Sequence[tuple[float, np.ndarray]]) -> None:

@@ -40,7 +40,6 @@ from fedsuite.codec.payload import (
     STATE_ACCEPTED,
     STATE_KEY,
     nbytes,
-    pack,
 )
 from fedsuite.results.folder import STATUSES
 from fedsuite.rules.declared import Counter
@@ -51,6 +50,7 @@ from fedsuite.server.accounting import RoundLog, start_loss
 from fedsuite.server.evaluation_calls import EvaluationCalls
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
+from fedsuite.server.placement import DevicePlacement, HostPlacement, placeable
 from fedsuite.server.plan import RunPlan
 from fedsuite.server.query import ask
 from fedsuite.server.replies import (
@@ -90,10 +90,23 @@ class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
         self._sampled: set[int] = set()
         self._asked: set[int] = set()  # partitions asked to evaluate this round
         self._metrics: dict[int, dict[str, Any]] = {}  # round → its central and federated metrics so far
+        self.placement = HostPlacement()  # where the rule's vectors and the messages' arrays are (`place`)
 
     @property
     def x(self) -> np.ndarray:
-        return self.rule.x
+        """The global model as a host array (wherever the rule keeps it)."""
+        return self.placement.host(self.rule.x)
+
+    def place(self, vectors) -> str | None:
+        """Keep the rule's vectors, the fit instructions' arrays and the replies' vectors with `vectors` (an OnDevice,
+        fedsuite/rules/vectors.py) for the rest of the run (fedsuite/server/placement.py); why not, if it may not."""
+        if self.placement.on_device:
+            return None
+        if (why := placeable(self)) is not None:
+            return why
+        self.rule.place(vectors)
+        self.placement = DevicePlacement(vectors)
+        return None
 
     @property
     def dim(self) -> int:
@@ -179,7 +192,7 @@ class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
             self.rule.empty_round(server_round)
             return None, {}
         self._apply(server_round, replies)
-        return to_parameters([self.rule.x]), {}
+        return self.placement.parameters([self.rule.x]), {}
 
     def end_round(self, server_round: int) -> None:
         """The round's one row (central and federated metrics, the round's figures); the guard checks the test loss,
@@ -228,8 +241,8 @@ class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
             observer.sent(server_round, rule.x, downlink)
         beside = arrays_beside(self.stages, server_round)
         shared = {"model": rule.x, **downlink}
-        shared_arrays, shared_names = pack({**shared, **beside})
-        shared_params = to_parameters(shared_arrays)
+        shared_arrays, shared_names = self.placement.pack({**shared, **beside})
+        shared_params = self.placement.parameters(shared_arrays)
         beside_bytes = nbytes(list(beside.values()))  # communication figures count the federated vectors only
         instructions, sizes = [], []
         for pid in sorted(self._sampled):
@@ -237,13 +250,13 @@ class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
             mine, entries = addressed(self.stages, server_round, pid, accepted, shared)
             params, names, arrays = shared_params, shared_names, shared_arrays
             if mine is not shared:  # a stage gave this client its own form of the shared vectors
-                arrays, names = pack({**mine, **beside})
-                params = to_parameters(arrays)
+                arrays, names = self.placement.pack({**mine, **beside})
+                params = self.placement.parameters(arrays)
             own = rule.client_downlink(server_round, pid)
             if own:
-                own_arrays, own_names = pack(own)
+                own_arrays, own_names = self.placement.pack(own)
                 arrays, names = arrays + own_arrays, f"{names},{own_names}"
-                params = to_parameters(arrays)
+                params = self.placement.parameters(arrays)
             fit_config = {**config, ARRAYS_KEY: names, STATE_ACCEPTED: accepted, PARTITION_KEY: pid,
                           STATE_KEY: str(self.plan.state_key), **self._client_config(server_round, pid),
                           **entries}  # fmt: skip
@@ -270,6 +283,7 @@ class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
         res, taken = take_arrays(self.stages, server_round, res)
         reply = validate(res, lambda pid: self.rule.expected_uplink(server_round, pid), self._sampled, self.dim,
                          lambda a: self._wide.copy(a, server_round))  # fmt: skip
+        reply = self.placement.reply(reply)
         for stage, arrays in taken:
             stage.keep(server_round, reply.partition_id, arrays)
         for observer in self.observers:

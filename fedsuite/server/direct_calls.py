@@ -14,6 +14,7 @@ from flwr.compat.client.numpy_client import (
     EXCEPTION_MESSAGE_WRONG_RETURN_TYPE_FIT,
 )
 
+from fedsuite.codec.device_parameters import device_tensors
 from fedsuite.server.wire import arrays_of, to_parameters, writable_arrays_of
 
 
@@ -53,5 +54,12 @@ def evaluate(client: Client, ins: EvaluateIns) -> EvaluateRes:
 
 def _arrays_for(numpy_client, parameters) -> list:
     """Writable copies, as Flower's np.load gives them; read-only views of the message's bytes for a client that
-    declares it copies what it keeps (READ_ONLY_ARRAYS, fedsuite.node.client.RuleClient): one copy less."""
+    declares it copies what it keeps (READ_ONLY_ARRAYS, fedsuite.node.client.RuleClient): one copy less. A message
+    whose arrays are device tensors (fedsuite/server/placement.py) gives such a client the tensors, any other host
+    copies."""
+    tensors = device_tensors(parameters)
+    if tensors is not None:
+        if getattr(numpy_client, "READ_ONLY_ARRAYS", False):
+            return list(tensors)
+        return [t.detach().cpu().numpy().copy() for t in tensors]
     return arrays_of(parameters) if getattr(numpy_client, "READ_ONLY_ARRAYS", False) else writable_arrays_of(parameters)

@@ -22,8 +22,8 @@ log = logging.getLogger("flwr.fedsuite")
 
 
 class EvaluationCalls:
-    """Flower's evaluation calls on a RuleStrategy (`plan`, `rule`, `router`, `stages`, `_sampled`, `_asked`,
-    `_metrics` and `_client_problem` are the strategy's)."""
+    """Flower's evaluation calls on a RuleStrategy (`plan`, `rule`, `placement`, `router`, `stages`, `_sampled`,
+    `_asked`, `_metrics` and `_client_problem` are the strategy's)."""
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         """Federated evaluation (evaluation federated/both) in due rounds: the model (and the stages' arrays beside
@@ -39,7 +39,8 @@ class EvaluationCalls:
                         server_round, missing)  # fmt: skip
         self._asked = set(nodes)
         self._metrics.setdefault(server_round, {}).update(federated_metrics([], 0, len(missing)))
-        arrays, names = pack({"model": self.rule.evaluation_model(), **arrays_beside(self.stages, server_round)})
+        model = self.placement.host(self.rule.evaluation_model())  # a host array wherever the rule keeps x
+        arrays, names = pack({"model": model, **arrays_beside(self.stages, server_round)})
         params = to_parameters(arrays)
         config = {
             "round": server_round,
@@ -78,7 +79,7 @@ class EvaluationCalls:
         metrics: dict[str, Any] = {}
         if plan.evaluation_due(server_round):
             extra = tuple(arg for stage in self.stages for arg in stage.evaluation_args())
-            x = self.rule.evaluation_model()  # x, unless the rule evaluates another model (FedExP)
+            x = self.placement.host(self.rule.evaluation_model())  # x, unless the rule evaluates another (FedExP)
             if plan.evaluate:
                 metrics.update(plan.evaluate(x, *extra))
             if plan.validate:

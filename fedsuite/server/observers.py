@@ -15,6 +15,11 @@ from fedsuite.rules.rounds import Answer, Reply
 
 
 class RoundObserver:
+    # Whether it reads the round's vectors (x, the downlink, the replies' arrays) as host arrays: a run with such an
+    # observer keeps its rule on the host (fedsuite/server/placement.py). None: it does where its class overrides
+    # one of the events that hand it vectors (VECTOR_EVENTS). `strategy.x` is a host array either way.
+    watches_vectors: bool | None = None
+
     def queried(self, server_round: int, x: np.ndarray, answers: Mapping[int, Answer]) -> None:
         """The valid answers to the rule's pre-round query, and the model they were computed at."""
 
@@ -40,3 +45,14 @@ class RoundObserver:
     def ended(self, status: str, reason: str | None = None) -> None:
         """The run is over: `status` is completed, failed, interrupted, diverged or stalled (`reason` says why when
         it did not complete). Called once, by the round loop (fedsuite.server.loop)."""
+
+
+VECTOR_EVENTS = ("queried", "sent", "screen", "replied", "aggregated")
+
+
+def watches_vectors(observer: RoundObserver) -> bool:
+    """`observer.watches_vectors`, or, where it says None, whether its class overrides one of VECTOR_EVENTS."""
+    said = getattr(observer, "watches_vectors", None)
+    if said is not None:
+        return bool(said)
+    return any(getattr(type(observer), event, None) is not getattr(RoundObserver, event) for event in VECTOR_EVENTS)

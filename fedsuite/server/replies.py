@@ -114,7 +114,9 @@ def metric_number(metrics: dict, key: str, default: float | int) -> float | int:
 def all_finite(a: np.ndarray) -> bool:
     """`np.all(np.isfinite(a))` in one pass where it can be: a sum is finite only if every term is, so finite sums of
     its blocks (fedsuite/server/blockwise.py) settle it; a sum that overflows (finite terms near the float's limit)
-    is checked term by term."""
+    is checked term by term. A tensor (a rule's model on the device) is checked where it is."""
+    if isinstance(a, torch.Tensor):
+        return bool(torch.isfinite(a).all())
     flat = np.ascontiguousarray(a).reshape(-1)
 
     def block_sum(span: tuple[int, int]):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from fedsuite.rules.declared import History, Table, Vector
 
@@ -46,16 +47,17 @@ def new_model(algorithm: str, rule: Any, server_round: int, returned: Any) -> np
     if returned is None:  # as an array it would be a NaN scalar, and the run would look diverged or misshapen
         raise RuleResultError(f"{where}: aggregate returned None: return the new model (an array of shape "
                               f"{expected}), e.g. `return self.x + step`")  # fmt: skip
-    try:
-        x = np.asarray(returned, dtype=np.float32)
+    try:  # a rule placed on the device returns a tensor there (fedsuite/rules/vectors.py): it stays there
+        x = returned.to(torch.float32) if isinstance(returned, torch.Tensor) else np.asarray(returned, dtype=np.float32)
     except (TypeError, ValueError) as err:
         raise RuleResultError(f"{where}: aggregate() returned {type(returned).__name__}, not an array of shape "
                               f"{expected} (the new global model x): {err}") from None  # fmt: skip
-    if x.shape != expected:
-        raise RuleResultError(f"{where}: aggregate() returned the new global model x with shape {x.shape}, expected "
-                              f"{expected}")  # fmt: skip
+    if tuple(x.shape) != expected:
+        raise RuleResultError(f"{where}: aggregate() returned the new global model x with shape {tuple(x.shape)}, "
+                              f"expected {expected}")  # fmt: skip
     for name, value in _declared_vectors(rule):
         shape = getattr(value, "shape", None)
+        shape = tuple(shape) if shape is not None else None
         if shape != expected:
             got = shape if shape is not None else type(value).__name__
             raise RuleResultError(f"{where}: declared state {name} has shape {got} after aggregate(), expected "

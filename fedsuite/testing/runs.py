@@ -41,6 +41,10 @@ def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], ro
     from fedsuite.server.observers import RoundObserver
 
     class KitObserver(RoundObserver):
+        # it reads strategy.x, a host array; the invariants read the rule's attributes, tensors where a test places
+        # the rule on the CPU's "device" (fedsuite/server/placement.py), which NumPy reads as arrays
+        watches_vectors = False
+
         def aggregated(self, server_round, strategy, x_before, replies):
             models[server_round] = np.array(strategy.x, copy=True)
             cohorts[server_round] = tuple(int(pid) for pid in strategy.plan.sampler.cohort(server_round))
