@@ -1,7 +1,7 @@
-"""The device-resident round on a real CUDA card: what tests/test_device_replies.py, tests/test_state_tiers.py,
-tests/test_kept_steps.py and tests/test_batched_dp_sgd.py check on the CPU, checked where it is meant to run
-(docs/running/batched.md#replies-on-the-device, docs/running/scale.md#state-on-the-device). CI has no GPU: these
-skip there, and simulation/benchmarks/device_check.sh runs them on a lent card.
+"""The device-resident round on a real CUDA card: what tests/test_device_replies.py, tests/test_rule_on_device.py,
+tests/test_state_tiers.py, tests/test_kept_steps.py and tests/test_batched_dp_sgd.py check on the CPU, checked where
+it is meant to run (docs/running/batched.md#replies-on-the-device, docs/running/scale.md#state-on-the-device). CI has
+no GPU: these skip there, and simulation/benchmarks/device_check.sh runs them on a lent card.
 
 The model is the float64 linear head of tests/test_batched_clients.py, whose arithmetic on the card is deterministic,
 so two paths that do the same operations give the same bits.
@@ -61,6 +61,36 @@ def test_replies_and_state_on_the_card_give_the_host_paths_models(name, monkeypa
     assert kinds.on_device and all(kinds.on_device)
     for a, b in zip(host.rounds, card.rounds, strict=True):
         assert kit.identical(a.x, b.x), f"round {a.round}"
+
+
+class Placed(RoundObserver):
+    watches_vectors = False  # reads only where the rule is
+
+    def __init__(self):
+        self.placed: list[bool] = []
+
+    def aggregated(self, server_round, strategy, x_before, replies):
+        self.placed.append(strategy.placement.on_device)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "feddyn", "fedspeed", "fedsmoo", "fadamgt", "losac", "fedadam"])
+def test_the_rule_on_the_card_gives_the_host_rules_models(name, monkeypatch):
+    """The server rule placed on the card against the rule kept on the host, the replies on the card in both
+    (docs/running/batched.md#the-server-rule-on-the-device): every round's model within 1e-6 of its largest entry
+    (CUDA divides by a number as a multiplication by its reciprocal, so a state vector may differ in its last bit)."""
+    from fedsuite.batched import server as batched_server
+
+    monkeypatch.setattr(batched_server, "allowed_on", lambda device: False)
+    host = kit.run_algorithm(name, ON_CARD)
+    monkeypatch.undo()
+    seen = Placed()
+    card = kit.run_algorithm(name, ON_CARD, observers=[seen])
+    assert seen.placed == [True] * 3 and isinstance(card.strategy.rule.x, torch.Tensor)
+    assert card.strategy.rule.x.device.type == "cuda"
+    for a, b in zip(host.rounds, card.rounds, strict=True):
+        scale = float(np.max(np.abs(a.x)))
+        assert float(np.max(np.abs(a.x.astype(np.float64) - b.x))) <= 1e-6 * scale, f"round {a.round}"
 
 
 @needs_cuda
