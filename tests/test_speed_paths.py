@@ -271,13 +271,14 @@ def test_cohort_mean_in_blocks_is_the_one_pass_weighted_sum_bit_for_bit(threads,
     from types import SimpleNamespace
 
     from fedsuite.rules.server_rule import ServerRule
+    from fedsuite.rules.vectors import HOST
     from fedsuite.server import blockwise
 
     monkeypatch.setattr(blockwise, "threads", lambda: threads)
     dim = 2 * blockwise.BLOCK + 17
     rng = np.random.default_rng(1)
     replies = [SimpleNamespace(arrays={"delta": rng.standard_normal(dim)}, num_examples=n) for n in (3, 9, 4)]
-    rule = SimpleNamespace(dim=dim, settings=SimpleNamespace(expected_cohort=None, weighting="samples"))
+    rule = SimpleNamespace(dim=dim, settings=SimpleNamespace(expected_cohort=None, weighting="samples"), vectors=HOST)
     rule.cohort_weights = lambda rs: ServerRule.cohort_weights(rule, rs)
     w = np.array([3.0, 9.0, 4.0]) / 16.0
     expected = np.zeros(dim)

@@ -8,7 +8,7 @@ never leaves the card. A rule written with the operators and with `self.vectors`
     self.vectors.zeros(dim)            a float64 zero vector (`zeros(dim, "float32")`: a float32 one)
     self.vectors.wide(v)               a float64 copy,  `narrow(v)`: a float32 copy,  `copy(v)`: a copy
     self.vectors.sqrt(v), sign(v)      elementwise
-    self.vectors.dot(a, b), norm(v)    Python floats
+    self.vectors.dot(a, b), norm(v)    Python floats, summed in float64
 
 On the device every elementwise operation rounds as NumPy's does; a sum over coordinates (`dot`, `norm`) is added up
 in another order, so it equals the host's to float64 rounding only.
@@ -48,10 +48,10 @@ class HostVectors:
         return np.sign(v)
 
     def dot(self, a, b) -> float:
-        return float(np.dot(a, b))
+        return float(np.dot(np.asarray(a, np.float64), np.asarray(b, np.float64)))
 
     def norm(self, v) -> float:
-        return float(np.linalg.norm(v))
+        return float(np.linalg.norm(np.asarray(v, np.float64)))
 
     def held(self, value: Any) -> Any:
         """`value` (a vector, or a table, history or list of them) as this placement holds it."""
@@ -85,10 +85,10 @@ class OnDevice(HostVectors):
         return torch.sign(v)
 
     def dot(self, a, b) -> float:
-        return float(torch.dot(a, b))
+        return float(torch.dot(a.to(torch.float64), b.to(torch.float64)))
 
     def norm(self, v) -> float:
-        return float(torch.linalg.vector_norm(v))
+        return float(torch.linalg.vector_norm(v.to(torch.float64)))
 
     def held(self, value: Any) -> Any:
         return map_vectors(value, self.tensor)

@@ -88,6 +88,8 @@ def reference_config(args, algorithm: str, data_dir: str) -> dict:
 class RoundClock(RoundObserver):
     """Each round's seconds (end of the previous aggregation → end of this one) and its training loss."""
 
+    watches_vectors = False  # it reads no vector: the run may keep its rule on the device
+
     def __init__(self, device: torch.device):
         self.device, self.seconds, self.losses = device, [], []
         self._last = time.perf_counter()
@@ -119,17 +121,21 @@ def reset_peak(device: torch.device) -> None:
 
 
 class FallBacks(logging.Handler):
-    """The `fedsuite │ batch-clients:` warnings of a run (why some of its clients trained one at a time) and its
-    `fedsuite │ cuda-graphs:` lines (why a group's steps were not recorded)."""
+    """The `fedsuite │ batch-clients:` warnings of a run (why some of its clients trained one at a time), its
+    `fedsuite │ cuda-graphs:` lines (why a group's steps were not recorded) and where its server rule was kept
+    (`rule`: the log line's words, docs/running/batched.md#the-server-rule-on-the-device)."""
 
     def __init__(self):
         super().__init__(logging.INFO)
         self.lines: list[str] = []
         self.unrecorded: list[str] = []
+        self.rule = "on the host"
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "batch-clients:" in message and record.levelno >= logging.WARNING:
+        if "the server rule's vectors stay" in message:
+            self.rule = message.split("the server rule's vectors stay", 1)[1].strip()
+        elif "batch-clients:" in message and record.levelno >= logging.WARNING:
             self.lines.append(message.split("batch-clients:", 1)[1].strip())
         elif "cuda-graphs:" in message:
             self.unrecorded.append(message.split("cuda-graphs:", 1)[1].strip())
@@ -151,7 +157,7 @@ def suite_path(run_config: dict, device: torch.device) -> dict:
         logger.setLevel(level)
     return {"seconds": clock.seconds, "losses": clock.losses, "steady_s": steady(clock.seconds),
             "peak_mib": peak_mib(device), "fell_back": fallbacks.lines,
-            "not_recorded": fallbacks.unrecorded}  # fmt: skip
+            "not_recorded": fallbacks.unrecorded, "rule": fallbacks.rule}  # fmt: skip
 
 
 def bare_path(run_config: dict, two_gradients: bool, device: torch.device) -> dict:
@@ -207,7 +213,8 @@ def batched_path(algorithm: str, run_config: dict, device: torch.device, name: s
     fell = result["fell_back"]
     unrecorded = result["not_recorded"]
     print(row(algorithm, name, result) + (f" (fell back: {'; '.join(fell)})" if fell else "")
-          + (f" (steps not recorded: {'; '.join(unrecorded)})" if unrecorded else ""), flush=True)  # fmt: skip
+          + (f" (steps not recorded: {'; '.join(unrecorded)})" if unrecorded else "")
+          + f" (server rule {result['rule']})", flush=True)  # fmt: skip
     return result
 
 

@@ -161,7 +161,8 @@ def phases_of(args, algorithm: str, run_config: dict, device: torch.device) -> d
     with timers(clock):
         result = suite_path(run_config, device)
     path = "one at a time" if args.one_at_a_time else "batched"
-    print(f"{algorithm} {path} on {device}; round seconds {[round(s, 3) for s in result['seconds']]}")
+    print(f"{algorithm} {path} on {device}; round seconds {[round(s, 3) for s in result['seconds']]}; "
+          f"server rule {result['rule']}")  # fmt: skip
     for label, reasons in (("fell back to one at a time", result["fell_back"]),
                            ("steps not recorded", result["not_recorded"])):  # fmt: skip
         if reasons:  # the phases are then not those of a batched (or recorded) round: said, as gpu_round says it
@@ -176,7 +177,7 @@ def phases_of(args, algorithm: str, run_config: dict, device: torch.device) -> d
     training = [sum(r["phases"].get(phase, 0.0) for phase in TRAINING) for r in rounds]
     figures = {"rounds": rounds, "round_s": result["steady_s"], "fell_back": result["fell_back"],
                "training_s": statistics.median(training[1:] or training),
-               "not_recorded": result["not_recorded"]}  # fmt: skip
+               "not_recorded": result["not_recorded"], "rule": result["rule"]}  # fmt: skip
     figures["round_over_training"] = figures["round_s"] / figures["training_s"] if figures["training_s"] else None
     print(f"training_s {figures['training_s']:.3f}  round_s {figures['round_s']:.3f}  "
           f"round_over_training {shown(figures['round_over_training'])}")  # fmt: skip
