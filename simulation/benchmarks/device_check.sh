@@ -12,7 +12,8 @@
 # after being asked to stop). $OUT/summary.txt has every part's exit status, seconds and figure lines. The
 # parts, most wanted first (the workload: ResNet-18-GN, 50 steps of batch 50 per client, fake CIFAR-10):
 #   env        nvidia-smi, torch and its CUDA, the git commit
-#   fedavg10   gpu_round: FedAvg batched, 10 clients, with bound_s / dense_s and bound_ratio / dense_ratio
+#   fedavg10   gpu_round: FedAvg batched, 10 clients, with bound_s / dense_s and bound_ratio / dense_ratio, and again
+#              with the server rule kept on the host (host_rule_over_batched)
 #   cuda_tests pytest on every test that needs CUDA (python -m simulation.benchmarks.cuda_tests)
 #   stateful   round_phases: scaffold, feddyn, fedspeed, fedsmoo, fadamgt, losac: round_over_training each
 #   fedavg40   gpu_round: FedAvg batched, 40 clients, with the bounds
@@ -118,7 +119,7 @@ GPU_ROUND="$PYTHON -m simulation.benchmarks.gpu_round --algorithms fedavg --path
 # shellcheck disable=SC2086  # the flag strings split into words on purpose
 {
     part env 30 bash -c environment
-    part fedavg10 100 $GPU_ROUND $WORK --clients $C10 --json "$OUT/fedavg10.json"
+    part fedavg10 120 $GPU_ROUND $WORK --clients $C10 --host-rule --json "$OUT/fedavg10.json"
     part cuda_tests 90 bash -c cuda_tests
     part stateful 150 "$PYTHON" -m simulation.benchmarks.round_phases $WORK --clients $C10 \
         --algorithms scaffold,feddyn,fedspeed,fedsmoo,fadamgt,losac --json "$OUT/stateful.json"
@@ -136,7 +137,7 @@ GPU_ROUND="$PYTHON -m simulation.benchmarks.gpu_round --algorithms fedavg --path
 
 {
     echo "# the figures (docs/performance.md#measuring-on-a-lent-gpu), $(($(date +%s) - START)) s in all"
-    grep -H -E "^(bound|dense)(_sam)?_s |_ratio |batched.*s/round|variant_over_batched|round_over_training|\
+    grep -H -E "^(bound|dense)(_sam)?_s |_ratio |batched.*s/round|variant_over_batched|host_rule_over_batched|round_over_training|\
 ^(stacked step|variant )|(passed|failed|errors?|deselected|skipped) in [0-9.]+s|tests? collected|could not run|not available" \
         "$OUT"/*.txt 2>/dev/null | grep -v "/summary.txt:" | sed "s|^$OUT/||"
 } >>"$OUT/summary.txt"

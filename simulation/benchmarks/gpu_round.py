@@ -27,7 +27,8 @@ times, and `dense_s`, ONE model on all the clients' samples at once, recorded an
 both run eagerly, and their lines say so); for two-gradient algorithms also `bound_sam_s` and `dense_sam_s`. Each
 batched row is followed by `bound_ratio` (the batched round ÷ its rule's stacked bound) and `dense_ratio` (÷ the
 one-model bound). --variant adds a batched row with more run-config keys (`dp-sgd=true`, …) and its ratio to the
-plain batched row.
+plain batched row; --host-rule the batched row with the server rule kept on the host and `host_rule_over_batched`.
+Each batched row ends with where its server rule was kept.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import torch
@@ -129,7 +131,7 @@ class FallBacks(logging.Handler):
         super().__init__(logging.INFO)
         self.lines: list[str] = []
         self.unrecorded: list[str] = []
-        self.rule = "on the host"
+        self.rule = "on the host (no round's replies all stayed on a card)"
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -262,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithms", default="fedavg,scaffold,fedspeed,fadamgt")
     parser.add_argument("--stepwise", action="store_true",
                         help="also the batched path with cuda-graphs=false (what recording saves)")  # fmt: skip
+    parser.add_argument("--host-rule", action="store_true",
+                        help="also the batched path with the server rule kept on the host (what keeping it on the "
+                             "device saves)")  # fmt: skip
     parser.add_argument("--paths", default=",".join(PATHS), help=f"which of {', '.join(PATHS)} to run")
     parser.add_argument("--autocast", choices=("none", "bf16"), default="none",
                         help="run-config autocast of every path and bound")  # fmt: skip
@@ -353,6 +358,8 @@ def measure_algorithm(args, algorithm: str, data_dir: str, device: torch.device,
         entry["batched"] = batched_path(algorithm, run_config, device)
         if args.stepwise and "not_available" not in entry["batched"]:  # the same, without the recorded step
             entry["batched_stepwise"] = batched_path(algorithm, {**run_config, **STEPWISE}, device, "batched, stepwise")
+        if args.host_rule and "not_available" not in entry["batched"]:
+            host_rule_path(algorithm, run_config, device, entry)
         entry["variants"] = {text: batched_path(algorithm, {**run_config, **keys}, device, f"batched ({text})")
                              for text, keys in args.variants.items()}  # fmt: skip
         rule = "sam" if two else "sgd"
@@ -365,6 +372,20 @@ def measure_algorithm(args, algorithm: str, data_dir: str, device: torch.device,
         print(row(algorithm, f"bare ({entry['bare']['rule']} loop)", entry["bare"]), flush=True)
     path_ratios(algorithm, entry)
     return entry
+
+
+def host_rule_path(algorithm: str, run_config: dict, device: torch.device, entry: dict) -> None:
+    """The batched path again with the server rule kept on the host (docs/running/batched.md#the-server-rule-on-the-
+    device), and `host_rule_over_batched`, printed."""
+    with patch("fedsuite.batched.server.allowed_on", lambda where: False):
+        entry["batched_host_rule"] = batched_path(algorithm, run_config, device, "batched, rule on the host")
+    host, batched = steady_of(entry, "batched_host_rule"), steady_of(entry, "batched")
+    entry["host_rule_over_batched"] = None if host is None or not batched else host / batched
+    print(f"{algorithm:<9} host_rule_over_batched {shown(entry['host_rule_over_batched'])}", flush=True)
+
+
+def shown(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def steady_of(entry: dict, path: str) -> float | None:

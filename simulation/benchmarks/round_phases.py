@@ -57,7 +57,14 @@ from fedsuite.node import client as client_adapter
 from fedsuite.server import accounting, adapter
 from fedsuite.state.host_memory import reuse_host_memory
 from simulation.benchmarks.fake_cifar import write_fake_cifar10
-from simulation.benchmarks.gpu_round import BATCHED, one_line, reference_config, suite_path, workload_arguments
+from simulation.benchmarks.gpu_round import (
+    BATCHED,
+    one_line,
+    reference_config,
+    shown,
+    suite_path,
+    workload_arguments,
+)
 
 
 class PhaseClock:
@@ -183,10 +190,6 @@ def phases_of(args, algorithm: str, run_config: dict, device: torch.device) -> d
           f"round_over_training {shown(figures['round_over_training'])}")  # fmt: skip
     print(f"steady_s {result['steady_s']:.3f}", flush=True)
     return figures
-
-
-def shown(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def summary(algorithms: dict) -> None:
