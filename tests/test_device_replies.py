@@ -108,7 +108,7 @@ def test_the_device_mean_is_the_host_mean_bit_for_bit(weighting, expected_cohort
     assert isinstance(host[0].arrays, dict) and host[0].arrays["delta"].dtype == np.float64
     assert kit.identical(rule.cohort_mean(device, "delta"), rule.cohort_mean(host, "delta"))
     weights = None if expected_cohort else rule.cohort_weights(host)
-    assert device_mean(vectors, weights, expected_cohort).dtype == torch.float64  # a tensor, kept where it is
+    assert device_mean(vectors, weights, expected_cohort, 1000).dtype == torch.float64  # a tensor, kept where it is
 
 
 def test_a_rule_reading_a_vector_gets_the_host_paths_float64_copy():

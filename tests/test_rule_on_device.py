@@ -57,6 +57,23 @@ def _run(name: str, monkeypatch, on_device: bool, settings: dict = SETTINGS):
     return kit.run_algorithm(name, settings, observers=[seen]), seen
 
 
+def _refuse_numpy(tensor, *args, **kwargs):
+    raise TypeError("NumPy read a tensor: on a CUDA card this call fails")
+
+
+def _tensors_only(monkeypatch) -> None:
+    """NumPy may not read a tensor, as on a CUDA card (on the CPU it silently would): a NumPy call left on a placed
+    rule's vectors fails the run here too."""
+    monkeypatch.setattr(torch.Tensor, "__array__", _refuse_numpy)
+
+
+def _vectors(rule) -> list:
+    """x and every declared d-vector the rule holds (tables' and histories' entries one by one)."""
+    found = [rule.x]
+    map_vectors([getattr(rule, spec.name) for spec in rule.state_specs()], found.append)
+    return found
+
+
 def _close(a, b) -> bool:
     """Equal within 1e-6 of each vector's largest entry (tables and histories entry by entry)."""
     if isinstance(a, dict):
@@ -72,6 +89,7 @@ def _close(a, b) -> bool:
 @pytest.mark.parametrize("name", tuple(registry.ALGORITHMS))
 def test_every_algorithm_gives_the_same_models_with_its_rule_on_the_device(name, monkeypatch, caplog):
     host, host_seen = _run(name, monkeypatch, on_device=False)
+    _tensors_only(monkeypatch)
     with caplog.at_level("INFO", logger="flwr.fedsuite"):
         device, device_seen = _run(name, monkeypatch, on_device=True)
     assert host_seen.placed and not any(host_seen.placed)
@@ -82,7 +100,8 @@ def test_every_algorithm_gives_the_same_models_with_its_rule_on_the_device(name,
         return
     assert device_seen.placed == [True] * 3  # placed after round 1's replies, before its aggregate
     assert "from round 1 the server rule's vectors stay on cpu" in caplog.text
-    assert isinstance(device.strategy.rule.x, torch.Tensor) and isinstance(device.strategy.x, np.ndarray)
+    assert all(isinstance(v, torch.Tensor) for v in _vectors(device.strategy.rule))
+    assert isinstance(device.strategy.x, np.ndarray)
     same = kit.identical if name not in ROUNDED else _close
     for a, b in zip(host.rounds, device.rounds, strict=True):
         assert same(a.x, b.x), f"round {a.round}"
@@ -138,12 +157,32 @@ def test_the_fit_instructions_carry_tensors_once_the_rule_is_placed(monkeypatch)
     assert seen.placed == [True, True, True]
 
 
-def test_a_placed_run_writes_the_host_runs_checkpoint(monkeypatch, tmp_path):
-    settings = {**SETTINGS, "checkpoint-every": 1, "out-dir": str(tmp_path), "run-name": "r"}
-    host, _ = _run("feddyn", monkeypatch, False, {**settings, "run-name": "host"})
-    device, _ = _run("feddyn", monkeypatch, True, {**settings, "run-name": "device"})
-    assert kit.identical(host.strategy.state_dict(), device.strategy.state_dict())
-    assert all(isinstance(v, np.ndarray) for v in device.strategy.state_dict()["rule"].values())
+@pytest.mark.parametrize("name", ["feddyn", "fedmim", "fedexp", "fedspeed-ing", "fadamgt"])
+def test_a_placed_run_resumes_from_its_checkpoint_as_if_never_stopped(name, monkeypatch, tmp_path):
+    """The checkpoint holds host arrays; the resumed run places its rule again and ends where the whole run does."""
+    monkeypatch.setattr(device_replies, "ON_CPU", True)
+    monkeypatch.setattr(placement, "ON_CPU", True)
+    settings = {**SETTINGS, "dual-storage": "server"} if name == "feddyn" else SETTINGS
+    kit.check_checkpoint_round_trip(name, tmp_path, settings, stop_after=2, rounds=4)
+
+
+def test_a_run_with_invariants_keeps_its_rule_on_the_host(monkeypatch, caplog):
+    kinds = []
+
+    def c_is_an_array(strategy):
+        kinds.append(type(strategy.rule.c))
+
+    with caplog.at_level("INFO", logger="flwr.fedsuite"):
+        run, seen = _run_with(monkeypatch, "scaffold", invariants=[c_is_an_array])
+    assert kinds == [np.ndarray] * 3 and not any(seen.placed)
+    assert "observer KitObserver reads the round's vectors as host arrays" in caplog.text
+
+
+def _run_with(monkeypatch, name: str, **options):
+    monkeypatch.setattr(device_replies, "ON_CPU", True)
+    monkeypatch.setattr(placement, "ON_CPU", True)
+    seen = Downlinks()
+    return kit.run_algorithm(name, SETTINGS, observers=[seen], **options), seen
 
 
 # ---- the pieces ------------------------------------------------------------------------------------------------
@@ -179,7 +218,7 @@ def test_a_reply_that_came_to_the_host_is_read_on_the_device():
     from fedsuite.rules.rounds import Reply
 
     device = placement.DevicePlacement(OnDevice(torch.device("cpu")))
-    host = Reply(2, 5, 3, 0.1, {"delta": np.linspace(-1, 1, 6)})
+    host = Reply(2, 5, 3, 0.1, {"delta": np.linspace(-1, 1, 6, dtype=np.float32).astype(np.float64)})
     moved = device.reply(host)
     assert isinstance(moved.arrays, DeviceArrays) and moved.arrays.wide_on_device
     assert isinstance(moved.arrays["delta"], torch.Tensor) and moved.arrays["delta"].dtype == torch.float64
@@ -191,8 +230,11 @@ def test_a_reply_that_came_to_the_host_is_read_on_the_device():
 def test_the_device_placement_packs_float32_tensors_of_their_own():
     device = placement.DevicePlacement(OnDevice(torch.device("cpu")))
     c = torch.arange(4, dtype=torch.float64)
-    arrays, names = device.pack({"model": torch.ones(4), "c": c, "h": np.full(4, 2.0)})
-    assert names == "model,c,h" and all(a.dtype == torch.float32 and a.shape == (4,) for a in arrays)
+    arrays, names = device.pack(
+        {"model": torch.ones(4), "c": c, "h": np.full(4, 2.0), "bytes": np.arange(3, dtype=np.uint8)}
+    )
+    assert names == "model,c,h,bytes" and all(a.dtype == torch.float32 and a.shape == (4,) for a in arrays[:3])
+    assert arrays[3].dtype == torch.uint8  # bytes travel as they are, as the host path's pack keeps them
     arrays[1].add_(1.0)
     assert float(c[0]) == 0.0  # the message's own copy
     params = device.parameters(arrays)
@@ -201,3 +243,46 @@ def test_the_device_placement_packs_float32_tensors_of_their_own():
         and params.tensors == []
         and all(a is b for a, b in zip(params.arrays, arrays, strict=True))
     )
+
+
+def test_a_replys_float64_copy_on_the_device_is_made_at_each_read_and_never_kept():
+    arrays = DeviceArrays({"delta": torch.linspace(-1, 1, 5)}, wide_on_device=True)
+    first, second = arrays["delta"], arrays["delta"]
+    assert first is not second and first.dtype == torch.float64 and torch.equal(first, second)
+    assert arrays._wide == {}  # nothing widened stays on the card
+
+
+def test_a_host_reply_moves_to_the_device_as_the_float32_it_travelled_as():
+    from fedsuite.rules.rounds import Reply
+
+    device = placement.DevicePlacement(OnDevice(torch.device("cpu")))
+    wide = np.linspace(-1, 1, 6, dtype=np.float32).astype(np.float64)
+    moved = device.reply(Reply(2, 5, 3, 0.1, {"delta": wide}))
+    assert moved.arrays.tensor("delta").dtype == torch.float32
+    assert kit.identical(host_array(moved.arrays["delta"]), wide)
+
+
+def test_no_reply_gives_a_zero_mean_on_either_placement():
+    from types import SimpleNamespace
+
+    from fedsuite.rules.server_rule import ServerRule
+
+    settings = SimpleNamespace(expected_cohort=None, weighting="uniform")
+    for vectors in (HOST, OnDevice(torch.device("cpu"))):
+        rule = SimpleNamespace(dim=3, settings=settings, vectors=vectors)
+        rule.cohort_weights = lambda rs, rule=rule: ServerRule.cohort_weights(rule, rs)
+        assert kit.identical(host_array(ServerRule.cohort_mean(rule, [], lambda r: r)), np.zeros(3))
+
+
+def test_the_rules_state_at_its_largest_must_fit_a_share_of_the_card():
+    from types import SimpleNamespace
+
+    from fedsuite.rules.declared import History, Table, Vector
+
+    rule = SimpleNamespace(dim=1000, num_clients=50)
+    rule.state_specs = lambda: (Vector("h_sum"), Table("h_table"), History("history", length=2), Vector("p", "float32"))
+    assert placement.state_bytes(rule) == 1000 * (4 + 8 + 50 * 8 + 2 * 8 + 4)
+    total = placement.state_bytes(rule) * 4
+    assert placement.fits(placement.state_bytes(rule), total)
+    assert not placement.fits(placement.state_bytes(rule), total - 4)
+    assert placement.too_large(rule, torch.device("cpu")) is None  # only a card's memory is counted

@@ -51,8 +51,8 @@ def leaves_floor(free: int, total: int, need: int) -> bool:
 class DeviceArrays(MutableMapping):
     """A valid reply's float32 device tensors by name; `self[name]` is the float64 numpy copy the host path makes
     (made on first use and kept), or, for a server rule whose own vectors are on the device (`wide_on_device`,
-    fedsuite/rules/vectors.py), the float64 copy made there; `tensor(name)` the tensor itself. A value a stage sets is
-    a host array from then on: that name is no longer on the device (`on_device`)."""
+    fedsuite/rules/vectors.py), a float64 copy made there at each read; `tensor(name)` the tensor itself. A value a
+    stage sets is a host array from then on: that name is no longer on the device (`on_device`)."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor], wide_on_device: bool = False):
         self._tensors = dict(tensors)
@@ -67,12 +67,12 @@ class DeviceArrays(MutableMapping):
         return name in self._tensors
 
     def __getitem__(self, name: str) -> np.ndarray | torch.Tensor:
-        if name not in self._wide:
-            tensor = self._tensors[name]
-            wide = (
-                tensor.to(torch.float64, copy=True) if self.wide_on_device else tensor.cpu().numpy().astype(np.float64)
-            )
-            self._wide[name] = wide  # widened as the host path widens
+        if name in self._wide:
+            return self._wide[name]
+        tensor = self._tensors[name]  # widened as the host path widens
+        if self.wide_on_device:  # made anew at each read, never kept: the card holds no float64 copy of a reply
+            return tensor.to(torch.float64, copy=True)
+        self._wide[name] = tensor.cpu().numpy().astype(np.float64)
         return self._wide[name]
 
     def __setitem__(self, name: str, value) -> None:

@@ -72,7 +72,7 @@ class ServerRule:
     uplink_some: tuple[str, ...] = ()
     query: Query | None = None
     vectors: HostVectors = HOST  # where x and the state live (fedsuite/rules/vectors.py); `place` moves them
-    runs_on_device = False  # a class that says True in its own body may be placed on the device (runs_on_device())
+    runs_on_device = False  # a class that says True in its own body may be placed there (fedsuite/server/placement.py)
 
     def __init__(self, settings: RuleSettings):
         if type(self).aggregate is ServerRule.aggregate:
@@ -156,10 +156,10 @@ class ServerRule:
         expected = self.settings.expected_cohort
         weights = None if expected is not None else self.cohort_weights(replies)
         if isinstance(value, str) and all_on_device([r.arrays for r in replies], value):  # the same sums, on the device
-            return self._held(device_mean([r.arrays.tensor(value) for r in replies], weights, expected))
+            return self._held(device_mean([r.arrays.tensor(value) for r in replies], weights, expected, self.dim))
         get = (lambda r: r.arrays[value]) if isinstance(value, str) else value
         if self.vectors.on_device:  # the rule's own vectors: tensors already
-            return device_mean((get(r) for r in replies), weights, expected)
+            return device_mean((get(r) for r in replies), weights, expected, self.dim, self.vectors.device)
         if expected is not None:  # uniform weights (dp refuses 'samples'), fixed denominator
             return sum((get(r) for r in replies), np.zeros(self.dim, np.float64)) / expected
         out = np.zeros(self.dim, np.float64)
@@ -187,9 +187,11 @@ class ServerRule:
         """The aggregate model move before η_g: mean_S(Δ_i), or Σ_S Δ_i / N with agg-scale='1/N'."""
         if self.settings.agg_scale == "1/N":
             if all_on_device([r.arrays for r in replies], name):
-                return self._held(device_mean([r.arrays.tensor(name) for r in replies], None, self.num_clients))
+                tensors = [r.arrays.tensor(name) for r in replies]
+                return self._held(device_mean(tensors, None, self.num_clients, self.dim))
             if self.vectors.on_device:
-                return device_mean((r.arrays[name] for r in replies), None, self.num_clients)
+                vectors = (r.arrays[name] for r in replies)
+                return device_mean(vectors, None, self.num_clients, self.dim, self.vectors.device)
             return sum(r.arrays[name] for r in replies) / self.num_clients
         return self.cohort_mean(replies, name)
 
@@ -198,17 +200,20 @@ class ServerRule:
         return mean if self.vectors.on_device else host_array(mean)
 
 
-def device_mean(tensors: Iterable[torch.Tensor], weights: np.ndarray | None, denominator: float | None) -> torch.Tensor:
+def device_mean(tensors: Iterable[torch.Tensor], weights: np.ndarray | None, denominator: float | None, dim: int,
+                device: torch.device | None = None) -> torch.Tensor:  # fmt: skip
     """`cohort_mean` of device tensors (float32 uplinks, or the float64 vectors of a rule on the device), on their
     device, as a float64 tensor equal bit for bit to the host path's array: out += w_i·float64(v_i) in reply order,
     each product and sum rounded once as there (two kernels, never one fused multiply-add); or Σ float64(v_i) /
-    denominator (a fixed expected cohort)."""
+    denominator (a fixed expected cohort). No tensor: zeros of size `dim` (on `device`), as the host path gives."""
     out = None
     for i, vector in enumerate(tensors):
         wide = vector.to(torch.float64, copy=True)  # its own: the reply's tensor is never changed
         if out is None:
             out = torch.zeros(wide.shape, dtype=torch.float64, device=wide.device)
         out.add_(wide if weights is None else wide.mul_(float(weights[i])))
+    if out is None:
+        out = torch.zeros(dim, dtype=torch.float64, device=device)
     if denominator is not None:  # a divisor tensor: a scalar one may become a multiplication by its reciprocal
         out.div_(torch.full_like(out, denominator))
     return out

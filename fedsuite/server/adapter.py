@@ -50,7 +50,7 @@ from fedsuite.server.accounting import RoundLog, start_loss
 from fedsuite.server.evaluation_calls import EvaluationCalls
 from fedsuite.server.guard import RunAborted, RunGuard, Verdict
 from fedsuite.server.observers import RoundObserver
-from fedsuite.server.placement import DevicePlacement, HostPlacement, placeable
+from fedsuite.server.placement import DevicePlacement, HostPlacement, placeable, too_large
 from fedsuite.server.plan import RunPlan
 from fedsuite.server.query import ask
 from fedsuite.server.replies import (
@@ -102,7 +102,7 @@ class RuleStrategy(StageLookup, EvaluationCalls, Strategy):
         fedsuite/rules/vectors.py) for the rest of the run (fedsuite/server/placement.py); why not, if it may not."""
         if self.placement.on_device:
             return None
-        if (why := placeable(self)) is not None:
+        if (why := placeable(self) or too_large(self.rule, vectors.device)) is not None:
             return why
         self.rule.place(vectors)
         self.placement = DevicePlacement(vectors)

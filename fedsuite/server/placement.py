@@ -26,12 +26,14 @@ from flwr.common import Parameters
 from fedsuite.codec.device_arrays import DeviceArrays
 from fedsuite.codec.device_parameters import DeviceParameters
 from fedsuite.codec.payload import names_of, pack
+from fedsuite.rules.declared import History, Table, Vector
 from fedsuite.rules.rounds import Reply
 from fedsuite.rules.vectors import OnDevice, host_array
 from fedsuite.server.observers import watches_vectors
 from fedsuite.server.wire import to_parameters
 
 ON_CPU = False  # place the rule on the CPU's "device" too (the tests of this path; on a CUDA card it is on by itself)
+RULE_SHARE = 0.25  # the rule's state at its largest may take at most this share of a card (`state_bytes`)
 
 
 class HostPlacement:
@@ -78,15 +80,16 @@ class DevicePlacement(HostPlacement):
         if isinstance(arrays, DeviceArrays) and all(arrays.on_device(name) for name in arrays):
             arrays.wide_on_device = True
             return reply
-        # a reply that came to the host (a client trained alone, or the card was short of room): its float64
-        # arrays moved to the device, widened already
-        tensors = {name: self.vectors.tensor(np.asarray(value, np.float64)) for name, value in arrays.items()}
+        # a reply that came to the host (a client trained alone, or the card was short of room): its arrays moved to
+        # the device as the float32 they travelled as (their float64 copies are widened float32, so nothing is lost)
+        tensors = {name: self.vectors.tensor(np.asarray(value, np.float32)) for name, value in arrays.items()}
         return replace(reply, arrays=DeviceArrays(tensors, wide_on_device=True))
 
     def _wire(self, value) -> torch.Tensor:
-        """A flat float32 tensor on the device, the message's own (as `pack` makes a float32 copy to encode)."""
+        """A flat tensor on the device, the message's own, of the dtype `pack` gives it: float32, or uint8 for bytes."""
         tensor = value if isinstance(value, torch.Tensor) else self.vectors.tensor(np.asarray(value))
-        return tensor.detach().reshape(-1).to(self.vectors.device, torch.float32, copy=True)
+        dtype = torch.uint8 if tensor.dtype == torch.uint8 else torch.float32
+        return tensor.detach().reshape(-1).to(self.vectors.device, dtype, copy=True)
 
 
 def placeable(strategy: Any) -> str | None:
@@ -104,6 +107,32 @@ def placeable(strategy: Any) -> str | None:
     if not type(rule).__dict__.get("runs_on_device", False):
         return f"{type(rule).__name__} does not say runs_on_device = True"
     return None
+
+
+def state_bytes(rule: Any) -> int:
+    """The bytes of the rule's x and declared d-vectors at their largest: a Table counted with an entry for every
+    partition (it grows as partitions first reply), a History at its full length."""
+    total = rule.dim * 4  # x, float32
+    for spec in rule.state_specs():
+        if isinstance(spec, (Vector, Table, History)):
+            entries = rule.num_clients if isinstance(spec, Table) else spec.units
+            total += entries * rule.dim * np.dtype(spec.dtype).itemsize
+    return total
+
+
+def too_large(rule: Any, device: torch.device) -> str | None:
+    """Why the rule's state may not go to `device` for its size, or None: on a CUDA card it may take at most
+    RULE_SHARE of the card's memory at its largest (`state_bytes`); the client state's device tier and the replies
+    have their own limits (docs/running/scale.md#state-on-the-device, fedsuite/codec/device_arrays.py)."""
+    if device.type != "cuda":
+        return None
+    need, total = state_bytes(rule), torch.cuda.get_device_properties(device).total_memory
+    return None if fits(need, total) else (f"its state at its largest ({need / 2**30:.1f} GiB, a table counted with "
+                                           f"every partition) is more than {RULE_SHARE:.0%} of the card")  # fmt: skip
+
+
+def fits(need: int, total: int) -> bool:
+    return need <= RULE_SHARE * total
 
 
 def allowed_on(device: torch.device) -> bool:

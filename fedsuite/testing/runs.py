@@ -41,9 +41,9 @@ def _observer(invariants: Iterable[Invariant], models: dict[int, np.ndarray], ro
     from fedsuite.server.observers import RoundObserver
 
     class KitObserver(RoundObserver):
-        # it reads strategy.x, a host array; the invariants read the rule's attributes, tensors where a test places
-        # the rule on the CPU's "device" (fedsuite/server/placement.py), which NumPy reads as arrays
-        watches_vectors = False
+        # it reads strategy.x, a host array; invariants read the rule's own attributes as NumPy arrays, so a run
+        # with invariants keeps its rule on the host (fedsuite/server/placement.py)
+        watches_vectors = bool(invariants)
 
         def aggregated(self, server_round, strategy, x_before, replies):
             models[server_round] = np.array(strategy.x, copy=True)
