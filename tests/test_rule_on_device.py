@@ -274,7 +274,7 @@ def test_no_reply_gives_a_zero_mean_on_either_placement():
         assert kit.identical(host_array(ServerRule.cohort_mean(rule, [], lambda r: r)), np.zeros(3))
 
 
-def test_the_rules_state_at_its_largest_must_fit_a_share_of_the_card():
+def test_the_rules_state_is_counted_at_its_largest_against_the_cards_free_memory():
     from types import SimpleNamespace
 
     from fedsuite.rules.declared import History, Table, Vector
@@ -282,7 +282,19 @@ def test_the_rules_state_at_its_largest_must_fit_a_share_of_the_card():
     rule = SimpleNamespace(dim=1000, num_clients=50)
     rule.state_specs = lambda: (Vector("h_sum"), Table("h_table"), History("history", length=2), Vector("p", "float32"))
     assert placement.state_bytes(rule) == 1000 * (4 + 8 + 50 * 8 + 2 * 8 + 4)
-    total = placement.state_bytes(rule) * 4
-    assert placement.fits(placement.state_bytes(rule), total)
-    assert not placement.fits(placement.state_bytes(rule), total - 4)
     assert placement.too_large(rule, torch.device("cpu")) is None  # only a card's memory is counted
+
+
+def test_the_rule_goes_to_a_card_only_while_a_fifth_of_it_stays_free_after_its_state(monkeypatch):
+    from types import SimpleNamespace
+
+    from fedsuite.rules.declared import Table, Vector
+
+    rule = SimpleNamespace(dim=1000, num_clients=10)
+    rule.state_specs = lambda: (Vector("h_sum"), Table("h_table"))
+    need = placement.state_bytes(rule)  # 4 000 + 8 000 + 80 000 bytes
+    card = torch.device("cuda")  # the device's memory is what is read: no card is needed to name one
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (need + 200_000, 1_000_000))
+    assert placement.too_large(rule, card) is None  # 200 000 bytes, a fifth, stay free
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (need + 199_999, 1_000_000))
+    assert "would leave less than 20% of the card free" in placement.too_large(rule, card)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from flwr.common import Parameters
 
-from fedsuite.codec.device_arrays import DeviceArrays
+from fedsuite.codec.device_arrays import DEVICE_FLOOR, DeviceArrays, leaves_floor
 from fedsuite.codec.device_parameters import DeviceParameters
 from fedsuite.codec.payload import names_of, pack
 from fedsuite.rules.declared import History, Table, Vector
@@ -33,7 +33,6 @@ from fedsuite.server.observers import watches_vectors
 from fedsuite.server.wire import to_parameters
 
 ON_CPU = False  # place the rule on the CPU's "device" too (the tests of this path; on a CUDA card it is on by itself)
-RULE_SHARE = 0.25  # the rule's state at its largest may take at most this share of a card (`state_bytes`)
 
 
 class HostPlacement:
@@ -121,18 +120,17 @@ def state_bytes(rule: Any) -> int:
 
 
 def too_large(rule: Any, device: torch.device) -> str | None:
-    """Why the rule's state may not go to `device` for its size, or None: on a CUDA card it may take at most
-    RULE_SHARE of the card's memory at its largest (`state_bytes`); the client state's device tier and the replies
-    have their own limits (docs/running/scale.md#state-on-the-device, fedsuite/codec/device_arrays.py)."""
+    """Why the rule's state may not go to `device` for its size, or None. On a CUDA card it goes only while the card
+    keeps DEVICE_FLOOR of its memory free after it, by the rule the replies stay by (fedsuite/codec/device_arrays.py),
+    read when it moves: the kept steps, the client state and the round's replies are on the card by then, and the
+    state is counted at its largest (`state_bytes`), as a table grows."""
     if device.type != "cuda":
         return None
-    need, total = state_bytes(rule), torch.cuda.get_device_properties(device).total_memory
-    return None if fits(need, total) else (f"its state at its largest ({need / 2**30:.1f} GiB, a table counted with "
-                                           f"every partition) is more than {RULE_SHARE:.0%} of the card")  # fmt: skip
-
-
-def fits(need: int, total: int) -> bool:
-    return need <= RULE_SHARE * total
+    need = state_bytes(rule)
+    free, total = torch.cuda.mem_get_info(device)
+    return None if leaves_floor(free, total, need) else (
+        f"its state at its largest ({need / 2**30:.1f} GiB, a table counted with every partition) would leave less "
+        f"than {DEVICE_FLOOR:.0%} of the card free")  # fmt: skip
 
 
 def allowed_on(device: torch.device) -> bool:
