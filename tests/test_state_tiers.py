@@ -243,8 +243,8 @@ def test_the_plan_chooses_the_tier():
 
 
 def test_the_plan_puts_state_that_fits_on_the_accelerator(monkeypatch):
-    """client-state='auto' in one process on a CUDA card: the device tier while the state fits the budget and its
-    share of the card; else the host tiers behind it. Off an accelerator nothing changes."""
+    """client-state='auto' in one process on a CUDA card: the device tier while the state fits its share of the
+    card, whatever the host's budget says; else the host tiers behind it. Off an accelerator nothing changes."""
     from dataclasses import replace
 
     from fedsuite.state import plan as plans
@@ -257,7 +257,11 @@ def test_the_plan_puts_state_that_fits_on_the_accelerator(monkeypatch):
     assert replace(small, mode="memory").tier() == "memory"  # host memory asked for
     state = small.num_clients * small.dim * small.vectors * 4 * 2
     assert replace(small, device_bytes=int(state / plans.DEVICE_SHARE) - 1).tier() == "memory"  # over its share
-    assert replace(small, budget_mb=(state - 1) / 2**20).tier() == "files"  # over the budget: disk, as before
+    over_budget = replace(small, budget_mb=(state - 1) / 2**20)
+    assert over_budget.tier() == "device"  # the budget bounds the host's memory, not the card's
+    assert replace(over_budget, device_bytes=0).tier() == "files"  # off the card: over the budget, disk as before
+    over_both = replace(over_budget, device_bytes=int(state / plans.DEVICE_SHARE) - 1)
+    assert over_both.tier() == "files"  # over the card's share and the host's budget: files
 
 
 def test_state_on_the_device_is_described_and_sized_as_the_cards():

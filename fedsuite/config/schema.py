@@ -271,7 +271,8 @@ COMMON_KEYS: tuple[Key, ...] = (
         "CUDA card's memory when the whole federation runs in one process and fits a quarter of it; device: on the "
         "training device, in-process engine only, docs/running/scale.md#state-on-the-device)",
         ("auto", "memory", "disk", "device"), resumable=True, app=APP_STATE),
-    Key("client-state-budget-mb", 4096.0, "memory budget for all clients' state (auto mode)", low=0.0,
+    Key("client-state-budget-mb", 4096.0, "host memory budget for all clients' state (auto mode; state kept on a "
+        "CUDA card is bounded by a quarter of the card instead)", low=0.0,
         resumable=True, app=APP_STATE),
     Key("client-state-dir", "", "folder for on-disk client state (client-state=disk); empty = a per-run temp folder",
         resumable=True, app=APP_STATE),

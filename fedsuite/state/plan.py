@@ -9,8 +9,8 @@ upload vector: fedsuite.stages.compression.feedback_specs), put together by `cli
 Its size is N × (d × vectors + buffer floats) × 4 B × 2 (fedsuite.state.sizing), and the backend follows from it:
 memory while it fits the budget, else disk (client-state='auto'), or as the run config says. The tier that holds it
 (fedsuite.state.tier) is chosen by `StatePlan.tier` and opened by `StatePlan.open_store`: for a federation in one
-process, the training device while the state fits its share of an accelerator (or client-state='device'), else
-the process's memory, else files.
+process, the training device while the state fits its share of an accelerator (or client-state='device'; the
+budget is the host's and does not bound the card), else the process's memory, else files.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from fedsuite.state.tier import StateTier
 # The tiers that exist, by name, chosen in StatePlan.tier (docs/running/scale.md#tiers).
 TIERS: dict[str, type[StateTier]] = {FileTier.name: FileTier, MemoryTier.name: MemoryTier, DeviceTier.name: DeviceTier}
 DEVICE_SHARE = 0.25  # client-state='auto' puts the state on the accelerator while it takes at most this share of
-# the card's memory (and fits client-state-budget-mb): the rest is the training's
+# the card's memory (client-state-budget-mb bounds the host's memory, not the card's): the rest is the training's
 DEVICE_NEEDS_ONE_PROCESS = (
     "client-state='device' keeps each client's state on the training device of the one process that runs the whole "
     "federation: it needs the in-process engine (simulation.run --engine inprocess) without checkpoint-every or "
@@ -123,14 +123,14 @@ class StatePlan:
     @property
     def on_device(self) -> bool:
         """Whether the state lives on the training device (in one process): asked for (client-state='device'), or
-        client-state='auto' on an accelerator where the whole federation's state fits the budget and DEVICE_SHARE
-        of the card's memory."""
+        client-state='auto' on an accelerator where the whole federation's state fits DEVICE_SHARE of the card's
+        memory. client-state-budget-mb bounds the host's memory (the tiers behind this one), not the card's."""
         if self.mode == "device":
             return True
         if self.mode != "auto" or not self.device_bytes:
             return False
         total = sizing.state_bytes(self.num_clients, self.dim, self.vectors, self.extra)
-        return total <= min(self.budget_mb * 2**20, DEVICE_SHARE * self.device_bytes)
+        return total <= DEVICE_SHARE * self.device_bytes
 
     def root(self, run_id: int) -> Path | None:
         """The folder of run `run_id`'s client-state files (None: no client state); the memory tier's name for
