@@ -249,3 +249,26 @@ def test_batching_bound_skips_the_variants_on_a_cpu_unless_named_and_refuses_unk
     with pytest.raises(SystemExit) as stop:
         batching_bound.main([*BOUND_TINY, "--variants", "compile,graphs"])
     assert stop.value.code == 2 and "--variants" in capsys.readouterr().err
+
+
+def test_a_variant_slower_than_the_patience_is_timed_by_its_first_round_and_printed_at_once(monkeypatch, capsys):
+    """A variant whose untimed first round passes PATIENCE_S gives that round's seconds and says so; each line is
+    out before the next variant starts (a slow variant never hides the lines of those before it)."""
+    from simulation.benchmarks import batching_bound, step_variants
+
+    monkeypatch.setattr(step_variants, "PATIENCE_S", 0.0)
+    printed_before_streams = []
+    real = step_variants.per_client_streams
+
+    def streams_after_a_look(*args):
+        printed_before_streams.append(capsys.readouterr().out)
+        return real(*args)
+
+    monkeypatch.setattr(step_variants, "per_client_streams", streams_after_a_look)
+    assert batching_bound.main([*BOUND_TINY, "--variants", "channels-last,streams"]) == 0
+    before = printed_before_streams[0].splitlines()
+    assert before[-1].startswith("variant channels-last") and before[-2].startswith("stacked step")
+    lines = [*before, *capsys.readouterr().out.splitlines()]
+    for name in ("stacked step", "variant channels-last", "variant streams"):
+        line = next(line for line in lines if line.startswith(name))
+        assert "its first round took" in line and "so it was not timed again" in line, line

@@ -130,15 +130,17 @@ def chosen_variants(parser: argparse.ArgumentParser, text: str, device: str) -> 
 
 
 def whole_steps(args, device: torch.device, variants: list[str] | None) -> None:
-    """The graphed stacked step and the variants, one line each (step_variants.lines)."""
+    """The graphed stacked step and the variants, one line each (step_variants.line), each printed when timed."""
     if variants is None:
         print("variants: skipped on a CPU (they measure CUDA graphs, streams and compiled kernels; --variants names "
               "some to run them eagerly)", flush=True)  # fmt: skip
         return
     work = Workload(args.model, args.clients, args.batch, args.steps, device)
-    found = step_variants.measure(work, variants, args.repeats, args.streams, args.compile_backend, args.compile_mode)
-    for line in step_variants.lines(work, found, args.compile_backend, args.compile_mode):
-        print(line, flush=True)
+    base = None
+    timings = step_variants.measure(work, variants, args.repeats, args.streams, args.compile_backend, args.compile_mode)
+    for name, result in timings:
+        base = result.get("seconds") if name == "graphed" else base
+        print(step_variants.line(work, name, result, base, args.compile_backend, args.compile_mode), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,18 @@ simulation/benchmarks/step_bounds.py), in the same process, for simulation/bench
   spread over several CUDA streams so that they may overlap on the card.
 
 Every variant is guarded: one that fails (a compiler that cannot trace the step, memory) gives its one-line reason
-and the others still run. On a CPU there are no graphs or streams: a variant asked for there runs the same steps
-eagerly (one after the other for `streams`), which checks that it runs, not what it saves.
+and the others still run; each line is printed as soon as its timing is done, and a variant whose first, untimed
+round takes longer than PATIENCE_S is timed by that round alone and says so (on an H200 the channels-last and
+streams variants once ran past 230 s without a line, and which of them was slow stayed unknown). On a CPU there
+are no graphs or streams: a variant asked for there runs the same steps eagerly (one after the other for
+`streams`), which checks that it runs, not what it saves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
@@ -22,6 +27,24 @@ from simulation.benchmarks import step_bounds
 from simulation.benchmarks.step_bounds import Workload
 
 VARIANTS = ("compile", "channels-last", "streams")
+PATIENCE_S = 15.0  # a variant whose untimed first round takes longer is not timed again (module docstring)
+
+
+def timed(run: Callable, work: Workload, repeats: int) -> tuple[float, str]:
+    """step_bounds.time_round's median of `repeats` rounds after an untimed one, and a note: when the untimed round
+    passes PATIENCE_S, its own seconds instead, noted as such."""
+    seconds = []
+    for repeat in range(repeats + 1):
+        loss_sum = torch.zeros(work.clients, device=work.device)
+        step_bounds.sync(work.device)
+        start = time.perf_counter()
+        for k in range(work.steps):
+            loss_sum += run(k)
+        step_bounds.sync(work.device)
+        seconds.append(time.perf_counter() - start)
+        if not repeat and seconds[0] > PATIENCE_S:
+            return seconds[0], f"; its first round took {seconds[0]:.1f} s, so it was not timed again"
+    return statistics.median(seconds[1:]), ""
 
 
 def graphed_stacked(work: Workload, repeats: int, compiled: Callable | None = None, channels_last: bool = False):
@@ -32,7 +55,8 @@ def graphed_stacked(work: Workload, repeats: int, compiled: Callable | None = No
     if compiled is not None:
         step = compiled(step)
     run, how = step_bounds.replayer(step, step_bounds.minibatches(work, False, channels_last), work.device)
-    return step_bounds.time_round(run, work, repeats), how
+    seconds, note = timed(run, work, repeats)
+    return seconds, how + note
 
 
 def per_client_streams(work: Workload, repeats: int, streams: int) -> tuple[float, str]:
@@ -65,9 +89,9 @@ def per_client_streams(work: Workload, repeats: int, streams: int) -> tuple[floa
                 loss += run(k)
         return nothing
 
-    seconds = step_bounds.time_round(every_client, work, repeats)
+    seconds, note = timed(every_client, work, repeats)
     where = f"spread over {len(lanes)} CUDA streams" if cuda else "one after the other on a CPU"
-    return seconds, f"{work.clients} per-client steps {where}, each {' / '.join(sorted(hows))}"
+    return seconds, f"{work.clients} per-client steps {where}, each {' / '.join(sorted(hows))}{note}"
 
 
 def compiler(backend: str, mode: str) -> Callable:
@@ -75,39 +99,33 @@ def compiler(backend: str, mode: str) -> Callable:
     return lambda fn: torch.compile(fn, backend=backend, **({} if mode == "default" else {"mode": mode}))
 
 
-def measure(work: Workload, names: list[str], repeats: int, streams: int, backend: str, mode: str) -> dict:
-    """The graphed stacked step, then each variant of `names`: {name: {"seconds", "how"} or {"error"}}."""
+def measure(work: Workload, names: list[str], repeats: int, streams: int, backend: str, mode: str) -> Iterator:
+    """The graphed stacked step, then each variant of `names`, each given as soon as it is timed: (name,
+    {"seconds", "how"} or {"error"})."""
     runs = {
         "graphed": lambda: graphed_stacked(work, repeats),
         "compile": lambda: graphed_stacked(work, repeats, compiled=compiler(backend, mode)),
         "channels-last": lambda: graphed_stacked(work, repeats, channels_last=True),
         "streams": lambda: per_client_streams(work, repeats, streams),
     }
-    found = {}
     for name in ("graphed", *names):
         try:
             seconds, how = runs[name]()
-            found[name] = {"seconds": seconds, "how": how}
+            yield name, {"seconds": seconds, "how": how}
         except Exception as err:  # a variant that cannot run is said in one line; the others still run
-            found[name] = {"error": step_bounds.one_line(err)}
+            yield name, {"error": step_bounds.one_line(err)}
         finally:
             step_bounds.release(work.device)
-    return found
 
 
-def lines(work: Workload, found: dict, backend: str, mode: str) -> list[str]:
-    """One printed line per timing: ms per step (a step of all the clients) and the ratio to the graphed stacked
-    step, or why it could not run."""
-    base = found["graphed"].get("seconds")
+def line(work: Workload, name: str, result: dict, base: float | None, backend: str, mode: str) -> str:
+    """The printed line of one timing: ms per step (a step of all the clients) and the ratio to the graphed stacked
+    step's seconds `base` (None: not known), or why it could not run."""
     labels = {"graphed": f"stacked step ({work.clients} clients, SGD move)",
               "compile": f"variant compile (torch.compile backend {backend}, mode {mode})",
               "channels-last": "variant channels-last (NHWC inputs)", "streams": "variant streams"}  # fmt: skip
-    out = []
-    for name, result in found.items():
-        if "error" in result:
-            out.append(f"{labels[name]}: could not run: {result['error']}")
-            continue
-        ms = result["seconds"] / work.steps * 1e3
-        ratio = "" if name == "graphed" or base is None else f", {result['seconds'] / base:.3f}× the stacked step"
-        out.append(f"{labels[name]}: {ms:.2f} ms/step ({result['how']}{ratio})")
-    return out
+    if "error" in result:
+        return f"{labels[name]}: could not run: {result['error']}"
+    ms = result["seconds"] / work.steps * 1e3
+    ratio = "" if name == "graphed" or base is None else f", {result['seconds'] / base:.3f}× the stacked step"
+    return f"{labels[name]}: {ms:.2f} ms/step ({result['how']}{ratio})"
