@@ -272,3 +272,32 @@ def test_a_variant_slower_than_the_patience_is_timed_by_its_first_round_and_prin
     for name in ("stacked step", "variant channels-last", "variant streams"):
         line = next(line for line in lines if line.startswith(name))
         assert "its first round took" in line and "so it was not timed again" in line, line
+
+
+def test_private_step_times_each_part_of_a_dp_sgd_step_against_the_plain_gradient(capsys):
+    """Every part of one private stacked step gets a line with its ratio to the plain stacked gradient; the pieces
+    a step takes follow the memory cap (one piece when every record is allowed)."""
+    from simulation.benchmarks import private_step
+
+    assert private_step.main(["--model", "cnn", "--device", "cpu", "--clients", "2", "--batch", "4",
+                              "--repeats", "1"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    plain = float(lines[1].split(": ")[1].split(" ms")[0])
+    assert lines[1].startswith("plain stacked gradient: ") and "(1.00× plain)" in lines[1]
+    for line in lines[2:7]:
+        ms = float(line.rsplit(": ", 1)[1].split(" ms")[0])
+        ratio = float(line.rsplit(" ms (", 1)[1].split("× plain")[0])
+        assert ms > 0 and ratio == pytest.approx(ms / plain, rel=0.02, abs=0.01), line
+    assert "1 piece(s) a step" in lines[3] and lines[-1].startswith("private_over_plain ")
+
+
+def test_private_step_pieces_follow_the_record_gradient_cap():
+    from fedsuite.batched import private as stacked_private
+    from simulation.benchmarks import private_step
+    from simulation.benchmarks.step_bounds import Workload
+
+    work = Workload("cnn", 2, 4, 1, private_step.torch.device("cpu"))
+    model = stacked_private.StackedModel(private_step.step_bounds.flat_model(work), 2)
+    per_record = 2 * model.x.shape[1] * 4  # one record of each client, float32
+    oracle = private_step.private_oracle(model, 4, 3 * per_record)
+    assert oracle.records_per_piece() == 3 and private_step.private_oracle(model, 4, 10**18).records_per_piece() == 4

@@ -9,13 +9,17 @@
 # prints to $OUT/<part>.txt (and its figures to $OUT/<part>.json where the benchmark writes one); a part started too
 # late to fit says so in its file, and the script then exits 1, as it does when a part fails or is stopped; it ends
 # within the budget plus 10 s (a part past its limit is killed 10 s
-# after being asked to stop). $OUT/summary.txt has every part's exit status, seconds and figure lines. The
+# after being asked to stop). $OUT/summary.txt has every part's exit status, seconds and figure lines; at the end
+# the parts' files go into $OUT/parts.tar.gz (a call brings back at most 8 files). The
 # parts, most wanted first (the workload: ResNet-18-GN, 50 steps of batch 50 per client, fake CIFAR-10):
 #   env        nvidia-smi, torch and its CUDA, the git commit
 #   fedavg10   gpu_round: FedAvg batched, 10 clients, with bound_s / dense_s and bound_ratio / dense_ratio, and again
 #              with the server rule kept on the host (host_rule_over_batched)
-#   cuda_tests pytest on every test that needs CUDA (python -m simulation.benchmarks.cuda_tests)
 #   stateful   round_phases: scaffold, feddyn, fedspeed, fedsmoo, fadamgt, losac: round_over_training each
+#   dpsgd_parts private_step: one DP-SGD step of 10 stacked clients in parts (per-record gradients, clipping, noise;
+#              the suite's pieces of records and one piece) against the plain stacked gradient
+#   phases100  round_phases: FedAvg batched, 100 clients: where the round's time beyond training goes
+#   cuda_tests pytest on every test that needs CUDA (python -m simulation.benchmarks.cuda_tests)
 #   fedavg40   gpu_round: FedAvg batched, 40 clients, with the bounds
 #   bf16       gpu_round: FedAvg batched, 10 clients, autocast bf16, with the bf16 bounds
 #   dpsgd      gpu_round: FedAvg batched, 10 clients, plain and with dp-sgd=true (variant_over_batched)
@@ -41,7 +45,7 @@ while [ $# -gt 0 ]; do
 done
 [ -z "$BUDGET" ] && { [ "$SMOKE" = 1 ] && BUDGET=1200 || BUDGET=470; }  # a slow CPU cuts no smoke part
 case "$BUDGET" in '' | *[!0-9]*) echo "device_check.sh: --budget '$BUDGET' is not a whole number of seconds" >&2; exit 2 ;; esac
-PARTS="env fedavg10 cuda_tests stateful fedavg40 bf16 dpsgd variants fedavg100 compile"
+PARTS="env fedavg10 stateful dpsgd_parts phases100 cuda_tests fedavg40 bf16 dpsgd variants fedavg100 compile"
 for part in ${ONLY//,/ }; do
     case " $PARTS " in *" $part "*) ;; *) echo "device_check.sh: --only '$part': allowed parts are ${PARTS// /, }" >&2; exit 2 ;; esac
 done
@@ -60,10 +64,12 @@ fi
 if [ "$SMOKE" = 1 ]; then  # every part's code path, in seconds, on a CPU
     WORK="--model cnn --steps 3 --batch 8 --samples 40 --rounds 2 --device cpu"
     C10=2; C40=3; C100=4; ROUNDS_SHORT=2; BOUND="--clients 2 --batch 4 --repeats 1 --steps 2 --device cpu --model cnn"
+    PRIVATE="--clients 2 --batch 4 --repeats 1 --device cpu --model cnn"
     TESTS_ARGS="--collect-only"; MIN_LEFT=0
 else
     WORK="--rounds 4"
     C10=10; C40=40; C100=100; ROUNDS_SHORT=3; BOUND="--repeats 5"
+    PRIVATE="--repeats 3"
     TESTS_ARGS=""; MIN_LEFT=20
 fi
 START=$(date +%s)
@@ -120,9 +126,12 @@ GPU_ROUND="$PYTHON -m simulation.benchmarks.gpu_round --algorithms fedavg --path
 {
     part env 30 bash -c environment
     part fedavg10 120 $GPU_ROUND $WORK --clients $C10 --host-rule --json "$OUT/fedavg10.json"
-    part cuda_tests 90 bash -c cuda_tests
     part stateful 150 "$PYTHON" -m simulation.benchmarks.round_phases $WORK --clients $C10 \
         --algorithms scaffold,feddyn,fedspeed,fedsmoo,fadamgt,losac --json "$OUT/stateful.json"
+    part dpsgd_parts 60 "$PYTHON" -m simulation.benchmarks.private_step $PRIVATE
+    part phases100 90 "$PYTHON" -m simulation.benchmarks.round_phases $WORK --rounds $ROUNDS_SHORT --clients $C100 \
+        --algorithms fedavg
+    part cuda_tests 90 bash -c cuda_tests
     part fedavg40 100 $GPU_ROUND $WORK --rounds $ROUNDS_SHORT --clients $C40 --bound-repeats 2 \
         --json "$OUT/fedavg40.json"
     part bf16 80 $GPU_ROUND $WORK --clients $C10 --autocast bf16 --json "$OUT/bf16.json"
@@ -138,10 +147,14 @@ GPU_ROUND="$PYTHON -m simulation.benchmarks.gpu_round --algorithms fedavg --path
 {
     echo "# the figures (docs/performance.md#measuring-on-a-lent-gpu), $(($(date +%s) - START)) s in all"
     grep -H -E "^(bound|dense)(_sam)?_s |_ratio |batched.*s/round|variant_over_batched|host_rule_over_batched|round_over_training|\
-^(stacked step|variant )|(passed|failed|errors?|deselected|skipped) in [0-9.]+s|tests? collected|could not run|not available" \
+^(stacked step|variant )|(passed|failed|errors?|deselected|skipped) in [0-9.]+s|tests? collected|could not run|not available|\
+^(plain stacked|private|  its|  their|  the clients)|^round [0-9]+: " \
         "$OUT"/*.txt 2>/dev/null | grep -v "/summary.txt:" | sed "s|^$OUT/||"
 } >>"$OUT/summary.txt"
 cat "$OUT/summary.txt"
+# A call brings back at most 8 files: every part's files go into one archive beside summary.txt.
+(cd "$OUT" && files=$(ls | grep -v -x -e summary.txt -e parts.tar.gz) && [ -n "$files" ] &&
+    tar -czf parts.tar.gz $files && rm -f $files)  # shellcheck disable=SC2086  # one file name a word
 if [ -n "$INCOMPLETE" ]; then
     echo "device_check.sh: parts that did not complete:$INCOMPLETE (see summary.txt)" >&2
     exit 1
