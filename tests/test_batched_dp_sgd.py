@@ -201,9 +201,9 @@ def test_with_secret_noise_two_batched_runs_differ(stacked_calls):
 CLIENTS, BATCH, NOISE, CLIP = 3, 5, 1.3, 2.5
 
 
-def _oracles(started: bool = True) -> list[dp_sgd.DpSgd]:
-    privates = [dp_sgd.DpSgd(NOISE, CLIP, BATCH, 20, 1e-5, Sampler(4, "fixed", 2), c, 1, noise_source="seeded")
-                for c in range(CLIENTS)]  # fmt: skip
+def _oracles(started: bool = True, per_record: str = "vmap") -> list[dp_sgd.DpSgd]:
+    privates = [dp_sgd.DpSgd(NOISE, CLIP, BATCH, 20, 1e-5, Sampler(4, "fixed", 2), c, 1, noise_source="seeded",
+                             per_record=per_record) for c in range(CLIENTS)]  # fmt: skip
     if started:
         for c, private in enumerate(privates):
             private.start(UpdateRule(), torch.Generator().manual_seed(100 + c), torch.device("cpu"))
@@ -235,9 +235,11 @@ def _cnn_group():
     return model, loss_function("classification"), xs, inputs, targets
 
 
+@pytest.mark.parametrize("per_record", ["vmap", "ghost"])
 @pytest.mark.parametrize("pieces", [False, True])
-def test_the_stacked_private_gradient_is_each_clients_clipped_sum_plus_its_own_noise(pieces):
-    """In one piece, and in pieces of 2 records (5 = 2 + 2 + 1) when C·B·d floats pass the piece's bytes."""
+def test_the_stacked_private_gradient_is_each_clients_clipped_sum_plus_its_own_noise(pieces, per_record):
+    """In one piece, and in pieces of 2 records (5 = 2 + 2 + 1) when the per-record gradients of a piece (C·b·d
+    floats) pass the piece's bytes; ghost clipping, which holds no per-record gradients, in one piece always."""
     model, loss_fn, xs, inputs, targets = _cnn_group()
     direct = [_direct(model, loss_fn, xs[c], inputs[c], targets[c], c) for c in range(CLIENTS)]
     want = torch.stack([gradient for gradient, _ in direct])
@@ -249,8 +251,8 @@ def test_the_stacked_private_gradient_is_each_clients_clipped_sum_plus_its_own_n
     stacked = StackedModel(model, CLIENTS)
     stacked.x.copy_(xs)
     piece_bytes = 2 * CLIENTS * model.dim * 4 if pieces else RECORD_GRADIENT_BYTES
-    oracle = StackedPrivateModel(stacked, _oracles(), piece_bytes=piece_bytes)
-    assert oracle.records_per_piece() == (2 if pieces else BATCH)
+    oracle = StackedPrivateModel(stacked, _oracles(per_record=per_record), piece_bytes=piece_bytes)
+    assert oracle.records_per_piece() == (2 if pieces and per_record == "vmap" else BATCH)
     oracle.new_step()
     losses = oracle.loss_and_grad(loss_fn, inputs, targets)
     assert torch.allclose(stacked.grad, want, rtol=0, atol=1e-6 * float(want.abs().max()))
@@ -259,11 +261,12 @@ def test_the_stacked_private_gradient_is_each_clients_clipped_sum_plus_its_own_n
     assert [p.releases for p in oracle.privates] == [[1]] * CLIENTS
 
 
-def test_the_stacked_private_gradient_equals_one_clients_release():
+@pytest.mark.parametrize("per_record", ["vmap", "ghost"])
+def test_the_stacked_private_gradient_equals_one_clients_release(per_record):
     """Row c is what client c's own `DpSgd.release` writes (the one-at-a-time path), draws included."""
     model, loss_fn, xs, inputs, targets = _cnn_group()
     alone = []
-    for c, private in enumerate(_oracles(started=False)):
+    for c, private in enumerate(_oracles(started=False, per_record=per_record)):
         oracle = private.bind(model, UpdateRule(), torch.Generator().manual_seed(100 + c))
         private.new_step()
         model.x.copy_(xs[c])
@@ -271,7 +274,7 @@ def test_the_stacked_private_gradient_equals_one_clients_release():
         alone.append(model.grad.clone())
     stacked = StackedModel(model, CLIENTS)
     stacked.x.copy_(xs)
-    oracle = StackedPrivateModel(stacked, _oracles())
+    oracle = StackedPrivateModel(stacked, _oracles(per_record=per_record))
     oracle.new_step()
     oracle.loss_and_grad(loss_fn, inputs, targets)
     want = torch.stack(alone)
@@ -325,7 +328,11 @@ def test_a_group_whose_oracles_differ_or_miscount_is_refused():
     stacked = StackedModel(model, CLIENTS)
     privates = _oracles()
     privates[1].clip = 2 * CLIP
-    with pytest.raises(ValueError, match="differ in noise, clip or batch size"):
+    with pytest.raises(ValueError, match="differ in noise, clip, batch size or dp-sgd-per-record"):
+        StackedPrivateModel(stacked, privates)
+    privates = _oracles()
+    privates[2].per_record = "ghost"
+    with pytest.raises(ValueError, match="differ in noise, clip, batch size or dp-sgd-per-record"):
         StackedPrivateModel(stacked, privates)
     with pytest.raises(ValueError, match="2 DP-SGD oracles for 3 stacked clients"):
         StackedPrivateModel(stacked, _oracles()[:2])

@@ -284,11 +284,12 @@ def test_private_step_times_each_part_of_a_dp_sgd_step_against_the_plain_gradien
     lines = capsys.readouterr().out.splitlines()
     plain = float(lines[1].split(": ")[1].split(" ms")[0])
     assert lines[1].startswith("plain stacked gradient: ") and "(1.00× plain)" in lines[1]
-    for line in lines[2:7]:
+    for line in lines[2:8]:
         ms = float(line.rsplit(": ", 1)[1].split(" ms")[0])
         ratio = float(line.rsplit(" ms (", 1)[1].split("× plain")[0])
         assert ms > 0 and ratio == pytest.approx(ms / plain, rel=0.02, abs=0.01), line
-    assert "1 piece(s) a step" in lines[3] and lines[-1].startswith("private_over_plain ")
+    assert "1 piece(s) a step" in lines[3] and lines[7].startswith("private gradient by ghost clipping")
+    assert lines[-2].startswith("private_over_plain ") and lines[-1].startswith("ghost_over_plain ")
 
 
 def test_private_step_pieces_follow_the_record_gradient_cap():

@@ -44,7 +44,7 @@ def group_key(client, fit) -> tuple:
         raise NotBatchable(str(err)) from None
     plan = batch_plan(node.data, fit.rule.batches, local.epochs, fit.steps, local.batch_size)
     private = fit.private
-    dp_sgd = () if private is None else ("dp-sgd", private.noise, private.clip, private.batch)
+    dp_sgd = () if private is None else ("dp-sgd", private.noise, private.clip, private.batch, private.per_record)
     return (fit.ctx.lr, plan, signature, dp_sgd)
 
 

@@ -9,9 +9,13 @@ order of one client's `DpSgd.release`), divides by B and writes row c of `grad`.
 is such a private one (SAM's two, a look-ahead point's), and each client's `DpSgd` counts its releases per step as
 one client's loop does, so its steps, ε, budget refusal and metrics are what they are one at a time.
 
-Memory: the per-record gradients of a step are C·B·d floats. When that passes `piece_bytes` the records of a step
-are taken in pieces of fewer records each (every client's records k..k+b of the batch at once), their clipped sums
-added up; the result is the same up to float rounding.
+With dp-sgd-per-record='ghost' the clipped sums come from ghost clipping over the whole group instead
+(fedsuite/batched/ghost.py): the records' gradient norms without the gradients, then one more backward pass with
+each record's loss scaled by its clip factor; the same sums to float rounding, and no C·B·d floats.
+
+Memory ('vmap'): the per-record gradients of a step are C·B·d floats. When that passes `piece_bytes` the records of
+a step are taken in pieces of fewer records each (every client's records k..k+b of the batch at once), their
+clipped sums added up; the result is the same up to float rounding.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad, vmap
 
+from fedsuite.batched.ghost import StackedGhost
 from fedsuite.batched.model import StackedModel
 from fedsuite.local.loop import UpdateRule
 from fedsuite.models.networks import loss_inputs
@@ -37,12 +42,14 @@ class StackedPrivateModel:
 
     def __init__(self, model: StackedModel, privates: Sequence[Any], piece_bytes: int = RECORD_GRADIENT_BYTES):
         """`privates`: each client's `fedsuite.privacy.dp_sgd.DpSgd`, in row order, already started (`start`)."""
-        if len({(p.noise, p.clip, p.batch) for p in privates}) > 1:
-            raise ValueError("dp-sgd=true: the clients of a stacked group differ in noise, clip or batch size")
+        if len({(p.noise, p.clip, p.batch, p.per_record) for p in privates}) > 1:
+            raise ValueError("dp-sgd=true: the clients of a stacked group differ in noise, clip, batch size or "
+                             "dp-sgd-per-record")  # fmt: skip
         if len(privates) != model.x.shape[0]:
             raise ValueError(f"{len(privates)} DP-SGD oracles for {model.x.shape[0]} stacked clients")
         self._model, self.privates, self.piece_bytes = model, list(privates), piece_bytes
         self._gradients: dict[Any, Any] = {}  # loss_fn → its per-record gradient function
+        self._ghosts: dict[Any, StackedGhost] = {}  # loss_fn → its ghost clipping (dp-sgd-per-record='ghost')
         self._noise: torch.Tensor | None = None  # (C, d) in the default dtype, as DpSgd.release draws its noise
 
     def __getattr__(self, name: str) -> Any:
@@ -58,19 +65,26 @@ class StackedPrivateModel:
         mean record loss on its minibatch, (C,)."""
         first = self.privates[0]
         first.check_batch(targets.shape[1])
-        losses = self._clipped_sums(loss_fn, inputs, targets)
+        if first.per_record == "ghost":
+            if loss_fn not in self._ghosts:
+                self._ghosts[loss_fn] = StackedGhost(self._model, loss_fn)
+            losses = self._ghosts[loss_fn].clipped_sums(inputs, targets, first.clip)
+        else:
+            losses = self._clipped_sums(loss_fn, inputs, targets).mean(dim=1)
         total = self._model.grad
         if first.noise > 0:
             total.add_(self._noise_draws(), alpha=first.noise * first.clip)
         total.div_(first.batch)
         for private in self.privates:
             private.releases[-1] += 1
-        return losses.mean(dim=1)
+        return losses
 
     def records_per_piece(self) -> int:
-        """How many of each client's records one piece of a step takes: all B unless C·B·d floats pass
-        `piece_bytes`."""
+        """How many of each client's records one piece of a step takes: all B unless the per-record gradients of a
+        piece (C·b·d floats) pass `piece_bytes`; ghost clipping holds none and takes all B."""
         clients, dim = self._model.x.shape
+        if self.privates[0].per_record == "ghost":
+            return self.privates[0].batch
         per_record = clients * dim * self._model.x.element_size()
         return max(1, min(self.privates[0].batch, self.piece_bytes // per_record))
 

@@ -316,6 +316,11 @@ COMMON_KEYS: tuple[Key, ...] = (
         "gradients (0 = no noise: ε is infinite)", low=0.0, client=True, tunable=False),
     Key("dp-sgd-clip", 1.0, "C_s, the L2 norm every per-record gradient is clipped to (DP-SGD)", low=0.0,
         low_open=True, client=True, tunable=False),
+    Key("dp-sgd-per-record", "vmap", "how DP-SGD clips each record's gradient (docs/privacy-dp-sgd.md#per-record-"
+        "gradients): vmap = every record's gradient by torch.func's vmap of grad, any model; ghost = ghost "
+        "clipping, the records' gradient norms from each layer's inputs and output gradients and then one more "
+        "backward pass, without the per-record gradients, for models of linear, convolution and group or layer "
+        "norm layers; the same clipped sums to float rounding", ("vmap", "ghost"), client=True, tunable=False),
     # --- secure aggregation (SecAgg+)
     Key("secagg", False, "secure aggregation with Flower's SecAgg+ (docs/privacy-secagg.md): the server learns only "
         "the cohort's mean of each uploaded array, never one client's; needs client-mapping='fixed'", client=True,

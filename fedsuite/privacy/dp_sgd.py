@@ -2,7 +2,8 @@
 
 With dp-sgd=true every gradient a local step's oracle takes (fedsuite/local/loop.py: `AtIterate`, `SharpnessAware`,
 `LookAhead`, a plug-in's own) is a private one: the gradient of each record of the batch at the oracle's point
-(torch.func: `vmap` of `grad` over `functional_call` of the model's module), each clipped to norm C_s, summed,
+(torch.func: `vmap` of `grad` over `functional_call` of the model's module), each clipped to norm C_s, summed (or
+that clipped sum by ghost clipping with dp-sgd-per-record='ghost', fedsuite/privacy/per_record.py),
 plus Gaussian noise N(0, σ_s²C_s²) on every coordinate, divided by the batch size B. The oracle sees a
 `PrivateModel` whose `loss_and_grad` does this, so the rule's correction terms (`clipped`, `unclipped`,
 `after_step` …) are added to the private gradient exactly as they are added to the plain one, and an oracle that
@@ -54,6 +55,7 @@ from fedsuite.models.networks import FlatModel, loss_inputs
 from fedsuite.privacy.accountant import RunAccountant
 from fedsuite.privacy.model_checks import batch_norm_layers, batch_norm_refusal
 from fedsuite.privacy.noise import SECURE, torch_stream
+from fedsuite.privacy.per_record import ghost_clipped_sum, ghost_refusal
 from fedsuite.server.sampling import Sampler
 from fedsuite.stages.client import ClientStage, without_losses
 
@@ -83,6 +85,16 @@ def per_record_gradients(model: FlatModel, loss_fn, inputs: torch.Tensor, target
         grads, losses = vmap(grad(record_loss, has_aux=True), in_dims=(None, 0, 0))(params, inputs, targets)
     flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)
     return losses, flat
+
+
+def ghost_sum(model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor, clip: float):
+    """(the batch's mean loss, the (d,) sum of its records' gradients each clipped to `clip`), by ghost clipping
+    (dp-sgd-per-record='ghost', fedsuite/privacy/per_record.py): what `clip_records` of `per_record_gradients`
+    sums, without the B × d gradients."""
+    params = {name: p for name, p in model.module.named_parameters() if p.requires_grad}
+    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.autocast == "bf16"):
+        sums, loss = ghost_clipped_sum(model.module, params, loss_fn, inputs, targets, clip)
+    return loss, torch.cat([g.reshape(-1) for g in sums])
 
 
 def clip_records(grads: torch.Tensor, clip: float) -> torch.Tensor:
@@ -121,6 +133,7 @@ class DpSgd:
     releases: list[int] = field(default_factory=list)  # private gradients released in each step of this round
     target_epsilon: float = 0.0  # dp-target-epsilon: this round releases nothing past it (0 = no target)
     noise_source: str = SECURE  # dp-noise-source (fedsuite/privacy/noise.py)
+    per_record: str = "vmap"  # dp-sgd-per-record (fedsuite/privacy/per_record.py)
     _noise_stream: torch.Generator | None = None
     _epsilons: dict[int, float] = field(default_factory=dict)  # more_rounds → ε(δ), once the round's steps are done
 
@@ -157,14 +170,17 @@ class DpSgd:
     def release(self, model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Σ clip(per-record gradient) + N(0, σ_s²C_s²·I), over B, into model.grad; returns the batch's mean loss."""
         self.check_batch(len(targets))
-        losses, grads = per_record_gradients(model, loss_fn, inputs, targets)
-        total = clip_records(grads, self.clip).sum(dim=0)
+        if self.per_record == "ghost":
+            loss, total = ghost_sum(model, loss_fn, inputs, targets, self.clip)
+        else:
+            losses, grads = per_record_gradients(model, loss_fn, inputs, targets)
+            loss, total = losses.mean(), clip_records(grads, self.clip).sum(dim=0)
         if self.noise > 0:  # the draws of the stacked step's too (fedsuite/batched/private.py): one definition
             noise = self.draw_noise(torch.empty(total.shape, device=total.device))
             total.add_(noise, alpha=self.noise * self.clip)
         model.grad.copy_(total.div_(self.batch))
         self.releases[-1] += 1
-        return losses.mean().detach()
+        return loss.detach()
 
     # ---- the privacy budget ---------------------------------------------------------------------------------------
     def events(self, rounds: int) -> dict[tuple[float, int, int], int]:
@@ -217,11 +233,15 @@ def for_client(node, server_round: int) -> DpSgd | None:
     norms = batch_norm_layers(node.model.module)
     if norms:
         raise ValueError(batch_norm_refusal(node.cfg.model, norms))
+    refused = ghost_refusal(node.model.module) if settings.per_record == "ghost" else None
+    if refused is not None:
+        raise ValueError(refused)
     n, batch_size = len(node.data), node.cfg.local.batch_size
     batch = n if batch_size <= 0 else min(batch_size, n)
     sampler = Sampler.of_run(node.cfg)
     return DpSgd(settings.noise, settings.clip, batch, n, settings.delta, sampler, node.partition_id, server_round,
-                 target_epsilon=settings.target_epsilon, noise_source=settings.noise_source)  # fmt: skip
+                 target_epsilon=settings.target_epsilon, noise_source=settings.noise_source,
+                 per_record=settings.per_record)  # fmt: skip
 
 
 class SampleLevelStage(ClientStage):

@@ -4,7 +4,9 @@ a results folder, and the clients themselves all ask here.
 
 - client-level DP (dp != 'off') with buffers='average' and a model with floating-point buffers (BatchNorm's running
   statistics): the buffers would travel to the server without clip or noise;
-- DP-SGD with BatchNorm layers: their batch statistics mix the records of a batch, so no per-record gradient exists.
+- DP-SGD with BatchNorm layers: their batch statistics mix the records of a batch, so no per-record gradient exists;
+- DP-SGD with dp-sgd-per-record='ghost' and a trainable parameter outside the layers ghost clipping knows
+  (fedsuite/privacy/per_record.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from fedsuite.models.networks import float_buffers
+from fedsuite.privacy.per_record import ghost_refusal
 
 
 def batch_norm_layers(module: nn.Module) -> list[str]:
@@ -37,4 +40,6 @@ def model_refusals(cfg, module: nn.Module) -> list[str]:
         errors.append(averaged_buffers_refusal(cfg.privacy.mode, cfg.model))
     if cfg["dp-sgd"] and (layers := batch_norm_layers(module)):
         errors.append(batch_norm_refusal(cfg.model, layers))
+    if cfg["dp-sgd"] and cfg["dp-sgd-per-record"] == "ghost" and (refused := ghost_refusal(module)):
+        errors.append(refused)
     return errors

@@ -24,6 +24,8 @@ class ClientPrivacy(Settings):
     delta (dp-delta): the δ of the reported (ε, δ).
     target_epsilon (dp-target-epsilon): stop before a round that would exceed it; 0 = none.
     noise_source (dp-noise-source): 'secure' (secret noise) or 'seeded' (reproducible, not private).
+    per_record (dp-sgd-per-record): how the records' gradients are clipped, 'vmap' or 'ghost'
+    (fedsuite/privacy/per_record.py).
     """
 
     mode: str = setting("dp")
@@ -36,6 +38,7 @@ class ClientPrivacy(Settings):
     delta: float = setting("dp-delta")
     target_epsilon: float = setting("dp-target-epsilon")
     noise_source: str = setting("dp-noise-source")
+    per_record: str = setting("dp-sgd-per-record")
 
     @property
     def on(self) -> bool:
@@ -53,6 +56,8 @@ class SampleLevelPrivacy(Settings):
     delta (dp-delta): δ of the ε(δ) each client reports.
     target_epsilon (dp-target-epsilon): a client stops training in a round that would take its ε above it; 0 = none.
     noise_source (dp-noise-source): 'secure' (secret noise) or 'seeded' (reproducible, not private).
+    per_record (dp-sgd-per-record): how the records' gradients are clipped, 'vmap' or 'ghost'
+    (fedsuite/privacy/per_record.py).
     """
 
     enabled: bool = setting("dp-sgd")
@@ -61,3 +66,4 @@ class SampleLevelPrivacy(Settings):
     delta: float = setting("dp-delta")
     target_epsilon: float = setting("dp-target-epsilon")
     noise_source: str = setting("dp-noise-source")
+    per_record: str = setting("dp-sgd-per-record")

@@ -6,15 +6,19 @@ benchmark times one private step's parts on the workload, in the same process, e
 --repeats, after one untimed run):
 
 - `plain`: the stacked gradient of the plain step (StackedModel.loss_and_grad), the reference;
-- `private`: the whole private gradient as the suite takes it (StackedPrivateModel.loss_and_grad), in the pieces
-  of records its memory cap gives, and again with every record of a step in one piece;
+- `private`: the whole private gradient as the suite takes it (StackedPrivateModel.loss_and_grad) with
+  dp-sgd-per-record='vmap', in the pieces of records its memory cap gives, and again with every record of a step in
+  one piece;
 - its parts on one piece of every record: the per-record gradients (a vmap over clients of a vmap over records),
-  their clipping and per-client sums, and the clients' noise draws.
+  their clipping and per-client sums, and the clients' noise draws;
+- `ghost`: the whole private gradient with dp-sgd-per-record='ghost' (ghost clipping over the stacked group,
+  fedsuite/batched/ghost.py).
 
     python -m simulation.benchmarks.private_step                      # the reference workload on cuda
     python -m simulation.benchmarks.private_step --model cnn --clients 2 --batch 4 --device cpu   # a check
 
-Each line ends with its ratio to `plain`; `pieces` says how many pieces of records one step took.
+Each line ends with its ratio to `plain`; `pieces` says how many pieces of records one step took. The last lines are
+`private_over_plain` (vmap, the suite's pieces) and `ghost_over_plain`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 
 from fedsuite.batched import private as stacked_private
 from fedsuite.batched.model import StackedModel
+from fedsuite.models.networks import loss_function
 from fedsuite.privacy.dp_sgd import DpSgd
 from fedsuite.server.sampling import Sampler
 from simulation.benchmarks import step_bounds
@@ -37,9 +42,12 @@ NOISE, CLIP = 1.0, 1.0  # σ_s and C_s of the device check's DP-SGD row
 ALL_RECORDS = 1 << 62  # a piece cap no step reaches: every record of a step in one piece
 
 
-def private_oracle(model: StackedModel, batch: int, piece_bytes: int) -> stacked_private.StackedPrivateModel:
-    """A private oracle over `model` with a throwaway DpSgd per row (seeded noise streams) and `piece_bytes`."""
-    private = DpSgd(NOISE, CLIP, batch, 10 * batch, 1e-5, Sampler(1, "fixed", 1), 0, 1, noise_source="seeded")
+def private_oracle(model: StackedModel, batch: int, piece_bytes: int,
+                   per_record: str = "vmap") -> stacked_private.StackedPrivateModel:  # fmt: skip
+    """A private oracle over `model` with a throwaway DpSgd per row (seeded noise streams), `piece_bytes` and the
+    per-record method `per_record`."""
+    private = DpSgd(NOISE, CLIP, batch, 10 * batch, 1e-5, Sampler(1, "fixed", 1), 0, 1, noise_source="seeded",
+                    per_record=per_record)  # fmt: skip
     oracle = stacked_private.probe_oracle(model, private)
     oracle.piece_bytes = piece_bytes
     return oracle
@@ -63,13 +71,14 @@ def measure(work: Workload, repeats: int) -> dict[str, float | int]:
     model = StackedModel(step_bounds.flat_model(work), work.clients)
     model.x.copy_(model.x[0].expand(work.clients, -1))
     inputs, targets = step_bounds.minibatches(work, dense=False)[0]
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = loss_function("classification")  # the suite's own: ghost clipping takes it
     capped = private_oracle(model, work.batch, stacked_private.RECORD_GRADIENT_BYTES)
     whole = private_oracle(model, work.batch, ALL_RECORDS)
+    ghost = private_oracle(model, work.batch, stacked_private.RECORD_GRADIENT_BYTES, "ghost")
     gradient = whole._gradient(loss_fn)
     found: dict[str, float | int] = {"plain": timed(lambda: model.loss_and_grad(loss_fn, inputs, targets), work.device,
                                                     repeats)}  # fmt: skip
-    for name, oracle in (("private", capped), ("private_one_piece", whole)):
+    for name, oracle in (("private", capped), ("private_one_piece", whole), ("ghost", ghost)):
         found[name] = timed(lambda o=oracle: (o.new_step(), o.loss_and_grad(loss_fn, inputs, targets)), work.device,
                             repeats)  # fmt: skip
         found[f"{name}_pieces"] = -(-work.batch // oracle.records_per_piece())
@@ -91,12 +100,14 @@ def lines(found: dict[str, float | int]) -> list[str]:
         "per_record_gradients": "  its per-record gradients (one piece)",
         "clip_and_sum": "  their clipping and per-client sums",
         "noise": "  the clients' noise draws",
+        "ghost": "private gradient by ghost clipping",
     }
     out = []
     for name, label in labels.items():
         pieces = f", {found[name + '_pieces']} piece(s) a step" if name + "_pieces" in found else ""
         out.append(f"{label}: {found[name] * 1e3:.2f} ms ({found[name] / plain:.2f}× plain{pieces})")
     out.append(f"private_over_plain {found['private'] / plain:.3f}")
+    out.append(f"ghost_over_plain {found['ghost'] / plain:.3f}")
     return out
 
 
