@@ -88,6 +88,45 @@ def test_a_run_with_client_stages_keeps_the_host_path(monkeypatch):
     assert kit.identical(host.x, device.x)
 
 
+@pytest.mark.parametrize("settings", [
+    {"dp-sgd": True, "dp-sgd-noise": 1.0, "dp-sgd-clip": 0.3, "dp-noise-source": "seeded", "local-steps": 3},
+    {"compress-down": "topk", "compress-down-k": 3},
+], ids=["dp-sgd", "compressed-download"])  # fmt: skip
+def test_a_stage_that_leaves_the_upload_alone_keeps_the_device_path(settings, monkeypatch):
+    """DP-SGD's stage refuses, counts and reports, and a compressed download's decodes what arrives: neither touches
+    the upload, which stays on the device, and the models are the host path's."""
+    pytest.importorskip("dp_accounting")
+    settings = {**BASE, "batch-clients": True, **settings}
+    host, _ = _run("fedavg", settings, monkeypatch, on_device=False)
+    device, seen = _run("fedavg", settings, monkeypatch, on_device=True)
+    assert seen.kinds and all(seen.kinds)
+    assert kit.identical(host.x, device.x)
+
+
+def test_which_built_in_stages_handle_the_upload():
+    from fedsuite.privacy.dp_sgd import SampleLevelStage
+    from fedsuite.privacy.release import ClientLevelRelease
+    from fedsuite.privacy.secagg_stage import SecureUpload
+    from fedsuite.stages.client import ClientStage, handles_upload
+    from fedsuite.stages.compressed_download import CompressedDownload
+    from fedsuite.stages.compressed_upload import CompressedUpload
+    from fedsuite.stages.model_buffers import ModelBuffers
+    from fedsuite.stages.relaxed_init import RelaxedStart
+
+    def bare(cls):  # the hooks are what is asked, not the stage's settings
+        return object.__new__(cls)
+
+    assert not handles_upload(bare(SampleLevelStage)) and not handles_upload(bare(CompressedDownload))
+    for cls in (ClientLevelRelease, SecureUpload, CompressedUpload, ModelBuffers, RelaxedStart):
+        assert handles_upload(bare(cls)), cls.__name__
+
+    class AddsAnArray(ClientStage):
+        def uplink(self, result, fit, node):
+            return {"extra": result.x}
+
+    assert handles_upload(AddsAnArray()) and not handles_upload(ClientStage())
+
+
 # ---- the pieces ------------------------------------------------------------------------------------------------
 def _replies(vectors, examples) -> list[Reply]:
     pairs = enumerate(zip(vectors, examples, strict=True))

@@ -22,14 +22,16 @@ from flwr.common import Code, FitRes, Status
 
 from fedsuite.codec.device_parameters import DeviceParameters, device_tensors
 from fedsuite.node.client import RuleClient
+from fedsuite.stages.client import handles_upload
 
 ON_CPU = False  # keep the replies as tensors when the clients train on the CPU too (the tests of this path)
 
 
 def keeps_on_device(client: RuleClient) -> bool:
-    """Whether `client`'s uplink may stay on its device: no client stage handles it, and the device is a CUDA card
-    (or ON_CPU)."""
-    return not client.stages and (client.node.device.type == "cuda" or ON_CPU)
+    """Whether `client`'s uplink may stay on its device: no client stage handles it (handles_upload), and the device
+    is a CUDA card (or ON_CPU)."""
+    quiet = not any(handles_upload(stage) for stage in client.stages)
+    return quiet and (client.node.device.type == "cuda" or ON_CPU)
 
 
 def building(build: Callable[[], RuleClient] | None) -> Callable[[], RuleClient] | None:

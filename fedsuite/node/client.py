@@ -55,7 +55,7 @@ from fedsuite.local.loop import LocalResult, LocalSettings, UpdateRule, train_lo
 from fedsuite.registry import known as registry
 from fedsuite.rules.client_rule import ClientRule, RoundContext
 from fedsuite.rules.rounds import PHASE_KEY
-from fedsuite.stages.client import STEPS_KEY, ClientStage
+from fedsuite.stages.client import STEPS_KEY, ClientStage, handles_upload
 from fedsuite.stages.client_run import client_stages
 
 MAX_TRACEBACK_CHARS = 8000
@@ -225,7 +225,8 @@ class RuleClient(NumPyClient):
         stages leave them; returns NumPyClient.fit's (arrays, examples, metrics). The arrays are float32 tensors left
         on the device (fedsuite/codec/device_arrays.py) where `keep_on_device` (default: the client's
         `keeps_uplink_on_device`, set by the engine that keeps replies in process) says so, no stage handles the
-        upload and the device has room for it; else numpy arrays on the host."""
+        upload (fedsuite.stages.client.handles_upload) and the device has room for it; else numpy arrays on the
+        host."""
         node, config, ctx = self.node, fit.config, fit.ctx
         for stage in self.stages:  # before the rule's uplink moves any state
             stage.before_release(fit)
@@ -241,7 +242,7 @@ class RuleClient(NumPyClient):
         if self.state is not None:
             self.state.save(ctx.round if STATE_ACCEPTED in config else None)
         keep = self.keeps_uplink_on_device if keep_on_device is None else keep_on_device
-        if keep and not self.stages and room_for(uplink.values()):
+        if keep and not any(handles_upload(stage) for stage in self.stages) and room_for(uplink.values()):
             arrays, names = [uplink_tensor(v) for v in uplink.values()], names_of(uplink)
         else:
             arrays, names = pack({k: to_host(v) for k, v in uplink.items()})

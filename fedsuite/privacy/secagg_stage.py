@@ -9,6 +9,7 @@ from fedsuite.stages.client import ClientStage
 
 class SecureUpload(ClientStage):
     trains_alone = "secagg=true sends each client's upload into the secure sum on its own"
+    handles_upload = True  # Flower's SecAgg+ mod masks the packed upload after the fit
 
     @classmethod
     def of_run(cls, cfg) -> SecureUpload | None:

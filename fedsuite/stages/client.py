@@ -29,7 +29,7 @@ batched engine, fedsuite/batched/, calls the same `prepare` and `finish` around 
 A server query (fedsuite.rules.rounds.Query) calls no stage, and an evaluation only `receive`. `config_keys` names
 the fit-config entries a stage reads, which the adapter keeps out of the rule's `RoundContext.scalars`;
 `trains_alone` says why the batched engine trains the clients of a run with this stage one at a time (None: it may
-stack them).
+stack them); `handles_upload` whether it adds to or changes the upload, which then travels as host arrays.
 
 To add one: a `ClientStage` subclass in the folder of its job (as fedsuite/privacy/release.py's
 `ClientLevelRelease`), built in `client_stages` only when the run config (or, for the model's own stages, the
@@ -48,6 +48,8 @@ TRAINING_LOSSES = ("loss", "first-loss")  # the reply's training losses: its rec
 class ClientStage:
     config_keys: frozenset[str] = frozenset()  # fit-config entries it reads (not the rule's RoundContext.scalars)
     trains_alone: str | None = None  # why the batched engine trains this run's clients one at a time; None = it may
+    handles_upload: bool | None = None  # whether it adds to or changes the upload; None = whether its class writes
+    # `uplink` or `release` (the function `handles_upload` below)
 
     def receive(self, down: dict, node) -> None:
         return None
@@ -75,6 +77,17 @@ class ClientStage:
 
     def num_examples(self, n: int) -> int:
         return n
+
+
+def handles_upload(stage: ClientStage) -> bool:
+    """Whether `stage` adds arrays to the upload or changes it (its own `handles_upload`, else whether its class
+    writes `uplink` or `release`): such an upload is packed as host arrays; one no stage handles may stay on the
+    device (fedsuite/codec/device_arrays.py; DP-SGD's stage, which only refuses, counts and reports, leaves it
+    there)."""
+    if stage.handles_upload is not None:
+        return stage.handles_upload
+    cls = type(stage)
+    return cls.uplink is not ClientStage.uplink or cls.release is not ClientStage.release
 
 
 def without_losses(metrics: Mapping[str, Any]) -> dict[str, Any]:
