@@ -123,7 +123,28 @@ def test_a_rule_class_places_only_where_its_own_body_says_it_runs_on_the_device(
 
     assert why(FedAvg) is None
     assert why(NumpyFedAvg) == "NumpyFedAvg does not say runs_on_device = True"
-    assert why(FedAvg, stages=[object()]) == "the run has round stages"
+    from fedsuite.server.sample_budget import SampleLevelBudget
+    from fedsuite.stages.server import ServerStage
+
+    assert why(FedAvg, stages=[ServerStage()]) == "round stage ServerStage handles the round's arrays as host arrays"
+    assert why(FedAvg, stages=[SampleLevelBudget(0.0)]) is None  # DP-SGD's budget reads metrics, never an array
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold"])
+def test_a_dp_sgd_run_places_its_rule_and_gives_the_host_rules_models(name, monkeypatch, caplog):
+    """DP-SGD's client stage leaves the upload alone and its server stage reads metrics only: the rule goes to the
+    device, NumPy never reads its vectors, and every round's model is the host rule's, bit for bit."""
+    pytest.importorskip("dp_accounting")
+    settings = {**SETTINGS, "dp-sgd": True, "dp-sgd-noise": 1.0, "dp-sgd-clip": 0.3, "dp-noise-source": "seeded",
+                "local-steps": 3}  # fmt: skip
+    host, _ = _run(name, monkeypatch, on_device=False, settings=settings)
+    _tensors_only(monkeypatch)
+    with caplog.at_level("INFO", logger="flwr.fedsuite"):
+        device, seen = _run(name, monkeypatch, on_device=True, settings=settings)
+    assert seen.placed == [True] * 3 and "from round 1 the server rule's vectors stay on cpu" in caplog.text
+    for a, b in zip(host.rounds, device.rounds, strict=True):
+        assert kit.identical(a.x, b.x), f"round {a.round}"
+    assert [r.row.get("dp_sgd_epsilon") for r in host.rounds] == [r.row.get("dp_sgd_epsilon") for r in device.rounds]
 
 
 def test_an_observer_that_reads_the_vectors_keeps_the_rule_on_the_host(monkeypatch, caplog):

@@ -92,13 +92,14 @@ class DevicePlacement(HostPlacement):
 
 
 def placeable(strategy: Any) -> str | None:
-    """Why `strategy`'s rule must stay on the host, or None: round stages handle the run's arrays as host arrays, so
-    does an observer that watches them (fedsuite/server/observers.py), a rule's query exchange reads x there, and a
+    """Why `strategy`'s rule must stay on the host, or None: a round stage that handles the run's arrays does so as
+    host arrays (ServerStage.handles_vectors), so does an observer that watches them (fedsuite/server/observers.py),
+    a rule's query exchange reads x there, and a
     rule class that does not say `runs_on_device = True` in its own body may use NumPy on its vectors (a plug-in's
     rule, or a subclass of a built-in one that overrides its arithmetic)."""
     rule = strategy.rule
-    if strategy.stages:
-        return "the run has round stages"
+    if handling := [type(stage).__name__ for stage in strategy.stages if stage.handles_vectors]:
+        return f"round stage {handling[0]} handles the round's arrays as host arrays"
     if watching := [type(o).__name__ for o in strategy.observers if watches_vectors(o)]:
         return f"observer {watching[0]} reads the round's vectors as host arrays"
     if rule.query is not None:

@@ -27,6 +27,8 @@ class SampleLevelBudget(ServerStage):
     """A round stage (fedsuite/stages/server.py): stop before a round that passes the target, end the run at a
     round a client refused, keep what each reply says of its client's next ε; label every row's noise."""
 
+    handles_vectors = False  # it reads the replies' metrics and the cohort, never an array
+
     def __init__(self, target: float, noise_source: str = "secure"):
         self.target, self.noise_source = target, noise_source
         self._next: dict[int, float] = {}  # partition → its ε(δ) should one more round draw it (last reply)

@@ -24,7 +24,10 @@ of a reply before it is validated, and `keep(round, partition, taken)` hands the
 `evaluation_args()` are what the central evaluation gets beside the model.
 A stage with a `state_name` keeps state in the strategy's checkpoints (`state_dict` / `load_state_dict`), and
 `hides_replies` says that no figure may be computed from single replies (client-level DP); `row_labels()` are
-columns every row of the run gets (whether the DP noise is secret).
+columns every row of the run gets (whether the DP noise is secret). `handles_vectors` says whether the stage reads or
+changes the round's arrays (the replies', the model's) as host arrays: True unless a stage says otherwise, and while
+one of the run's stages does, the batched round keeps the server rule on the host
+(docs/running/batched.md#the-server-rule-on-the-device).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ STOPPED = "budget-spent"  # the run's status when a stage's stop_before or refus
 class ServerStage:
     state_name: str | None = None  # its key in the strategy's checkpointed state; None = it keeps none
     hides_replies: bool = False  # no row figure from single replies' arrays or losses (they carry no noise)
+    handles_vectors: bool = True  # it reads or changes the round's arrays as host arrays (module docstring)
 
     def stop_before(self, server_round: int, cohort: Sequence[int]) -> str | None:
         return None
