@@ -221,3 +221,30 @@ def test_a_run_with_ghost_clipping_refuses_a_model_it_does_not_know_before_train
               "model": "tests.test_batched_dp_sgd:double_split_linear"}  # fmt: skip
     with pytest.raises(ConfigError, match=r"dp-sgd-per-record='ghost': layer \(the model itself\) \(_SplitLinear\)"):
         run_inprocess(config)
+
+
+class _UsedOutsideItsCall(nn.Module):
+    """A layer's weight used again outside the layer's own call: the hooks see only the call."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, inputs):
+        h = torch.tanh(self.first(inputs))
+        return self.head(h) + nn.functional.linear(h, self.first.weight).sum(1, keepdim=True)
+
+
+def test_weights_used_outside_their_layers_call_are_caught_by_the_first_steps_check_one_client_or_stacked():
+    """The first ghost step of a model checks its first records' norms against their own gradients: here ghost
+    clipping would under-count them, so the step is refused (alone and stacked) and nothing is released."""
+    torch.manual_seed(3)
+    module, loss_fn = _UsedOutsideItsCall(), loss_function("regression")
+    assert ghost_refusal(module) is None  # every parameter sits in a Linear: only running it shows the misuse
+    inputs, targets = torch.randn(5, 4), torch.randn(5)
+    with pytest.raises(ValueError, match=r"differ from the records' own by .* \(relative\): a parameter is used"):
+        ghost_clipped_sum(module, dict(module.named_parameters()), loss_fn, inputs, targets, 1.0)
+    stacked = StackedModel(FlatModel(_UsedOutsideItsCall()), 2)
+    stacked.x.normal_()
+    with pytest.raises(ValueError, match="ghost clipping found differ from the records' own"):
+        StackedGhost(stacked, loss_fn).clipped_sums(torch.randn(2, 5, 4), torch.randn(2, 5), 1.0)

@@ -14,9 +14,10 @@ C × B × d per-record gradients, in two `vmap`s over the clients (torch.func):
    clipped sum itself, by the plain stacked step's kernels.
 
 The same clipped sums as the `vmap` method's to float rounding (tests/test_per_record.py); the probes' shapes come
-from one forward pass of the first client, once per shape of minibatch. A layer's input must not be changed in place
-after the layer has read it (the one-client path, fedsuite/privacy/per_record.py, checks it; the suite's models do
-not).
+from one forward pass of the first client, once per shape of minibatch. The first step checks the first client's
+first records' norms against their own gradients (fedsuite.privacy.per_record.check_once), which also catches a
+layer's input changed in place after the layer read it (the one-client path checks that directly; the suite's
+models do not do it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedsuite.batched.model import StackedModel
 from fedsuite.models.networks import loss_inputs
-from fedsuite.privacy.per_record import layer_norms, loss_refusal, trainable_layers
+from fedsuite.privacy.per_record import check_once, layer_norms, loss_refusal, trainable_layers
 
 
 class StackedGhost:
@@ -59,10 +60,18 @@ class StackedGhost:
             if index in kept:
                 layer_input, output_grad = kept[index].flatten(0, 1), output_grads[index].flatten(0, 1)
                 squared += layer_norms(layer, names, layer_input.to(exact), output_grad.to(exact) * batch)
+        self._check(inputs, targets, squared)
         factor = torch.clamp(clip / (squared.sqrt() + 1e-12), max=1.0).view(clients, batch)
         sums = self._sums(model.parameters, factor.to(model.x.dtype), inputs, targets)
         torch.cat([sums[name].reshape(clients, -1) for name, _ in model.layout], dim=1, out=model.grad)
         return losses.mean(dim=1)
+
+    def _check(self, inputs: torch.Tensor, targets: torch.Tensor, squared: torch.Tensor) -> None:
+        """The first client's first records' norms against their own gradients, once per model and loss
+        (fedsuite.privacy.per_record.check_once)."""
+        first = {name: view[0] for name, view in self.model.parameters.items()}
+        with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=self.model.autocast == "bf16"):
+            check_once(self.model.module, first, self.loss_fn, inputs[0], targets[0], squared[: targets.shape[1]])
 
     # ---- one client's functions, vmapped over the group ---------------------------------------------------------
     def _mean_loss(self, params, probes, inputs, targets):

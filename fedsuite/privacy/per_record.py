@@ -13,17 +13,22 @@ docs/privacy-dp-sgd.md#per-record-gradients).
   the clipped sum itself, with the plain step's kernels. It knows the layers of LAYERS (a convolution of one group
   with zero padding), each called once per forward pass, and needs a loss that is the mean over the batch of each
   record's own loss, as the suite's three are (fedsuite.models.networks `loss_function`); `ghost_refusal` and
-  `loss_refusal` say in one line why a model or loss cannot take it.
+  `loss_refusal` say in one line why a model or loss cannot take it. The first time a model takes a ghost step, the
+  norms of its first records are checked against those records' own gradients (`norms_refusal`): a parameter used
+  outside its layer's call, or weights shared between layers, would make ghost clipping under-count a norm, and the
+  step is refused instead.
 
 Both give the same clipped sum to float rounding (tests/test_per_record.py).
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
+from torch.func import functional_call, grad, vmap
 
 from fedsuite.models.networks import half_squared_loss, logistic_loss, loss_inputs
 
@@ -31,6 +36,9 @@ KEY = "dp-sgd-per-record"
 METHODS = ("vmap", "ghost")
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
 MEAN_LOSSES = (F.cross_entropy, logistic_loss, half_squared_loss)  # each a mean over the batch of per-record losses
+CHECKED_RECORDS = 2  # records whose ghost norms are checked against their own gradients, once per model and loss
+TOLERANCE = 1e-4  # relative difference of a checked squared norm allowed (2e-2 under autocast's bfloat16)
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → the losses its norms were checked for
 
 
 def ghost_refusal(module: nn.Module) -> str | None:
@@ -103,11 +111,46 @@ def ghost_clipped_sum(module: nn.Module, params: dict[str, torch.Tensor], loss_f
     for (layer, layer_input, _, _), output_grad in zip(seen, grads[1:], strict=True):
         if output_grad is not None:  # None: the layer's output never reached the loss
             squared += layer_norms(layer, layers[layer], layer_input.to(exact), output_grad.to(exact) * batch)
+    check_once(module, leaves, loss_fn, inputs, targets, squared)
     factor = torch.clamp(clip / (squared.sqrt() + 1e-12), max=1.0).to(grads[0].dtype)
     scaled = grads[0] * (batch * factor).view(-1, *[1] * (grads[0].dim() - 1))
     summed = torch.autograd.grad(out, list(leaves.values()), grad_outputs=scaled, allow_unused=True)
     return [torch.zeros_like(leaf) if g is None else g.to(leaf.dtype)
             for g, leaf in zip(summed, leaves.values(), strict=True)], loss.detach()  # fmt: skip
+
+
+def check_once(module: nn.Module, params: dict[str, torch.Tensor], loss_fn, inputs: torch.Tensor,
+               targets: torch.Tensor, squared: torch.Tensor) -> None:  # fmt: skip
+    """The first ghost step of `module` with `loss_fn`: raise `norms_refusal`'s reason, if any (module docstring)."""
+    if loss_fn in _CHECKED.get(module, ()):
+        return
+    refused = norms_refusal(module, params, loss_fn, inputs, targets, squared)
+    if refused is not None:
+        raise ValueError(refused)
+    _CHECKED.setdefault(module, set()).add(loss_fn)
+
+
+def norms_refusal(module: nn.Module, params: dict[str, torch.Tensor], loss_fn, inputs: torch.Tensor,
+                  targets: torch.Tensor, squared: torch.Tensor) -> str | None:  # fmt: skip
+    """Why ghost clipping's squared norms `squared` of the batch's first CHECKED_RECORDS records cannot be trusted
+    (they differ from the squared norms of those records' own gradients, taken one by one by torch.func at `params`),
+    or None."""
+    n = min(CHECKED_RECORDS, targets.shape[0])
+    values = {name: value.detach() for name, value in params.items()}
+
+    def record_loss(values, record, target):
+        out = functional_call(module, values, (record.unsqueeze(0),))
+        return loss_fn(*loss_inputs(out, target.unsqueeze(0)))
+
+    own = vmap(grad(record_loss), in_dims=(None, 0, 0))(values, inputs[:n], targets[:n])
+    want = sum(g.flatten(1).double().square().sum(1) for g in own.values())
+    worst = float(((squared[:n].double() - want).abs() / want.clamp_min(1e-300)).max())
+    allowed = 2e-2 if torch.is_autocast_enabled(inputs.device.type) else TOLERANCE
+    if worst <= allowed:
+        return None
+    return (f"{KEY}='ghost': the gradient norms ghost clipping found differ from the records' own by {worst:.2g} "
+            "(relative): a parameter is used outside its layer's call, or weights are shared between layers; "
+            f"use {KEY}='vmap'")  # fmt: skip
 
 
 def trainable_layers(module: nn.Module, leaves: dict[str, torch.Tensor]) -> dict[nn.Module, tuple[str, ...]]:
