@@ -18,13 +18,14 @@ from fedsuite.batched import graph, loop
 from fedsuite.batched.stacking import stack_rules
 from fedsuite.local.adaptive import AdamStep, GradientSum
 from fedsuite.local.loop import AddVector, SharpnessAware, UpdateRule
-from fedsuite.local.variance import FixedBlocks
+from fedsuite.local.variance import BlockTable, FixedBlocks
 from fedsuite.registry import known as registry
 
 CUDA = torch.device("cuda")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-# What runs step by step (GradientSum counts in Python; LoSAC and FedSaga read their step's data block).
-UNRECORDED = {"fadamgt", "losac", "fedsaga", "losac-prox"}
+# What runs step by step (GradientSum counts in Python). LoSAC, LoSAC-Prox and FedSaga are recorded: 12 samples in 4
+# blocks of 3, each step's block read from the device (fedsuite/batched/stacking.py's StackedBlockTable).
+UNRECORDED = {"fadamgt"}
 # Every stage of the loop, 2 rounds (client state written in round 1 is read in round 2), 5 steps: the first runs
 # as usual, the second is recorded, every other is a replay, and every step of round 2 (the step is kept).
 BASE = {**kit.PARTIAL, "num-clients": 5, "clients-per-round": 4, "synthetic-samples": 12, "batch-size": 4,
@@ -47,11 +48,18 @@ def test_which_stacked_rules_are_recorded_and_why_the_others_are_not():
             super().__call__(d, ctx)
 
     assert "CountingAdd" in graph.not_replayable(UpdateRule(clipped=(CountingAdd(vector),)), CUDA, 5)
-    blocks = UpdateRule(batches=FixedBlocks.__new__(FixedBlocks))
-    assert "picks a data block per step" in graph.not_replayable(blocks, CUDA, 5)
-    stacked = stack_rules([blocks, UpdateRule(batches=blocks.batches)]).rule  # what the loop holds: stages only
-    assert stacked.batches is None and graph.not_replayable(stacked, CUDA, 5) is None
-    assert "picks a data block per step" in graph.not_replayable(stacked, CUDA, 5, blocks.batches)
+    equal, unequal = FixedBlocks(12, 3, 0, 0), FixedBlocks(10, 3, 0, 0)  # blocks of 4, 4, 4 and of 4, 3, 3
+    assert graph.not_replayable(UpdateRule(batches=equal), CUDA, 5) is None  # LoSAC's blocks, read from the device
+    assert "fixed blocks differ in size" in graph.not_replayable(UpdateRule(batches=unequal), CUDA, 5)
+
+    class OwnBatches:  # a plug-in's batch source: what it does per step is unknown
+        pass
+
+    assert "OwnBatches picks a data block per step" in graph.not_replayable(UpdateRule(batches=OwnBatches()), CUDA, 5)
+    tables = [BlockTable([torch.zeros(3), torch.zeros(3)], torch.zeros(3), 1.0) for _ in range(2)]
+    stacked = stack_rules([UpdateRule(clipped=(t,), batches=unequal) for t in tables]).rule  # stages only
+    assert stacked.batches is None and graph.not_replayable(stacked, CUDA, 5) is None  # the block table replays
+    assert "differ in size" in graph.not_replayable(stacked, CUDA, 5, unequal)
 
 
 def test_a_cpu_run_never_builds_a_recording(monkeypatch):

@@ -23,8 +23,9 @@ from tests.test_batched_clients import BASE
 
 THREE_ROUNDS = {**BASE, "batch-clients": True, "num-server-rounds": 3}
 # Algorithms whose stacked step a CUDA graph does not take (fedsuite/batched/graph.py), so nothing is kept
-NOT_RECORDED = {"fadamgt": "its gradient sum counts steps", "losac": "its block table reads the step's block",
-                "fedsaga": "the same block table", "losac-prox": "the same block table"}  # fmt: skip
+NOT_RECORDED = {"fadamgt": "its gradient sum counts steps", "losac": "12 samples in 5 blocks of unequal size",
+                "fedsaga": "the same blocks", "losac-prox": "the same blocks"}  # fmt: skip
+BLOCK_TABLES = ("losac", "fedsaga", "losac-prox")
 
 
 @pytest.fixture
@@ -53,6 +54,24 @@ def test_every_algorithm_gives_the_same_models_with_its_step_kept_for_the_run(na
     assert kit.identical(kept.x, fresh.x)
     # one kind of group (4 clients, the same settings every round): its step made once for the run, where recorded
     assert len(made) == (0 if name in NOT_RECORDED else 1), len(made)
+
+
+@pytest.mark.parametrize("name", BLOCK_TABLES)
+def test_fixed_blocks_of_one_size_are_kept_and_each_steps_blocks_loaded_by_the_loop(name, made, monkeypatch):
+    """12 samples in 4 blocks of 3: the block table's step is kept for the run, and with the table never loading
+    the blocks itself (as when its step is being recorded, so a replay reads only what the loop wrote before the
+    step), every round's model is the one of a run that trains step by step."""
+    from fedsuite.batched import stacking
+
+    settings = {**THREE_ROUNDS, "losac-blocks": 4}
+    monkeypatch.setattr(kept_steps, "ON_CPU", False)
+    fresh = kit.run_algorithm(name, settings)
+    monkeypatch.setattr(kept_steps, "ON_CPU", True)
+    monkeypatch.setattr(stacking, "being_recorded", lambda tensor: True)
+    kept = kit.run_algorithm(name, settings)
+    assert len(made) == 1
+    for a, b in zip(kept.rounds, fresh.rounds, strict=True):
+        assert kit.identical(a.x, b.x), f"round {a.round}"
 
 
 def test_a_kept_step_serves_every_later_round(made, monkeypatch):

@@ -10,8 +10,10 @@ those of the stacked loop without the graph.
 
 A recording replays tensor operations only: a stage that changes Python-side state at every step (a step
 counter), reads the step's number or data block, or moves values to the host would replay wrongly. So only a
-rule whose every stage is one of `REPLAYABLE` (and that has no batch source of its own) is recorded; any other, a
-CPU device, or a round of fewer than three steps runs every step as usual. `not_replayable(rule)` says why.
+rule whose every stage is one of `REPLAYABLE` is recorded, and with no batch source of its own but fixed blocks of
+one size (LoSAC's and FedSaga's: the stacked block table reads each step's blocks from a device tensor the loop
+writes before the step, fedsuite/batched/stacking.py); any other, a CPU device, or a round of fewer than three steps
+runs every step as usual. `not_replayable(rule)` says why.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 import torch
 
+from fedsuite.batched.stacking import StackedBlockTable
 from fedsuite.local.adaptive import AdamStep, ControlVariatePoint
 from fedsuite.local.loop import (
     AddVector,
@@ -32,12 +35,12 @@ from fedsuite.local.loop import (
     UpdateRule,
     sgd_step,
 )
-from fedsuite.local.variance import SoftThreshold
+from fedsuite.local.variance import FixedBlocks, SoftThreshold
 
 # Stages whose every call after the first is the same tensor operations on the same tensors (their buffers are
 # made on the first call, which runs before the recording).
 REPLAYABLE = (AtIterate, SharpnessAware, DualRegularisedSharpness, LookAhead, ControlVariatePoint, Prox, AddVector,
-              Scale, AdamStep, SoftThreshold)  # fmt: skip
+              Scale, AdamStep, SoftThreshold, StackedBlockTable)  # fmt: skip
 MIN_STEPS = 3  # a recording pays for itself only when it is replayed
 
 
@@ -49,7 +52,10 @@ def not_replayable(rule: UpdateRule, device: torch.device, steps: int, batches=N
     if steps < MIN_STEPS:
         return f"a round of {steps} steps"
     batches = rule.batches if batches is None else batches
-    if batches is not None:
+    if isinstance(batches, FixedBlocks):
+        if len({len(block) for block in batches.blocks}) > 1:
+            return "its fixed blocks differ in size, so its minibatches change shape from step to step"
+    elif batches is not None:
         return f"its batch source {type(batches).__name__} picks a data block per step"
     stages = [rule.point, rule.step, *rule.clipped, *rule.unclipped, *rule.after_step, *rule.proximal]
     for stage in stages:

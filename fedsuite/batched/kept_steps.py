@@ -103,7 +103,7 @@ def group_key(rules, settings: LocalSettings, inputs: torch.Tensor, targets: tor
     return kind, settings.lr
 
 
-def _owners(rule: UpdateRule) -> list[Any]:
+def stage_owners(rule: UpdateRule) -> list[Any]:
     """The objects that hold the rule's tensors, in field order (a bound method's object; a plain function)."""
     stages = []
     for name in RULE_FIELDS:
@@ -115,7 +115,7 @@ def _owners(rule: UpdateRule) -> list[Any]:
 def refill(target: UpdateRule, source: UpdateRule) -> None:
     """Write every public tensor of `source`'s stages into the same tensor of `target`'s, stage by stage (two rules
     of one signature); scratch buffers (a leading underscore) are left."""
-    for into, out_of in zip(_owners(target), _owners(source), strict=True):
+    for into, out_of in zip(stage_owners(target), stage_owners(source), strict=True):
         if into is out_of or not hasattr(out_of, "__dict__"):
             continue
         for name, value in vars(out_of).items():

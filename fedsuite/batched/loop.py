@@ -22,7 +22,7 @@ import torch
 from fedsuite.batched import kept_steps
 from fedsuite.batched.draws import drawable, drawn_round
 from fedsuite.batched.graph import RecordedStep, not_replayable
-from fedsuite.batched.kept_steps import KeptStep, KeptSteps, group_key, refill
+from fedsuite.batched.kept_steps import KeptStep, KeptSteps, group_key, refill, stage_owners
 from fedsuite.batched.model import StackedModel
 from fedsuite.batched.private import StackedPrivateModel, ledgers_kept_on_failure
 from fedsuite.batched.stacking import stack_rules
@@ -83,7 +83,8 @@ def _round(group: KeptStep, draws, kept: KeptSteps | None, key) -> tuple[int, An
     """`_run` of the group's step; a kept step (`key`) whose round raised is dropped: it serves no later round."""
     try:
         new_step = getattr(group.oracle, "new_step", None)  # DP-SGD's ledgers' step
-        return _run(group.step, group.recorded, group.ctx, draws, group.loss_sum, new_step)
+        loaders = [owner.load_blocks for owner in stage_owners(group.rule) if hasattr(owner, "load_blocks")]
+        return _run(group.step, group.recorded, group.ctx, draws, group.loss_sum, new_step, loaders)
     except Exception:
         if key is not None:
             kept.drop(key)
@@ -134,16 +135,21 @@ def _oracle(model_c: StackedModel, rules, generators, privates) -> StackedModel 
     return StackedPrivateModel(model_c, privates)
 
 
-def _run(step, recorded, ctx: StepContext, draws, loss_sum: torch.Tensor, new_step=None) -> tuple[int, Any]:
+def _run(step, recorded, ctx: StepContext, draws, loss_sum: torch.Tensor, new_step=None,
+         loaders=()) -> tuple[int, Any]:  # fmt: skip
     """Every step of the round, by `step` or by its recorded graph: each client's losses summed into `loss_sum`
     (in place); returns the number of steps and the first step's losses (None: no step). `new_step()`, when given,
-    is called before each step (the DP-SGD ledgers' step)."""
+    is called before each step (the DP-SGD ledgers' step), and each of `loaders` with the step's fixed blocks (the
+    stacked block table's, which a recording reads from the device)."""
     first_loss = None
     k = 0
     for inputs, targets, blocks in draws:
         ctx.step, ctx.block = k, None if all(b is None for b in blocks) else blocks
         if new_step is not None:
             new_step()
+        if ctx.block is not None:
+            for load in loaders:
+                load(ctx.block)
         loss = step(inputs, targets) if recorded is None else recorded.run(k, inputs, targets)
         loss_sum += loss
         if first_loss is None:

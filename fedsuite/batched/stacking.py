@@ -80,10 +80,18 @@ def _stack_prox(stages: Sequence[Prox]):
     return Prox(stages[0].mu, None if centres[0] is None else _stack(centres)), None
 
 
+def being_recorded(tensor: torch.Tensor) -> bool:
+    """Whether the step that reads `tensor` is being recorded as a CUDA graph now (nothing may come from the host)."""
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 class StackedBlockTable:
     """fedsuite.local.variance.BlockTable over (C, d) rows: `table` (C, M, d), `estimate` and `change` (C, d); at each
-    step
-    row c reads and writes its own block ctx.block[c], with BlockTable's operations in BlockTable's order."""
+    step row c reads and writes its own block ctx.block[c], with BlockTable's operations in BlockTable's order.
+
+    The step's blocks are read from a tensor on the device (`load_blocks`), written before each step from outside the
+    step, so that a recording of the step (fedsuite/batched/graph.py) replays with each step's own blocks: the loop
+    loads them before every step, and a step run as usual loads them itself too (never while being recorded)."""
 
     def __init__(self, stages: Sequence[BlockTable]):
         self.table = torch.stack([_stack(stage.table) for stage in stages])
@@ -91,11 +99,18 @@ class StackedBlockTable:
         self.change = _stack([stage.change for stage in stages])
         self.scale, self.blocks = stages[0].scale, len(stages[0].table)
         self._rows = torch.arange(len(stages), device=self.table.device)
+        self._blocks = torch.zeros(len(stages), dtype=torch.long, device=self.table.device)  # the step's j per row
+
+    def load_blocks(self, blocks: Sequence[int]) -> None:
+        """The step's block of each row, written into the device tensor the step reads."""
+        self._blocks.copy_(torch.as_tensor(blocks, dtype=torch.long))
 
     def __call__(self, d: torch.Tensor, ctx) -> None:
         if ctx.block is None:
             raise ValueError("BlockTable needs a block source (FixedBlocks) as the rule's batches")
-        at = (self._rows, torch.as_tensor(ctx.block, device=self.table.device))
+        if not being_recorded(d):
+            self.load_blocks(ctx.block)
+        at = (self._rows, self._blocks)
         diff = torch.sub(d, self.table[at])  # G_j(x) − y_j, row by row
         self.table[at] = d.to(self.table.dtype)  # as y.copy_(d) casts
         d.copy_(diff).add_(self.estimate, alpha=1.0 / self.scale)
