@@ -4,10 +4,11 @@ docs/privacy-dp-sgd.md#per-record-gradients).
 The clipped sum of each client's per-record gradients, for every client of a stacked group at once and without the
 C × B × d per-record gradients, in two `vmap`s over the clients (torch.func):
 
-1. each client's mean record loss at its row of the iterate, differentiated with respect to a zero "probe" added to
-   the output of every layer that holds trainable parameters: the gradients at the probes are the layers' output
-   gradients, and the layers' inputs come out beside them. No weight gradient is taken. From each layer's input and
-   output gradient `fedsuite.privacy.per_record.layer_norms` makes each record's squared gradient norm over the
+1. the sum of each client's record losses (each the loss of a batch of one) at its row of the iterate,
+   differentiated with respect to a zero "probe" added to the output of every layer that holds trainable
+   parameters: the gradients at the probes are the layers' output gradients, and the layers' inputs come out beside
+   them. No weight gradient is taken. From each layer's input and output gradient
+   `fedsuite.privacy.layer_norms.layer_norms` makes each record's squared gradient norm over the
    layer's parameters; their sum over the layers is the record's squared norm, and its clip factor
    min(1, C_s / norm) follows.
 2. each client's sum over its records of factor × record loss, differentiated with respect to its parameters: the
@@ -28,22 +29,21 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from fedsuite.batched.model import StackedModel
-from fedsuite.models.networks import loss_inputs
-from fedsuite.privacy.per_record import check_once, layer_norms, loss_refusal, trainable_layers
+from fedsuite.privacy.layer_norms import layer_norms, trainable_layers
+from fedsuite.privacy.per_record import AUTOCAST_REFUSAL, check_once, record_losses
 
 
 class StackedGhost:
     """Ghost clipping of one loss over a stacked group's clients (module docstring)."""
 
     def __init__(self, model: StackedModel, loss_fn):
-        refused = loss_refusal(loss_fn)
-        if refused is not None:
-            raise ValueError(refused)
+        if model.autocast != "none":
+            raise ValueError(AUTOCAST_REFUSAL)
         self.model, self.loss_fn = model, loss_fn
         first = {name: view[0] for name, view in model.parameters.items()}
         self.layers = list(trainable_layers(model.module, first).items())  # (layer, its trainable parameter names)
         self._outputs: dict[tuple, dict[int, tuple[torch.Size, torch.dtype]]] = {}  # minibatch shape → probes'
-        self._norms = vmap(grad(self._mean_loss, argnums=1, has_aux=True))
+        self._norms = vmap(grad(self._summed_loss, argnums=1, has_aux=True))
         self._sums = vmap(grad(self._weighted_loss))
 
     def clipped_sums(self, inputs: torch.Tensor, targets: torch.Tensor, clip: float) -> torch.Tensor:
@@ -59,40 +59,33 @@ class StackedGhost:
         for index, (layer, names) in enumerate(self.layers):
             if index in kept:
                 layer_input, output_grad = kept[index].flatten(0, 1), output_grads[index].flatten(0, 1)
-                squared += layer_norms(layer, names, layer_input.to(exact), output_grad.to(exact) * batch)
-        self._check(inputs, targets, squared)
+                squared += layer_norms(layer, names, layer_input.to(exact), output_grad.to(exact))
+        self._check(inputs, targets)
         factor = torch.clamp(clip / (squared.sqrt() + 1e-12), max=1.0).view(clients, batch)
         sums = self._sums(model.parameters, factor.to(model.x.dtype), inputs, targets)
         torch.cat([sums[name].reshape(clients, -1) for name, _ in model.layout], dim=1, out=model.grad)
         return losses.mean(dim=1)
 
-    def _check(self, inputs: torch.Tensor, targets: torch.Tensor, squared: torch.Tensor) -> None:
+    def _check(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
         """The first client's first records' norms against their own gradients, once per model and loss
         (fedsuite.privacy.per_record.check_once)."""
         first = {name: view[0] for name, view in self.model.parameters.items()}
-        with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=self.model.autocast == "bf16"):
-            check_once(self.model.module, first, self.loss_fn, inputs[0], targets[0], squared[: targets.shape[1]])
+        check_once(self.model.module, first, self.loss_fn, inputs[0], targets[0])
 
     # ---- one client's functions, vmapped over the group ---------------------------------------------------------
-    def _mean_loss(self, params, probes, inputs, targets):
+    def _summed_loss(self, params, probes, inputs, targets):
         kept: dict[int, torch.Tensor] = {}
-        losses = self._record_losses(self._forward(params, probes, kept, inputs), targets)
-        return losses.mean(), (kept, losses.detach())
+        losses = record_losses(self.loss_fn, self._forward(params, probes, kept, inputs), targets)
+        return losses.sum(), (kept, losses.detach())
 
     def _weighted_loss(self, params, weights, inputs, targets):
-        return (self._record_losses(self._forward(params, None, None, inputs), targets) * weights).sum()
-
-    def _record_losses(self, out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Each record's own loss, (B,): the loss of a batch of one."""
-        loss_fn = self.loss_fn
-        return vmap(lambda o, t: loss_fn(*loss_inputs(o.unsqueeze(0), t.unsqueeze(0))))(out, targets)
+        return (record_losses(self.loss_fn, self._forward(params, None, None, inputs), targets) * weights).sum()
 
     def _forward(self, params, probes, kept, inputs) -> torch.Tensor:
         handles = [layer.register_forward_hook(partial(_probed, index, probes, kept))
                    for index, (layer, _) in enumerate(self.layers)]  # fmt: skip
         try:
-            with torch.autocast(inputs.device.type, dtype=torch.bfloat16, enabled=self.model.autocast == "bf16"):
-                return functional_call(self.model.module, params, (inputs,))
+            return functional_call(self.model.module, params, (inputs,))
         finally:
             for handle in handles:
                 handle.remove()
@@ -111,8 +104,7 @@ class StackedGhost:
                        for index, (layer, _) in enumerate(self.layers)]  # fmt: skip
             first = {name: view[0] for name, view in self.model.parameters.items()}
             try:
-                with torch.no_grad(), torch.autocast(inputs.device.type, dtype=torch.bfloat16,
-                                                     enabled=self.model.autocast == "bf16"):  # fmt: skip
+                with torch.no_grad():
                     functional_call(self.model.module, first, (inputs[0],))
             finally:
                 for handle in handles:

@@ -320,7 +320,8 @@ COMMON_KEYS: tuple[Key, ...] = (
         "gradients): vmap = every record's gradient by torch.func's vmap of grad, any model; ghost = ghost "
         "clipping, the records' gradient norms from each layer's inputs and output gradients and then one more "
         "backward pass, without the per-record gradients, for models of linear, convolution and group or layer "
-        "norm layers; the same clipped sums to float rounding", ("vmap", "ghost"), client=True, tunable=False),
+        "norm layers, without autocast; the same clipped sums to float rounding", ("vmap", "ghost"), client=True,
+        tunable=False),
     # --- secure aggregation (SecAgg+)
     Key("secagg", False, "secure aggregation with Flower's SecAgg+ (docs/privacy-secagg.md): the server learns only "
         "the cohort's mean of each uploaded array, never one client's; needs client-mapping='fixed'", client=True,

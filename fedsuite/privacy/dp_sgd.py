@@ -55,7 +55,7 @@ from fedsuite.models.networks import FlatModel, loss_inputs
 from fedsuite.privacy.accountant import RunAccountant
 from fedsuite.privacy.model_checks import batch_norm_layers, batch_norm_refusal
 from fedsuite.privacy.noise import SECURE, torch_stream
-from fedsuite.privacy.per_record import ghost_clipped_sum, ghost_refusal
+from fedsuite.privacy.per_record import AUTOCAST_REFUSAL, ghost_clipped_sum, ghost_refusal
 from fedsuite.server.sampling import Sampler
 from fedsuite.stages.client import ClientStage, without_losses
 
@@ -91,9 +91,10 @@ def ghost_sum(model: FlatModel, loss_fn, inputs: torch.Tensor, targets: torch.Te
     """(the batch's mean loss, the (d,) sum of its records' gradients each clipped to `clip`), by ghost clipping
     (dp-sgd-per-record='ghost', fedsuite/privacy/per_record.py): what `clip_records` of `per_record_gradients`
     sums, without the B × d gradients."""
+    if model.autocast != "none":
+        raise ValueError(AUTOCAST_REFUSAL)
     params = {name: p for name, p in model.module.named_parameters() if p.requires_grad}
-    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=model.autocast == "bf16"):
-        sums, loss = ghost_clipped_sum(model.module, params, loss_fn, inputs, targets, clip)
+    sums, loss = ghost_clipped_sum(model.module, params, loss_fn, inputs, targets, clip)
     return loss, torch.cat([g.reshape(-1) for g in sums])
 
 

@@ -9,7 +9,9 @@ What the accounting assumes, and so what is refused:
 - no gradient of the records leaves the client except through the private local steps (an algorithm that
   uploads a full local gradient declares it: MimeSVRG's entry, SCAFFOLD's check of scaffold-option=1);
 - records are not tied to fixed data blocks (local-batches='blocks' here; LoSAC, LoSAC-Prox and FedSaga, whose
-  steps always train on one of M fixed blocks, declare it in their entries).
+  steps always train on one of M fixed blocks, declare it in their entries);
+- ghost clipping (dp-sgd-per-record='ghost') runs without autocast, so that no record's share passes the clip by
+  bfloat16 rounding (fedsuite/privacy/per_record.py).
 The batch size may be the whole local dataset (batch-size=0): that is DP gradient descent, the event without
 subsampling.
 """
@@ -36,6 +38,10 @@ def config_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
     if v.get("local-batches") == "blocks":
         errors.append("dp-sgd=true: local-batches='blocks' trains on fixed data blocks, not sampled batches; use "
                       "local-batches='minibatch'")  # fmt: skip
+    if v.get("dp-sgd-per-record") == "ghost" and v.get("autocast", "none") != "none":
+        errors.append(f"dp-sgd-per-record='ghost' takes no autocast (autocast={v.get('autocast')!r}): its bfloat16 "
+                      "backward pass could let a record's share of the sum pass the clip by rounding; use "
+                      "autocast='none' or dp-sgd-per-record='vmap'")  # fmt: skip
     if refusal:
         errors.append(f"dp-sgd=true: algorithm={v.get('algorithm')!r} is refused: {refusal}")
     if find_spec("dp_accounting") is None:

@@ -5,20 +5,19 @@ docs/privacy-dp-sgd.md#per-record-gradients).
   loss through `functional_call` of the module), then each clipped and the clipped ones summed
   (fedsuite/privacy/dp_sgd.py, fedsuite/batched/private.py). Any model, any loss; B × d floats a step.
 - `ghost`: the norms of the records' gradients without the gradients (ghost clipping). One forward pass keeps each
-  layer's input; one backward pass gives each layer's output gradient, from which `layer_norms` makes each record's
-  squared gradient norm over the layer's parameters: by the layer's own per-record gradient where that is small (an
-  early convolution: its output channels × its unfolded input), else from the two Gram matrices of the layer's
-  positions (a late convolution, a linear layer over a sequence); a linear layer over single vectors needs neither.
-  A second backward pass of the same graph, each record's output gradient scaled by its clip factor, then gives
-  the clipped sum itself, with the plain step's kernels. It knows the layers of LAYERS (a convolution of one group
-  with zero padding), each called once per forward pass, and needs a loss that is the mean over the batch of each
-  record's own loss, as the suite's three are (fedsuite.models.networks `loss_function`); `ghost_refusal` and
-  `loss_refusal` say in one line why a model or loss cannot take it. The first time a model takes a ghost step, the
-  norms of its first records are checked against those records' own gradients (`norms_refusal`): a parameter used
-  outside its layer's call, or weights shared between layers, would make ghost clipping under-count a norm, and the
-  step is refused instead.
+  layer's input and gives each record's own loss (the loss of a batch of one, as `vmap` takes it); one backward pass
+  of their sum gives each layer's output gradient, from which fedsuite/privacy/layer_norms.py makes each record's
+  squared gradient norm over the layer's parameters. With the norms, each record's clip factor
+  min(1, C / norm) is known, and a second backward pass of the same graph, each record's loss weighted by its
+  factor, gives the clipped sum itself with the plain step's kernels.
 
-Both give the same clipped sum to float rounding (tests/test_per_record.py).
+Ghost clipping counts a parameter's gradient only where it flows through its own layer's call, so it takes only
+models whose every trainable parameter is the `weight` or `bias` of a layer of exactly a type of LAYERS (a
+convolution of one group with zero padding), with no hook of the user's on it (`ghost_refusal`), and no autocast
+(its bfloat16 backward pass could let a record's share pass C by rounding; `vmap` clips float32 gradients). What
+the types cannot show (a weight used again outside its layer's call, weights shared between layers, a layer called
+through `.forward`) is caught on a model's first ghost step: the ghost norms of its first records, recomputed in
+the model's own precision, must match those records' own gradients (`check_once`), or the step is refused.
 """
 
 from __future__ import annotations
@@ -26,64 +25,68 @@ from __future__ import annotations
 import weakref
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from fedsuite.models.networks import half_squared_loss, logistic_loss, loss_inputs
+from fedsuite.models.networks import loss_inputs
+from fedsuite.privacy.layer_norms import LAYERS, OWN_PARAMETERS, layer_norms, plain_convolution, trainable_layers
 
 KEY = "dp-sgd-per-record"
 METHODS = ("vmap", "ghost")
-LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.GroupNorm, nn.LayerNorm)
-MEAN_LOSSES = (F.cross_entropy, logistic_loss, half_squared_loss)  # each a mean over the batch of per-record losses
-CHECKED_RECORDS = 2  # records whose ghost norms are checked against their own gradients, once per model and loss
-TOLERANCE = 1e-4  # relative difference of a checked squared norm allowed (2e-2 under autocast's bfloat16)
+CHECKED_RECORDS = 16  # records of a model's first ghost step whose norms are checked against their own gradients
+TOLERANCE = 1e-4  # relative difference allowed between a checked squared norm and the record's own
+AUTOCAST_REFUSAL = (f"{KEY}='ghost' takes no autocast: its bfloat16 backward pass could let a record's share of the "
+                    f"sum pass the clip by rounding; use autocast='none' or {KEY}='vmap'")  # fmt: skip
 _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → the losses its norms were checked for
 
 
 def ghost_refusal(module: nn.Module) -> str | None:
-    """Why `module` cannot take `ghost` per-record norms, in one line naming the key, the layer and the way out;
-    None when it can: every trainable parameter sits in a layer of LAYERS (a convolution with one group and zero
-    padding)."""
+    """Why `module` cannot take ghost clipping (module docstring), in one line naming the key, the layer and the way
+    out; None when it can."""
+    known = ", ".join(t.__name__ for t in LAYERS)
     for name, layer in module.named_modules():
-        if not any(p.requires_grad for p in layer.parameters(recurse=False)):
+        own = [n for n, p in layer.named_parameters(recurse=False) if p.requires_grad]
+        if not own:
             continue
-        where = f"layer {name or '(the model itself)'} ({type(layer).__name__})"
-        if not isinstance(layer, LAYERS):
-            known = ", ".join(t.__name__ for t in LAYERS)
-            return f"{KEY}='ghost': {where} has parameters ghost clipping does not know (it knows {known}); use {KEY}='vmap'"  # noqa: E501
-        if isinstance(layer, nn.Conv1d | nn.Conv2d) and not _plain_convolution(layer):
-            return (f"{KEY}='ghost': {where} has groups={layer.groups}, padding={layer.padding!r}, "
-                    f"padding_mode={layer.padding_mode!r}; ghost clipping takes one group and even zero padding; "
+        where = f"{KEY}='ghost': layer {name or '(the model itself)'} ({type(layer).__name__})"
+        if type(layer) not in LAYERS:
+            return f"{where} has parameters ghost clipping does not know (it knows {known}); use {KEY}='vmap'"
+        if not set(own) <= OWN_PARAMETERS:
+            return f"{where} has parameters {', '.join(sorted(set(own) - OWN_PARAMETERS))}; use {KEY}='vmap'"
+        if layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks:
+            return f"{where} has hooks of its own, which could change what it computes; use {KEY}='vmap'"
+        if isinstance(layer, nn.Conv1d | nn.Conv2d) and not plain_convolution(layer):
+            return (f"{where} has groups={layer.groups}, padding={layer.padding!r}, padding_mode="
+                    f"{layer.padding_mode!r}; ghost clipping takes one group and even zero padding; "
                     f"use {KEY}='vmap'")  # fmt: skip
     return None
 
 
-def _plain_convolution(layer) -> bool:
-    """One group, zero padding, and padding='same' only where it pads both sides alike."""
-    if layer.groups != 1 or layer.padding_mode != "zeros":
-        return False
-    sizes = zip(layer.kernel_size, layer.dilation, strict=True)
-    return layer.padding != "same" or all(d * (k - 1) % 2 == 0 for k, d in sizes)
-
-
-def loss_refusal(loss_fn) -> str | None:
-    """Why `loss_fn` cannot take `ghost` norms (it is not known to be a mean of per-record losses)."""
-    if loss_fn in MEAN_LOSSES:
-        return None
-    return (f"{KEY}='ghost': the loss {getattr(loss_fn, '__name__', loss_fn)!r} is not one the suite knows to be a "
-            f"mean of per-record losses; use {KEY}='vmap'")  # fmt: skip
+def record_losses(loss_fn, out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each record's own loss, (B,): the loss of a batch of one, as the `vmap` method takes it."""
+    return vmap(lambda o, t: loss_fn(*loss_inputs(o.unsqueeze(0), t.unsqueeze(0))))(out, targets)
 
 
 def ghost_clipped_sum(module: nn.Module, params: dict[str, torch.Tensor], loss_fn, inputs: torch.Tensor,
                       targets: torch.Tensor, clip: float) -> tuple[list[torch.Tensor], torch.Tensor]:  # fmt: skip
     """Σ over the batch's records of each record's gradient (of its own loss, at `params`: name → tensor, the
     module's trainable parameters, read and never written) scaled to L2 norm ≤ `clip` (a record inside the ball
-    keeps factor 1), as one tensor per parameter in `params`'s order; and the batch's mean loss, detached."""
-    refused = loss_refusal(loss_fn)
-    if refused is not None:
-        raise ValueError(refused)
+    keeps factor 1), as one tensor per parameter in `params`'s order; and the records' mean loss, detached."""
+    if torch.is_autocast_enabled(inputs.device.type):
+        raise ValueError(AUTOCAST_REFUSAL)
     leaves = {name: value.detach().requires_grad_(True) for name, value in params.items()}
+    losses, squared = ghost_norms(module, leaves, loss_fn, inputs, targets, keep_graph=True)
+    check_once(module, leaves, loss_fn, inputs, targets)
+    factor = torch.clamp(clip / (squared.sqrt() + 1e-12), max=1.0).to(losses.dtype)
+    summed = torch.autograd.grad(losses, list(leaves.values()), grad_outputs=factor, allow_unused=True)
+    return [torch.zeros_like(leaf) if g is None else g.to(leaf.dtype)
+            for g, leaf in zip(summed, leaves.values(), strict=True)], losses.mean().detach()  # fmt: skip
+
+
+def ghost_norms(module: nn.Module, leaves: dict[str, torch.Tensor], loss_fn, inputs: torch.Tensor,
+                targets: torch.Tensor, keep_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(each record's loss, (B,), with its graph when `keep_graph`; each record's squared gradient norm at `leaves`,
+    (B,)), by one forward and one backward pass (module docstring)."""
     layers, seen = trainable_layers(module, leaves), []
 
     def keep(layer, args, output):
@@ -95,8 +98,7 @@ def ghost_clipped_sum(module: nn.Module, params: dict[str, torch.Tensor], loss_f
     hooks = [layer.register_forward_hook(keep) for layer in layers]
     try:
         with torch.enable_grad():
-            out = functional_call(module, leaves, (inputs,))
-            loss = loss_fn(*loss_inputs(out, targets))
+            losses = record_losses(loss_fn, functional_call(module, leaves, (inputs,)), targets)
     finally:
         for hook in hooks:
             hook.remove()
@@ -105,126 +107,44 @@ def ghost_clipped_sum(module: nn.Module, params: dict[str, torch.Tensor], loss_f
     if any(layer_input._version != version for _, layer_input, version, _ in seen):
         raise ValueError(f"{KEY}='ghost': a layer's input was changed in place after the layer read it; "
                          f"use {KEY}='vmap'")  # fmt: skip
-    grads = torch.autograd.grad(loss, [out, *(o for _, _, _, o in seen)], retain_graph=True, allow_unused=True)
-    batch, exact = targets.shape[0], torch.float64 if out.dtype == torch.float64 else torch.float32
-    squared = torch.zeros(batch, device=out.device, dtype=exact)
-    for (layer, layer_input, _, _), output_grad in zip(seen, grads[1:], strict=True):
+    grads = torch.autograd.grad(losses.sum(), [o for _, _, _, o in seen], retain_graph=keep_graph, allow_unused=True)
+    exact = torch.float64 if losses.dtype == torch.float64 else torch.float32
+    squared = torch.zeros(targets.shape[0], device=inputs.device, dtype=exact)
+    for (layer, layer_input, _, _), output_grad in zip(seen, grads, strict=True):
         if output_grad is not None:  # None: the layer's output never reached the loss
-            squared += layer_norms(layer, layers[layer], layer_input.to(exact), output_grad.to(exact) * batch)
-    check_once(module, leaves, loss_fn, inputs, targets, squared)
-    factor = torch.clamp(clip / (squared.sqrt() + 1e-12), max=1.0).to(grads[0].dtype)
-    scaled = grads[0] * (batch * factor).view(-1, *[1] * (grads[0].dim() - 1))
-    summed = torch.autograd.grad(out, list(leaves.values()), grad_outputs=scaled, allow_unused=True)
-    return [torch.zeros_like(leaf) if g is None else g.to(leaf.dtype)
-            for g, leaf in zip(summed, leaves.values(), strict=True)], loss.detach()  # fmt: skip
+            squared += layer_norms(layer, layers[layer], layer_input.to(exact), output_grad.to(exact))
+    return (losses if keep_graph else losses.detach()), squared
 
 
 def check_once(module: nn.Module, params: dict[str, torch.Tensor], loss_fn, inputs: torch.Tensor,
-               targets: torch.Tensor, squared: torch.Tensor) -> None:  # fmt: skip
+               targets: torch.Tensor) -> None:  # fmt: skip
     """The first ghost step of `module` with `loss_fn`: raise `norms_refusal`'s reason, if any (module docstring)."""
     if loss_fn in _CHECKED.get(module, ()):
         return
-    refused = norms_refusal(module, params, loss_fn, inputs, targets, squared)
+    refused = norms_refusal(module, params, loss_fn, inputs, targets)
     if refused is not None:
         raise ValueError(refused)
     _CHECKED.setdefault(module, set()).add(loss_fn)
 
 
 def norms_refusal(module: nn.Module, params: dict[str, torch.Tensor], loss_fn, inputs: torch.Tensor,
-                  targets: torch.Tensor, squared: torch.Tensor) -> str | None:  # fmt: skip
-    """Why ghost clipping's squared norms `squared` of the batch's first CHECKED_RECORDS records cannot be trusted
-    (they differ from the squared norms of those records' own gradients, taken one by one by torch.func at `params`),
-    or None."""
+                  targets: torch.Tensor) -> str | None:  # fmt: skip
+    """Why ghost clipping's squared norms of the batch's first CHECKED_RECORDS records at `params` cannot be trusted
+    (they differ from the squared norms of those records' own gradients, taken one by one by torch.func), or None."""
     n = min(CHECKED_RECORDS, targets.shape[0])
     values = {name: value.detach() for name, value in params.items()}
+    leaves = {name: value.clone().requires_grad_(True) for name, value in values.items()}
+    _, ghost = ghost_norms(module, leaves, loss_fn, inputs[:n], targets[:n])
 
     def record_loss(values, record, target):
-        out = functional_call(module, values, (record.unsqueeze(0),))
-        return loss_fn(*loss_inputs(out, target.unsqueeze(0)))
+        return record_losses(loss_fn, functional_call(module, values, (record.unsqueeze(0),)), target.unsqueeze(0))[0]
 
     own = vmap(grad(record_loss), in_dims=(None, 0, 0))(values, inputs[:n], targets[:n])
     want = sum(g.flatten(1).double().square().sum(1) for g in own.values())
-    worst = float(((squared[:n].double() - want).abs() / want.clamp_min(1e-300)).max())
-    allowed = 2e-2 if torch.is_autocast_enabled(inputs.device.type) else TOLERANCE
-    if worst <= allowed:
+    scale = want.clamp_min(1e-9 * float(want.max()) + 1e-300)  # a record with about no gradient: against the batch's
+    worst = float(((ghost.double() - want).abs() / scale).max())
+    if worst <= TOLERANCE:
         return None
     return (f"{KEY}='ghost': the gradient norms ghost clipping found differ from the records' own by {worst:.2g} "
             "(relative): a parameter is used outside its layer's call, or weights are shared between layers; "
             f"use {KEY}='vmap'")  # fmt: skip
-
-
-def trainable_layers(module: nn.Module, leaves: dict[str, torch.Tensor]) -> dict[nn.Module, tuple[str, ...]]:
-    """The module's layers that hold trainable parameters → which of their own parameters ('weight', 'bias') are
-    in `leaves` (names as the module's named_parameters give them)."""
-    found = {}
-    for prefix, layer in module.named_modules():
-        names = tuple(n for n, _ in layer.named_parameters(recurse=False) if f"{prefix}.{n}".lstrip(".") in leaves)
-        if names:
-            found[layer] = names
-    return found
-
-
-def layer_norms(layer: nn.Module, names: tuple[str, ...], a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Each record's squared gradient norm over the layer's parameters `names`, from its input `a` and the records'
-    own output gradients `g` (B, …): (B,)."""
-    if isinstance(layer, nn.Linear):
-        return _linear(names, a, g)
-    if isinstance(layer, nn.Conv1d | nn.Conv2d):
-        return _conv(layer, names, a, g)
-    if isinstance(layer, nn.GroupNorm):  # per channel: Σ over positions of x̂·g (weight) and of g (bias)
-        normalised = F.group_norm(a, layer.num_groups, eps=layer.eps)
-        channels = (a.shape[0], a.shape[1], -1)
-        return _affine(names, (normalised * g).reshape(channels).sum(2), g.reshape(channels).sum(2))
-    if isinstance(layer, nn.LayerNorm):  # per normalised entry: Σ over the leading positions
-        normalised = F.layer_norm(a, layer.normalized_shape, eps=layer.eps)
-        rows = (a.shape[0], -1, *layer.normalized_shape)
-        weight, bias = (normalised * g).reshape(rows).sum(1), g.reshape(rows).sum(1)
-        return _affine(names, weight.flatten(1), bias.flatten(1))
-    raise ValueError(ghost_refusal(layer) or f"{KEY}='ghost': {type(layer).__name__} is not a layer it knows")
-
-
-def _affine(names, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Each record's squared norm of its (B, n) weight and bias gradients, those of `names` only."""
-    out = torch.zeros(weight.shape[0], device=weight.device, dtype=weight.dtype)
-    if "weight" in names:
-        out += weight.square().sum(1)
-    if "bias" in names:
-        out += bias.square().sum(1)
-    return out
-
-
-def _linear(names, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """A linear layer over vectors (B, in) or sequences (B, …, in): per record the weight gradient Σ_t g_t a_tᵀ."""
-    if a.dim() == 2:  # one position: the gradient g aᵀ has norm ‖g‖·‖a‖
-        out = torch.zeros(a.shape[0], device=a.device, dtype=a.dtype)
-        if "weight" in names:
-            out += a.square().sum(1) * g.square().sum(1)
-        return out + g.square().sum(1) if "bias" in names else out
-    return _positions(names, a.flatten(1, -2), g.flatten(1, -2))
-
-
-def _conv(layer, names, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """A convolution: its unfolded input (B, positions, in·k) against its output gradient (B, positions, out)."""
-    kernel, dilation, padding, stride = layer.kernel_size, layer.dilation, layer.padding, layer.stride
-    if isinstance(padding, str):  # 'same' or 'valid': the padding the layer applied, both sides alike
-        padding = tuple(d * (k - 1) // 2 if padding == "same" else 0 for k, d in zip(kernel, dilation, strict=True))
-    if isinstance(layer, nn.Conv1d):  # as a 2-D convolution of height 1
-        a, g = a.unsqueeze(2), g.unsqueeze(2)
-        kernel, dilation, padding, stride = (1, *kernel), (1, *dilation), (0, *padding), (1, *stride)
-    unfolded = F.unfold(a, kernel, dilation=dilation, padding=padding, stride=stride).transpose(1, 2)
-    return _positions(names, unfolded, g.flatten(2).transpose(1, 2))
-
-
-def _positions(names, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Per record, ‖Σ_t g_t a_tᵀ‖² over positions t (a: (B, T, in), g: (B, T, out)) and the bias's ‖Σ_t g_t‖²: by
-    the (out × in) per-record gradient when it has fewer entries than the two T × T Gram matrices, else from them."""
-    out = torch.zeros(a.shape[0], device=a.device, dtype=a.dtype)
-    if "weight" in names:
-        positions, width, height = a.shape[1], a.shape[2], g.shape[2]
-        if width * height <= positions * positions:
-            out += torch.bmm(g.transpose(1, 2), a).square().sum((1, 2))
-        else:
-            out += (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
-    if "bias" in names:
-        out += g.sum(1).square().sum(1)
-    return out
