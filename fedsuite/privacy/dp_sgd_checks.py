@@ -38,7 +38,7 @@ def config_errors(v: Mapping[str, Any], refusal: str = "") -> list[str]:
     if v.get("local-batches") == "blocks":
         errors.append("dp-sgd=true: local-batches='blocks' trains on fixed data blocks, not sampled batches; use "
                       "local-batches='minibatch'")  # fmt: skip
-    if v.get("dp-sgd-per-record") == "ghost" and v.get("autocast", "none") != "none":
+    if v.get("dp-sgd-per-record") == "ghost" and v.get("autocast") not in (None, "none"):
         errors.append(f"dp-sgd-per-record='ghost' takes no autocast (autocast={v.get('autocast')!r}): its bfloat16 "
                       "backward pass could let a record's share of the sum pass the clip by rounding; use "
                       "autocast='none' or dp-sgd-per-record='vmap'")  # fmt: skip

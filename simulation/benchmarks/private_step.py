@@ -68,8 +68,9 @@ def timed(run: Callable[[], object], device: torch.device, repeats: int) -> floa
 
 def measure(work: Workload, repeats: int) -> dict[str, float | int]:
     """Seconds of each part of one private step (module docstring), and the pieces of each private run."""
-    model = StackedModel(step_bounds.flat_model(work), work.clients)
-    model.x.copy_(model.x[0].expand(work.clients, -1))
+    flat = step_bounds.flat_model(work)
+    model = StackedModel(flat, work.clients)
+    model.x.copy_(flat.x.expand(work.clients, -1))  # every client at the model's seeded initial weights
     inputs, targets = step_bounds.minibatches(work, dense=False)[0]
     loss_fn = loss_function("classification")  # the suite's own: ghost clipping takes it
     capped = private_oracle(model, work.batch, stacked_private.RECORD_GRADIENT_BYTES)
