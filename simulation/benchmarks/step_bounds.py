@@ -135,20 +135,22 @@ def replayer(step: Step, pool, device: torch.device, graphed: bool = True) -> tu
     return (lambda k: recorded.run(k + 2, *pool[k % POOL])), "one CUDA graph replayed"
 
 
+def one_round(run: Callable, work: Workload) -> float:
+    """The seconds of one round of `work.steps` steps, each step's losses summed on the device as the suite's loop
+    sums them, the device waited for before and after."""
+    loss_sum = torch.zeros(work.clients, device=work.device)
+    sync(work.device)
+    start = time.perf_counter()
+    for k in range(work.steps):
+        loss_sum += run(k)
+    sync(work.device)
+    return time.perf_counter() - start
+
+
 def time_round(run: Callable, work: Workload, repeats: int) -> float:
-    """The median seconds of `repeats` rounds of `work.steps` steps (after one untimed round), each step's losses
-    summed on the device as the suite's loop sums them."""
-    seconds = []
-    for repeat in range(repeats + 1):
-        loss_sum = torch.zeros(work.clients, device=work.device)
-        sync(work.device)
-        start = time.perf_counter()
-        for k in range(work.steps):
-            loss_sum += run(k)
-        sync(work.device)
-        if repeat:
-            seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+    """The median seconds of `repeats` rounds (`one_round`) after one untimed round."""
+    one_round(run, work)
+    return statistics.median(one_round(run, work) for _ in range(repeats))
 
 
 def one_line(err: BaseException) -> str:

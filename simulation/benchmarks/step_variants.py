@@ -17,7 +17,6 @@ are no graphs or streams: a variant asked for there runs the same steps eagerly 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -33,18 +32,10 @@ PATIENCE_S = 15.0  # a variant whose untimed first round takes longer is not tim
 def timed(run: Callable, work: Workload, repeats: int) -> tuple[float, str]:
     """step_bounds.time_round's median of `repeats` rounds after an untimed one, and a note: when the untimed round
     passes PATIENCE_S, its own seconds instead, noted as such."""
-    seconds = []
-    for repeat in range(repeats + 1):
-        loss_sum = torch.zeros(work.clients, device=work.device)
-        step_bounds.sync(work.device)
-        start = time.perf_counter()
-        for k in range(work.steps):
-            loss_sum += run(k)
-        step_bounds.sync(work.device)
-        seconds.append(time.perf_counter() - start)
-        if not repeat and seconds[0] > PATIENCE_S:
-            return seconds[0], f"; its first round took {seconds[0]:.1f} s, so it was not timed again"
-    return statistics.median(seconds[1:]), ""
+    first = step_bounds.one_round(run, work)
+    if first > PATIENCE_S:
+        return first, f"; its first round took {first:.1f} s, so it was not timed again"
+    return statistics.median(step_bounds.one_round(run, work) for _ in range(repeats)), ""
 
 
 def graphed_stacked(work: Workload, repeats: int, compiled: Callable | None = None, channels_last: bool = False):
