@@ -40,8 +40,8 @@ class StackedGhost:
         if model.autocast != "none":
             raise ValueError(AUTOCAST_REFUSAL)
         self.model, self.loss_fn = model, loss_fn
-        first = {name: view[0] for name, view in model.parameters.items()}
-        self.layers = list(trainable_layers(model.module, first).items())  # (layer, its trainable parameter names)
+        self._first = {name: view[0] for name, view in model.parameters.items()}  # the first client's, views of x
+        self.layers = list(trainable_layers(model.module, self._first).items())  # (layer, its trainable names)
         self._outputs: dict[tuple, dict[int, tuple[torch.Size, torch.dtype]]] = {}  # minibatch shape → probes'
         self._norms = vmap(grad(self._summed_loss, argnums=1, has_aux=True))
         self._sums = vmap(grad(self._weighted_loss))
@@ -69,8 +69,7 @@ class StackedGhost:
     def _check(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
         """The first client's first records' norms against their own gradients, once per model and loss
         (fedsuite.privacy.per_record.check_once)."""
-        first = {name: view[0] for name, view in self.model.parameters.items()}
-        check_once(self.model.module, first, self.loss_fn, inputs[0], targets[0])
+        check_once(self.model.module, self._first, self.loss_fn, inputs[0], targets[0])
 
     # ---- one client's functions, vmapped over the group ---------------------------------------------------------
     def _summed_loss(self, params, probes, inputs, targets):
@@ -102,10 +101,9 @@ class StackedGhost:
 
             handles = [layer.register_forward_hook(partial(shape_of, index))
                        for index, (layer, _) in enumerate(self.layers)]  # fmt: skip
-            first = {name: view[0] for name, view in self.model.parameters.items()}
             try:
                 with torch.no_grad():
-                    functional_call(self.model.module, first, (inputs[0],))
+                    functional_call(self.model.module, self._first, (inputs[0],))
             finally:
                 for handle in handles:
                     handle.remove()
